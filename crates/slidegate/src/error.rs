@@ -1,0 +1,52 @@
+//! The one error type of the library.
+
+use std::time::Duration;
+
+/// Everything that can go wrong in a check. A denial is not an error (see [`crate::Decision`]).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A quota's limit outside `1..=MAX_LIMIT`.
+    #[error("limit must be between 1 and {max}, got {limit}", max = crate::quota::MAX_LIMIT)]
+    InvalidLimit {
+        /// The limit given.
+        limit: u64,
+    },
+    /// A quota's window that is zero, longer than `MAX_WINDOW`, or not whole milliseconds.
+    #[error("window must be whole milliseconds between 1ms and 366 days, got {window:?}")]
+    InvalidWindow {
+        /// The window given.
+        window: Duration,
+    },
+    /// A cost of zero, or more than the limit (such a request could never be admitted).
+    #[error("cost must be between 1 and the limit ({limit}), got {cost}")]
+    InvalidCost {
+        /// The cost given.
+        cost: u64,
+        /// The quota's limit.
+        limit: u64,
+    },
+    /// An empty key.
+    #[error("key must not be empty")]
+    EmptyKey,
+    /// A key longer than [`crate::MAX_KEY_LEN`] bytes.
+    #[error("key is {len} bytes long, the maximum is {max}", max = crate::MAX_KEY_LEN)]
+    KeyTooLong {
+        /// The key's length in bytes.
+        len: usize,
+    },
+    /// An algorithm name that is not known.
+    #[error("unknown algorithm {0:?} (known: sliding_log)")]
+    UnknownAlgorithm(String),
+    /// The backend did not answer within its deadline.
+    #[error("backend did not answer within {0:?}")]
+    Timeout(Duration),
+    /// Redis answered with an error or the connection failed.
+    #[cfg(feature = "redis")]
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    /// Redis answered something the script cannot have returned (a different script under the
+    /// same name, a proxy in between).
+    #[error("unexpected reply from backend: {0}")]
+    UnexpectedReply(String),
+}

@@ -1,0 +1,66 @@
+//! Exact distributed rate limiting: *may this key do this now?* — one answer across every
+//! instance of a service, from a sliding window log.
+//!
+//! A fixed-window counter (`INCR` + `EXPIRE`) admits twice its limit around a window edge: 100 at
+//! 00:59 and 100 more at 01:01. The sliding window log keeps one timestamp per admission and
+//! counts exactly the admissions of the last `window`, so no rolling window ever holds more than
+//! `limit`. On Redis the whole decision is one atomic Lua script on one sorted set per key, timed
+//! by Redis' own clock; in memory it is the same algorithm under a sharded lock.
+//!
+//! ```
+//! use slidegate::{Limiter, Quota};
+//! use std::time::Duration;
+//!
+//! # let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+//! # rt.block_on(async {
+//! // At most 5 SMS per phone number in any 10 seconds, on the embedded backend.
+//! let limiter = Limiter::in_memory();
+//! let quota = Quota::new(5, Duration::from_secs(10))?;
+//! for i in 1..=7 {
+//!     let d = limiter.check("+15550100", &quota).await?;
+//!     assert_eq!(d.allowed, i <= 5);
+//! }
+//! # Ok::<(), slidegate::Error>(()) }).unwrap();
+//! ```
+//!
+//! With the `redis` feature, `Limiter::new(RedisBackend::connect("redis://127.0.0.1").await?)`
+//! makes the same limit hold across every process that shares the Redis.
+//!
+//! # Layout
+//!
+//! - [`quota`]: what a key may do — [`Quota`] (limit, window, [`Algorithm`]).
+//! - [`decision`]: the answer — [`Decision`] (allowed, remaining, reset/retry after) and the
+//!   operator's view of a key, [`KeyState`].
+//! - [`reference`]: each algorithm's semantics written plainly; the backends are tested against it.
+//! - [`backend`]: the [`Backend`] trait, where storage varies.
+//! - [`memory`]: [`MemoryBackend`], the embedded, sharded, self-sweeping default.
+//! - `redis` (feature `redis`): [`RedisBackend`], sorted sets and one Lua script per decision.
+//! - [`limiter`]: [`Limiter`], the front door that validates input once.
+//! - [`clock`]: [`Clock`], [`SystemClock`] and [`ManualClock`] for tests.
+//! - [`error`]: [`Error`], the one error type.
+
+pub mod backend;
+pub mod clock;
+pub mod decision;
+pub mod error;
+pub mod limiter;
+pub mod memory;
+pub mod quota;
+#[cfg(feature = "redis")]
+pub mod redis;
+pub mod reference;
+
+pub use backend::Backend;
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use decision::{Decision, KeyState};
+pub use error::Error;
+pub use limiter::{Limiter, MAX_KEY_LEN, validate_key};
+pub use memory::MemoryBackend;
+pub use quota::{Algorithm, MAX_LIMIT, MAX_WINDOW, Quota};
+#[cfg(feature = "redis")]
+pub use redis::RedisBackend;
+
+/// The README's examples, compiled as doctests so they stay true.
+#[cfg(all(doctest, feature = "redis"))]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;

@@ -1,0 +1,21 @@
+-- slidegate: read one sliding-log key without changing it.
+--
+-- KEYS[1]  the key's sorted set (see sliding_log.lua)
+-- ARGV[1]  window in ms
+-- ARGV[2]  now in ms (optional; Redis TIME when absent)
+-- Returns  {count in window, oldest admission ms or -1, reset_after_ms}
+local key = KEYS[1]
+local window = tonumber(ARGV[1])
+local now = tonumber(ARGV[2])
+if not now then
+  local t = redis.call('TIME')
+  now = t[1] * 1000 + math.floor(t[2] / 1000)
+end
+local edge = now - window
+local count = redis.call('ZCOUNT', key, '(' .. edge, '+inf')
+if count == 0 then
+  return {0, -1, 0}
+end
+local oldest = redis.call('ZRANGE', key, '(' .. edge, '+inf', 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES')
+local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+return {count, tonumber(oldest[2]), tonumber(newest[2]) + window - now}

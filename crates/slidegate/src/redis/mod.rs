@@ -1,0 +1,346 @@
+//! The Redis backend: one sorted set per key and one atomic Lua script per decision.
+//!
+//! Scripts live beside this file (`sliding_log.lua`, `inspect.lua`), each opening with its
+//! KEYS/ARGV contract. They run by `EVALSHA`; when Redis answers `NOSCRIPT` (after a restart, a
+//! failover or `SCRIPT FLUSH`) the same call is sent once more as `EVAL` with the body, which
+//! also puts the script back in Redis' cache. Callers never see that error.
+
+use std::hash::{BuildHasher, RandomState};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::{Cmd, ErrorKind, FromRedisValue, ServerErrorKind};
+
+use crate::{Backend, Clock, Decision, Error, KeyState, Quota};
+
+/// The deadline of one backend call unless set otherwise: a sick Redis must not hold requests.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
+
+/// The key namespace unless set otherwise: keys are `slidegate:<key>`.
+pub const DEFAULT_PREFIX: &str = "slidegate";
+
+struct LuaScript {
+    body: &'static str,
+    sha: String,
+}
+
+impl LuaScript {
+    fn new(body: &'static str) -> Self {
+        Self { body, sha: redis::Script::new(body).get_hash().to_owned() }
+    }
+}
+
+struct Scripts {
+    sliding_log: LuaScript,
+    inspect: LuaScript,
+}
+
+fn scripts() -> &'static Scripts {
+    static SCRIPTS: std::sync::OnceLock<Scripts> = std::sync::OnceLock::new();
+    SCRIPTS.get_or_init(|| Scripts {
+        sliding_log: LuaScript::new(include_str!("sliding_log.lua")),
+        inspect: LuaScript::new(include_str!("inspect.lua")),
+    })
+}
+
+#[derive(Clone)]
+struct Config {
+    prefix: String,
+    clock: Option<Arc<dyn Clock>>,
+    timeout: Duration,
+}
+
+/// Makes sorted-set members unique per admission across every client of one Redis: a random
+/// 64-bit id per backend instance (base-62, 11 characters) and a counter. Two instances would
+/// have to draw the same id (odds about n²/2⁶⁵ for n instances) *and* reach the same counter
+/// value on the same key within one window to collide; within one instance, never.
+struct Members {
+    id: String,
+    counter: AtomicU64,
+}
+
+impl Members {
+    fn new() -> Self {
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+        // RandomState's keys come from the OS's randomness; mixing in pid and time guards
+        // against a platform that hands every process the same keys.
+        let random = RandomState::new().hash_one((std::process::id(), nanos));
+        let mut id = String::with_capacity(24);
+        push_base62(&mut id, random, 11);
+        Self { id, counter: AtomicU64::new(0) }
+    }
+
+    fn next(&self) -> String {
+        let n = self.counter.fetch_add(1, Ordering::Relaxed);
+        let mut member = self.id.clone();
+        push_base62(&mut member, n, 1);
+        member
+    }
+}
+
+fn push_base62(out: &mut String, mut n: u64, min_digits: usize) {
+    const DIGITS: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+    let start = out.len();
+    while n > 0 || out.len() - start < min_digits {
+        out.push(char::from(DIGITS[(n % 62) as usize]));
+        n /= 62;
+    }
+}
+
+/// Sliding-log limiting on Redis (standalone; any [`ConnectionLike`] connection).
+///
+/// Cheap to clone: clones share the connection. Keys in Redis are `<prefix>:<key>`.
+///
+/// ```no_run
+/// use slidegate::{Limiter, Quota, RedisBackend};
+///
+/// # async fn run() -> Result<(), slidegate::Error> {
+/// let backend = RedisBackend::connect("redis://127.0.0.1:6379").await?.with_prefix("myapp");
+/// let limiter = Limiter::new(backend);
+/// let decision = limiter.check("user:42", &Quota::per_minute(100)?).await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct RedisBackend<C = ConnectionManager> {
+    conn: C,
+    config: Arc<Config>,
+    members: Arc<Members>,
+}
+
+impl<C> std::fmt::Debug for RedisBackend<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisBackend")
+            .field("prefix", &self.config.prefix)
+            .field("timeout", &self.config.timeout)
+            .field("time", &if self.config.clock.is_some() { "caller" } else { "redis" })
+            .finish()
+    }
+}
+
+impl RedisBackend<ConnectionManager> {
+    /// Connects to the Redis at `url` (`redis://host:port/db`) with one multiplexed connection
+    /// that reconnects by itself, and loads the scripts.
+    pub async fn connect(url: &str) -> Result<Self, Error> {
+        let client = redis::Client::open(url)?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(Duration::from_secs(1)))
+            .set_number_of_retries(2);
+        let conn = ConnectionManager::new_with_config(client, config).await?;
+        let backend = Self::with_connection(conn);
+        backend.load_scripts().await?;
+        Ok(backend)
+    }
+}
+
+impl<C> RedisBackend<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    /// A backend over an existing connection.
+    pub fn with_connection(conn: C) -> Self {
+        Self {
+            conn,
+            config: Arc::new(Config { prefix: DEFAULT_PREFIX.to_owned(), clock: None, timeout: DEFAULT_TIMEOUT }),
+            members: Arc::new(Members::new()),
+        }
+    }
+
+    /// Namespaces keys as `<prefix>:<key>`; an empty prefix uses the key as it is.
+    #[must_use]
+    pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
+        Arc::make_mut(&mut self.config).prefix = prefix.into();
+        self
+    }
+
+    /// Takes "now" from `clock` instead of Redis' `TIME` (deterministic tests, replays).
+    /// Every client of a key must then share one clock; Redis' own key expiry still runs on
+    /// Redis' clock, one window after the last admission.
+    #[must_use]
+    pub fn with_clock(mut self, clock: impl Clock) -> Self {
+        Arc::make_mut(&mut self.config).clock = Some(Arc::new(clock));
+        self
+    }
+
+    /// The deadline of each call (default [`DEFAULT_TIMEOUT`]); past it the call fails with
+    /// [`Error::Timeout`].
+    #[must_use]
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        Arc::make_mut(&mut self.config).timeout = timeout;
+        self
+    }
+
+    /// The Redis key that holds `key`'s state.
+    pub fn redis_key(&self, key: &str) -> String {
+        let prefix = &self.config.prefix;
+        if prefix.is_empty() {
+            key.to_owned()
+        } else {
+            let mut k = String::with_capacity(prefix.len() + 1 + key.len());
+            k.push_str(prefix);
+            k.push(':');
+            k.push_str(key);
+            k
+        }
+    }
+
+    /// Loads the scripts into Redis' cache (`SCRIPT LOAD`). Optional: a missing script is
+    /// loaded on first use anyway.
+    pub async fn load_scripts(&self) -> Result<(), Error> {
+        let s = scripts();
+        for script in [&s.sliding_log, &s.inspect] {
+            let mut cmd = redis::cmd("SCRIPT");
+            cmd.arg("LOAD").arg(script.body);
+            let _: String = self.query(&cmd).await?;
+        }
+        Ok(())
+    }
+
+    /// Answers `PING` within the deadline: is Redis reachable?
+    pub async fn ping(&self) -> Result<(), Error> {
+        let _: String = self.query(&redis::cmd("PING")).await?;
+        Ok(())
+    }
+
+    fn now_arg(&self) -> Option<u64> {
+        self.config.clock.as_ref().map(|c| c.now_ms())
+    }
+
+    async fn query<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T, Error> {
+        let mut conn = self.conn.clone();
+        self.deadline(async move { Ok(cmd.query_async(&mut conn).await?) }).await
+    }
+
+    async fn deadline<T>(&self, call: impl Future<Output = Result<T, Error>>) -> Result<T, Error> {
+        let timeout = self.config.timeout;
+        tokio::time::timeout(timeout, call).await.map_err(|_| Error::Timeout(timeout))?
+    }
+
+    /// Runs `script` on one key by EVALSHA, falling back to EVAL on NOSCRIPT, all within one
+    /// deadline.
+    async fn run_script<T: FromRedisValue>(
+        &self,
+        script: &LuaScript,
+        key: &str,
+        args: &[&dyn ToArg],
+    ) -> Result<T, Error> {
+        let build = |verb: &str, script_ref: &str| {
+            let mut cmd = redis::cmd(verb);
+            cmd.arg(script_ref).arg(1).arg(self.redis_key(key));
+            for a in args {
+                a.push_to(&mut cmd);
+            }
+            cmd
+        };
+        let evalsha = build("EVALSHA", &script.sha);
+        let mut conn = self.conn.clone();
+        self.deadline(async move {
+            match evalsha.query_async(&mut conn).await {
+                Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                    Ok(build("EVAL", script.body).query_async(&mut conn).await?)
+                }
+                other => Ok(other?),
+            }
+        })
+        .await
+    }
+}
+
+/// One script argument; keeps argument lists free of allocation per value.
+trait ToArg: Sync {
+    fn push_to(&self, cmd: &mut Cmd);
+}
+
+impl ToArg for u64 {
+    fn push_to(&self, cmd: &mut Cmd) {
+        cmd.arg(*self);
+    }
+}
+
+impl ToArg for String {
+    fn push_to(&self, cmd: &mut Cmd) {
+        cmd.arg(self.as_str());
+    }
+}
+
+impl ToArg for Option<u64> {
+    fn push_to(&self, cmd: &mut Cmd) {
+        if let Some(v) = self {
+            cmd.arg(*v);
+        }
+    }
+}
+
+fn ms(value: i64) -> Duration {
+    Duration::from_millis(u64::try_from(value).unwrap_or(0))
+}
+
+fn unexpected(reply: &[i64]) -> Error {
+    Error::UnexpectedReply(format!("{reply:?}"))
+}
+
+impl<C> Backend for RedisBackend<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    async fn check(&self, key: &str, quota: &Quota, cost: u64) -> Result<Decision, Error> {
+        let member = self.members.next();
+        let args: [&dyn ToArg; 5] = [&quota.limit(), &quota.window_ms(), &cost, &member, &self.now_arg()];
+        let reply: Vec<i64> = self.run_script(&scripts().sliding_log, key, &args).await?;
+        let &[allowed, remaining, reset_after, retry_after] = reply.as_slice() else {
+            return Err(unexpected(&reply));
+        };
+        let remaining = u64::try_from(remaining).map_err(|_| unexpected(&reply))?;
+        Ok(match allowed {
+            1 => Decision::allowed(quota.limit(), remaining, ms(reset_after)),
+            0 => Decision::denied(quota.limit(), remaining, ms(reset_after), ms(retry_after)),
+            _ => return Err(unexpected(&reply)),
+        })
+    }
+
+    async fn inspect(&self, key: &str, quota: &Quota) -> Result<KeyState, Error> {
+        let args: [&dyn ToArg; 2] = [&quota.window_ms(), &self.now_arg()];
+        let reply: Vec<i64> = self.run_script(&scripts().inspect, key, &args).await?;
+        let &[count, oldest, reset_after] = reply.as_slice() else {
+            return Err(unexpected(&reply));
+        };
+        Ok(KeyState {
+            count: u64::try_from(count).map_err(|_| unexpected(&reply))?,
+            oldest_ms: u64::try_from(oldest).ok(),
+            reset_after: ms(reset_after),
+        })
+    }
+
+    async fn reset(&self, key: &str) -> Result<(), Error> {
+        let mut cmd = redis::cmd("DEL");
+        cmd.arg(self.redis_key(key));
+        let _: i64 = self.query(&cmd).await?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn members_are_unique_and_short() {
+        let m = Members::new();
+        let a = m.next();
+        let b = m.next();
+        assert_ne!(a, b);
+        assert_eq!(a.len(), 12);
+        assert!(a.bytes().all(|c| c.is_ascii_alphanumeric()));
+        assert_ne!(Members::new().id, m.id, "two instances draw different ids");
+    }
+
+    #[test]
+    fn base62_pads_and_encodes() {
+        let mut s = String::new();
+        push_base62(&mut s, 0, 3);
+        push_base62(&mut s, 61, 1);
+        push_base62(&mut s, 62, 1);
+        assert_eq!(s, "000z01");
+    }
+}

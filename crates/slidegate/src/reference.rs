@@ -1,0 +1,126 @@
+//! The semantics of each algorithm, written once, plainly, as the specification that the memory
+//! backend and the Redis scripts are tested against (decision for decision, see
+//! `tests/conformance.rs`). Nothing here is tuned for speed.
+//!
+//! # Sliding window log
+//!
+//! Time `t` is in whole milliseconds. A key keeps a log of admissions, one entry per permit.
+//!
+//! - An admission made at `t` **is in the window at `now` iff `now < t + window`**: an entry
+//!   exactly `window` old has left. (The Redis script removes scores `<= now - window`.)
+//! - A check of `cost` permits at `now` is **admitted iff `live + cost <= limit`**, where `live`
+//!   is the number of entries in the window. Only an admission writes: it appends `cost` entries
+//!   stamped `now`. A denial records nothing, so a client that keeps retrying is not locked out.
+//! - `remaining` = `limit - live` after the decision (so an admission's own cost is taken off).
+//! - `reset_after` = time until the newest entry leaves the window (zero for an empty log).
+//! - `retry_after` (denials only) = time until the `k`-th oldest live entry leaves, with
+//!   `k = live + cost - limit`: exactly then, the same request fits.
+
+use std::time::Duration;
+
+use crate::Decision;
+
+/// The reference sliding-window log of one key.
+///
+/// ```
+/// use slidegate::reference::SlidingLog;
+///
+/// // The seed demo: 5 per 10 s, seven requests 0.5 s apart.
+/// let mut log = SlidingLog::default();
+/// let admitted: Vec<bool> = (0..7).map(|i| log.check(i * 500, 5, 10_000, 1).allowed).collect();
+/// assert_eq!(admitted, [true, true, true, true, true, false, false]);
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct SlidingLog {
+    admissions: Vec<u64>,
+}
+
+impl SlidingLog {
+    /// Decides `cost` permits of `limit` per `window_ms` at `now`; records them when admitted.
+    pub fn check(&mut self, now: u64, limit: u64, window_ms: u64, cost: u64) -> Decision {
+        let live = self.live(now, window_ms);
+        let count = live.len() as u64;
+        if count + cost <= limit {
+            self.admissions.extend(std::iter::repeat_n(now, usize::try_from(cost).unwrap_or(usize::MAX)));
+            let newest = live.last().map_or(now, |&t| t.max(now));
+            return Decision::allowed(limit, limit - count - cost, ms(newest + window_ms - now));
+        }
+        let k = count + cost - limit;
+        // `k <= count` whenever `cost <= limit`; a larger cost can never be admitted.
+        let Some(&blocking) = live.get(usize::try_from(k - 1).unwrap_or(usize::MAX)) else {
+            return Decision::denied(limit, limit.saturating_sub(count), Duration::ZERO, Duration::MAX);
+        };
+        let newest = live.last().copied().unwrap_or(now);
+        Decision::denied(
+            limit,
+            limit.saturating_sub(count),
+            ms(newest + window_ms - now),
+            ms(blocking + window_ms - now),
+        )
+    }
+
+    /// The admissions in the window at `now`, oldest first.
+    pub fn live(&self, now: u64, window_ms: u64) -> Vec<u64> {
+        let mut live: Vec<u64> = self.admissions.iter().copied().filter(|&t| now < t + window_ms).collect();
+        live.sort_unstable();
+        live
+    }
+}
+
+fn ms(ms: u64) -> Duration {
+    Duration::from_millis(ms)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fixed_window_edge_burst_is_denied() {
+        // 100 per 60 s: 100 at 00:59, then 100 more at 01:01 — a fixed window would admit 200.
+        let mut log = SlidingLog::default();
+        for _ in 0..100 {
+            assert!(log.check(59_000, 100, 60_000, 1).allowed);
+        }
+        let second_burst = (0..100).filter(|_| log.check(61_000, 100, 60_000, 1).allowed).count();
+        assert_eq!(second_burst, 0);
+        // The first burst leaves at 59 s + 60 s.
+        let d = log.check(61_000, 100, 60_000, 1);
+        assert_eq!(d.retry_after, Some(Duration::from_millis(58_000)));
+        assert!(log.check(119_000, 100, 60_000, 1).allowed);
+    }
+
+    #[test]
+    fn an_entry_exactly_one_window_old_has_left() {
+        let mut log = SlidingLog::default();
+        assert!(log.check(0, 1, 1_000, 1).allowed);
+        assert!(!log.check(999, 1, 1_000, 1).allowed);
+        assert!(log.check(1_000, 1, 1_000, 1).allowed);
+    }
+
+    #[test]
+    fn retry_after_waits_for_enough_entries_to_leave() {
+        let mut log = SlidingLog::default();
+        for t in [0, 100, 200] {
+            assert!(log.check(t, 3, 1_000, 1).allowed);
+        }
+        // Two permits need the two oldest gone: the one at 100 leaves at 1_100.
+        let d = log.check(300, 3, 1_000, 2);
+        assert!(!d.allowed);
+        assert_eq!(d.remaining, 0);
+        assert_eq!(d.retry_after, Some(Duration::from_millis(800)));
+        assert_eq!(d.reset_after, Duration::from_millis(900));
+        assert!(log.check(1_100, 3, 1_000, 2).allowed);
+    }
+
+    #[test]
+    fn denial_records_nothing_and_cost_counts_each_permit() {
+        let mut log = SlidingLog::default();
+        let d = log.check(0, 5, 1_000, 4);
+        assert_eq!((d.allowed, d.remaining), (true, 1));
+        let d = log.check(1, 5, 1_000, 2);
+        assert_eq!((d.allowed, d.remaining), (false, 1));
+        assert_eq!(log.live(1, 1_000).len(), 4);
+        assert_eq!(log.check(2, 5, 1_000, 1).remaining, 0);
+    }
+}

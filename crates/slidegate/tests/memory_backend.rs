@@ -1,0 +1,67 @@
+//! The embedded backend under real threads, and its input checks.
+
+use std::sync::{Arc, Barrier};
+use std::time::Duration;
+
+use slidegate::{Error, Limiter, MemoryBackend, Quota};
+
+#[test]
+fn sixty_four_threads_admit_exactly_the_limit() {
+    let backend = MemoryBackend::new();
+    let quota = Quota::per_minute(100).expect("valid");
+    let start = Arc::new(Barrier::new(64));
+    let threads: Vec<_> = (0..64)
+        .map(|_| {
+            let (backend, start) = (backend.clone(), Arc::clone(&start));
+            std::thread::spawn(move || {
+                start.wait();
+                (0..50).filter(|_| backend.check_now("hot", &quota, 1).allowed).count()
+            })
+        })
+        .collect();
+    let admitted: usize = threads.into_iter().map(|t| t.join().expect("thread")).sum();
+    assert_eq!(admitted, 100, "of 3,200 checks from 64 threads");
+}
+
+#[test]
+fn many_keys_from_many_threads_each_get_exactly_their_limit() {
+    let backend = MemoryBackend::new();
+    let quota = Quota::per_minute(10).expect("valid");
+    let threads: Vec<_> = (0..8)
+        .map(|_| {
+            let backend = backend.clone();
+            std::thread::spawn(move || {
+                let mut admitted = vec![0u32; 500];
+                for _ in 0..15 {
+                    for (k, n) in admitted.iter_mut().enumerate() {
+                        *n += u32::from(backend.check_now(&format!("user:{k}"), &quota, 1).allowed);
+                    }
+                }
+                admitted
+            })
+        })
+        .collect();
+    let mut per_key = vec![0u32; 500];
+    for t in threads {
+        for (total, n) in per_key.iter_mut().zip(t.join().expect("thread")) {
+            *total += n;
+        }
+    }
+    assert!(per_key.iter().all(|&n| n == 10), "{per_key:?}");
+    assert_eq!(backend.len(), 500);
+}
+
+#[tokio::test]
+async fn bad_input_is_a_typed_error_and_creates_no_key() {
+    let limiter = Limiter::in_memory();
+    let q = Quota::new(5, Duration::from_secs(1)).expect("valid");
+    assert!(matches!(limiter.check_cost("k", &q, 0).await, Err(Error::InvalidCost { cost: 0, limit: 5 })));
+    assert!(matches!(limiter.check_cost("k", &q, 6).await, Err(Error::InvalidCost { cost: 6, limit: 5 })));
+    assert!(matches!(limiter.check("", &q).await, Err(Error::EmptyKey)));
+    let long = "é".repeat(slidegate::MAX_KEY_LEN / 2 + 1);
+    assert!(matches!(limiter.check(&long, &q).await, Err(Error::KeyTooLong { .. })));
+    assert!(limiter.backend().is_empty());
+    assert!(matches!(Quota::new(0, Duration::from_secs(1)), Err(Error::InvalidLimit { limit: 0 })));
+    assert!(matches!(Quota::new(1, Duration::ZERO), Err(Error::InvalidWindow { .. })));
+    assert!(matches!(Quota::new(1, Duration::from_secs(400 * 86_400)), Err(Error::InvalidWindow { .. })));
+}

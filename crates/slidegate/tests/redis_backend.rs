@@ -1,0 +1,318 @@
+//! The Redis backend against real redis-server processes: script cache loss, expiry, writes,
+//! uniqueness, exactness under concurrency from tasks and from processes, deadlines, bad input.
+
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use slidegate::{Clock, Error, Limiter, ManualClock, Quota, RedisBackend, SystemClock};
+use slidegate_testkit::RedisServer;
+
+async fn limiter(server: &RedisServer) -> Limiter<RedisBackend> {
+    // Generous deadline: these tests are about semantics on a busy 2-core CI machine; the
+    // deadline itself has its own test.
+    let backend = RedisBackend::connect(&server.url()).await.expect("connect");
+    Limiter::new(backend.with_timeout(Duration::from_secs(5)))
+}
+
+fn quota(limit: u64, window_ms: u64) -> Quota {
+    Quota::new(limit, Duration::from_millis(window_ms)).expect("valid quota")
+}
+
+#[tokio::test]
+async fn time_comes_from_redis_by_default() {
+    let server = RedisServer::start();
+    let limiter = limiter(&server).await;
+    let before: Vec<u64> = server.query(&["TIME"]);
+    assert!(limiter.check("k", &quota(5, 60_000)).await.expect("check").allowed);
+    let after: Vec<u64> = server.query(&["TIME"]);
+    let ms = |t: &[u64]| t[0] * 1000 + t[1] / 1000;
+    let entries: Vec<(String, u64)> = server.query(&["ZRANGE", "slidegate:k", "0", "-1", "WITHSCORES"]);
+    assert_eq!(entries.len(), 1);
+    assert!((ms(&before)..=ms(&after)).contains(&entries[0].1), "score {entries:?} not within Redis TIME");
+}
+
+#[tokio::test]
+async fn noscript_after_script_flush_is_recovered_transparently() {
+    let server = RedisServer::start();
+    let limiter = limiter(&server).await;
+    let q = quota(3, 60_000);
+    assert!(limiter.check("k", &q).await.expect("first").allowed);
+    let _: String = server.query(&["SCRIPT", "FLUSH"]);
+    assert_eq!(server.query::<Vec<i64>>(&["SCRIPT", "EXISTS", &script_sha()]), [0]);
+    let d = limiter.check("k", &q).await.expect("after SCRIPT FLUSH");
+    assert!(d.allowed);
+    assert_eq!(d.remaining, 1, "state survived, decision exact");
+    assert_eq!(server.query::<Vec<i64>>(&["SCRIPT", "EXISTS", &script_sha()]), [1], "script back in the cache");
+    let stats: String = server.query(&["INFO", "commandstats"]);
+    assert!(stats.contains("cmdstat_eval:calls=1,"), "one EVAL fallback: {stats}");
+}
+
+#[tokio::test]
+async fn survives_a_redis_restart_on_the_same_port() {
+    let server = RedisServer::start();
+    let backend = RedisBackend::connect(&server.url()).await.expect("connect").with_timeout(Duration::from_secs(2));
+    let limiter = Limiter::new(backend);
+    let q = quota(3, 60_000);
+    assert!(limiter.check("k", &q).await.expect("before").allowed);
+    let port = server.port();
+    drop(server);
+    let server = RedisServer::start_on(port);
+    // The connection manager reconnects; the new server's script cache is empty.
+    let mut last = None;
+    for _ in 0..50 {
+        match limiter.check("k", &q).await {
+            Ok(d) => {
+                last = Some(d);
+                break;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    let d = last.expect("answers again within 5 s of the restart");
+    assert_eq!((d.allowed, d.remaining), (true, 2), "a fresh server, a fresh key");
+    drop(server);
+}
+
+#[tokio::test]
+async fn idle_keys_expire_one_window_after_the_last_admission() {
+    let server = RedisServer::start();
+    let limiter = limiter(&server).await;
+    assert!(limiter.check("k", &quota(5, 300)).await.expect("check").allowed);
+    let ttl: i64 = server.query(&["PTTL", "slidegate:k"]);
+    assert!((1..=300).contains(&ttl), "PTTL {ttl}");
+    let started = Instant::now();
+    while server.query::<i64>(&["EXISTS", "slidegate:k"]) == 1 {
+        assert!(started.elapsed() < Duration::from_secs(3), "key still there after 3 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[tokio::test]
+async fn denied_requests_leave_no_trace() {
+    let server = RedisServer::start();
+    let limiter = limiter(&server).await;
+    let q = quota(2, 60_000);
+    for _ in 0..2 {
+        assert!(limiter.check("k", &q).await.expect("fill").allowed);
+    }
+    let entries = |s: &RedisServer| s.query::<Vec<(String, u64)>>(&["ZRANGE", "slidegate:k", "0", "-1", "WITHSCORES"]);
+    let writes = |s: &RedisServer| {
+        let info: String = s.query(&["INFO", "persistence"]);
+        info.lines()
+            .find_map(|l| l.strip_prefix("rdb_changes_since_last_save:"))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .expect("rdb_changes_since_last_save")
+    };
+    let (before, writes_before) = (entries(&server), writes(&server));
+    let ttl_before: i64 = server.query(&["PTTL", "slidegate:k"]);
+    for cost in [1, 1, 2, 1] {
+        let d = limiter.check_cost("k", &q, cost).await.expect("check");
+        assert!(!d.allowed);
+    }
+    assert_eq!(entries(&server), before);
+    assert_eq!(writes(&server), writes_before, "a denial wrote to Redis");
+    assert!(server.query::<i64>(&["PTTL", "slidegate:k"]) <= ttl_before, "a denial extended the TTL");
+}
+
+#[tokio::test]
+async fn admissions_in_one_millisecond_are_never_merged() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(1_795_000_000_000);
+    let url = server.url();
+    // Two instances (two member ids) at the very same millisecond, with cost > 1 mixed in.
+    let a = Limiter::new(RedisBackend::connect(&url).await.expect("a").with_clock(clock.clone()));
+    let b = Limiter::new(RedisBackend::connect(&url).await.expect("b").with_clock(clock.clone()));
+    let q = quota(1_000, 60_000);
+    for i in 0..100 {
+        let limiter = if i % 2 == 0 { &a } else { &b };
+        assert!(limiter.check_cost("k", &q, 1 + i % 3).await.expect("check").allowed);
+    }
+    let expected: u64 = (0..100).map(|i| 1 + i % 3).sum();
+    assert_eq!(server.query::<u64>(&["ZCARD", "slidegate:k"]), expected);
+    let d = a.check("k", &q).await.expect("check");
+    assert_eq!(d.remaining, 1_000 - expected - 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixty_four_tasks_admit_exactly_the_limit() {
+    let server = RedisServer::start();
+    let limiter = Arc::new(limiter(&server).await);
+    let q = quota(100, 60_000);
+    let tasks: Vec<_> = (0..64)
+        .map(|_| {
+            let limiter = Arc::clone(&limiter);
+            tokio::spawn(async move {
+                let mut admitted = 0;
+                for _ in 0..20 {
+                    admitted += u32::from(limiter.check("hot", &q).await.expect("check").allowed);
+                }
+                admitted
+            })
+        })
+        .collect();
+    let mut admitted = 0;
+    for t in tasks {
+        admitted += t.await.expect("task");
+    }
+    assert_eq!(admitted, 100, "of 1,280 concurrent checks");
+    assert_eq!(server.query::<u64>(&["ZCARD", "slidegate:hot"]), 100);
+}
+
+/// Runs inside each child process of `four_processes_admit_exactly_the_limit`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a child process of four_processes_admit_exactly_the_limit, which runs it"]
+async fn hammer_child() {
+    let url = std::env::var("SLIDEGATE_HAMMER_URL").expect("run by four_processes_admit_exactly_the_limit");
+    let start_at: u64 = std::env::var("SLIDEGATE_HAMMER_START_AT").expect("start time").parse().expect("ms");
+    let limiter = Arc::new(Limiter::new(
+        RedisBackend::connect(&url).await.expect("connect").with_timeout(Duration::from_secs(5)),
+    ));
+    let q = quota(100, 60_000);
+    // All processes start together, so their checks interleave.
+    let now = SystemClock.now_ms();
+    tokio::time::sleep(Duration::from_millis(start_at.saturating_sub(now).min(5_000))).await;
+    let tasks: Vec<_> = (0..16)
+        .map(|_| {
+            let limiter = Arc::clone(&limiter);
+            tokio::spawn(async move {
+                let mut admitted = 0u32;
+                for _ in 0..16 {
+                    admitted += u32::from(limiter.check("multi", &q).await.expect("check").allowed);
+                }
+                admitted
+            })
+        })
+        .collect();
+    let mut admitted = 0;
+    for t in tasks {
+        admitted += t.await.expect("task");
+    }
+    println!("admitted={admitted}");
+}
+
+#[test]
+fn four_processes_admit_exactly_the_limit() {
+    let server = RedisServer::start();
+    let exe = std::env::current_exe().expect("test binary");
+    let now = SystemClock.now_ms();
+    let children: Vec<_> = (0..4)
+        .map(|_| {
+            Command::new(&exe)
+                .args(["hammer_child", "--exact", "--ignored", "--nocapture", "--test-threads=1"])
+                .env("SLIDEGATE_HAMMER_URL", server.url())
+                .env("SLIDEGATE_HAMMER_START_AT", (now + 1_500).to_string())
+                .output_async()
+        })
+        .collect();
+    let mut total = 0;
+    for child in children {
+        let out = child.wait_with_output().expect("child ran");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "child failed: {stdout}{}", String::from_utf8_lossy(&out.stderr));
+        let admitted: u32 = stdout
+            .lines()
+            .find_map(|l| l.split_once("admitted=").map(|(_, n)| n))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no count in child output: {stdout}"));
+        total += admitted;
+    }
+    assert_eq!(total, 100, "4 processes × 256 checks on one key, limit 100");
+    assert_eq!(server.query::<u64>(&["ZCARD", "slidegate:multi"]), 100);
+}
+
+trait SpawnOutput {
+    fn output_async(&mut self) -> std::process::Child;
+}
+
+impl SpawnOutput for Command {
+    fn output_async(&mut self) -> std::process::Child {
+        self.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().expect("spawn child")
+    }
+}
+
+#[tokio::test]
+async fn keys_are_data_never_code() {
+    let server = RedisServer::start();
+    let limiter = Limiter::new(RedisBackend::connect(&server.url()).await.expect("connect").with_prefix("app"));
+    let q = quota(1, 60_000);
+    let hostile = ["x'); redis.call('FLUSHALL'); --", "a\nb\r\n*1\r\n$8\r\nFLUSHALL", "{user:42}", "ключ 🔑", " "];
+    for key in hostile {
+        assert!(limiter.check(key, &q).await.expect("check").allowed, "{key:?}");
+        assert!(!limiter.check(key, &q).await.expect("check").allowed, "{key:?}");
+    }
+    let mut keys: Vec<String> = server.query(&["KEYS", "*"]);
+    keys.sort();
+    let mut expected: Vec<String> = hostile.iter().map(|k| format!("app:{k}")).collect();
+    expected.sort();
+    assert_eq!(keys, expected);
+}
+
+#[tokio::test]
+async fn bad_input_is_a_typed_error_and_touches_nothing() {
+    let server = RedisServer::start();
+    let limiter = limiter(&server).await;
+    let q = quota(5, 1_000);
+    assert!(matches!(limiter.check_cost("k", &q, 0).await, Err(Error::InvalidCost { cost: 0, limit: 5 })));
+    assert!(matches!(limiter.check_cost("k", &q, 6).await, Err(Error::InvalidCost { cost: 6, .. })));
+    assert!(matches!(limiter.check("", &q).await, Err(Error::EmptyKey)));
+    let long = "x".repeat(slidegate::MAX_KEY_LEN + 1);
+    assert!(
+        matches!(limiter.check(&long, &q).await, Err(Error::KeyTooLong { len }) if len == slidegate::MAX_KEY_LEN + 1)
+    );
+    assert!(limiter.check(&long[1..], &q).await.expect("the longest key is fine").allowed);
+    assert_eq!(server.query::<u64>(&["DBSIZE"]), 1, "only the valid key was written");
+}
+
+#[tokio::test]
+async fn a_stalled_redis_costs_the_deadline_not_more() {
+    let server = RedisServer::start_with(&["--enable-debug-command", "yes"]);
+    let backend = RedisBackend::connect(&server.url()).await.expect("connect");
+    assert!(format!("{backend:?}").contains("timeout: 50ms"), "default deadline is 50 ms: {backend:?}");
+    let limiter = Limiter::new(backend);
+    let q = quota(5, 1_000);
+    let url = server.url();
+    let sleeper = std::thread::spawn(move || {
+        let mut conn = redis::Client::open(url).and_then(|c| c.get_connection()).expect("connect");
+        redis::cmd("DEBUG").arg("SLEEP").arg("0.6").query::<()>(&mut conn).expect("DEBUG SLEEP");
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    let started = Instant::now();
+    let result = limiter.check("k", &q).await;
+    let waited = started.elapsed();
+    assert!(matches!(result, Err(Error::Timeout(t)) if t == Duration::from_millis(50)), "{result:?}");
+    assert!(waited < Duration::from_millis(250), "waited {waited:?}");
+    sleeper.join().expect("sleeper");
+    // Once Redis is back, the same limiter answers again.
+    let started = Instant::now();
+    loop {
+        match limiter.check("k", &q).await {
+            Ok(d) => break assert!(d.allowed),
+            Err(e) => assert!(started.elapsed() < Duration::from_secs(3), "no recovery: {e}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn inspect_reads_and_reset_forgets() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(1_000_000);
+    let limiter = Limiter::new(RedisBackend::connect(&server.url()).await.expect("connect").with_clock(clock.clone()));
+    let q = quota(5, 10_000);
+    assert_eq!(limiter.inspect("k", &q).await.expect("inspect").count, 0);
+    limiter.check_cost("k", &q, 2).await.expect("check");
+    clock.set_ms(1_004_000);
+    limiter.check("k", &q).await.expect("check");
+    clock.set_ms(1_005_000);
+    let state = limiter.inspect("k", &q).await.expect("inspect");
+    assert_eq!((state.count, state.oldest_ms, state.reset_after), (3, Some(1_000_000), Duration::from_millis(9_000)));
+    clock.set_ms(1_010_000);
+    assert_eq!(limiter.inspect("k", &q).await.expect("inspect").count, 1, "the first two left");
+    limiter.reset("k").await.expect("reset");
+    assert_eq!(server.query::<i64>(&["EXISTS", "slidegate:k"]), 0);
+    assert_eq!(limiter.check("k", &q).await.expect("check").remaining, 4);
+}
+
+fn script_sha() -> String {
+    redis::Script::new(include_str!("../src/redis/sliding_log.lua")).get_hash().to_owned()
+}

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The whole test suite, on a fresh Debian/Ubuntu machine too: installs redis-server when it is
+# missing (the Redis tests start their own servers on free loopback ports), then runs every
+# test of every crate with every feature.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
+  echo "== installing redis-server (apt-get)"
+  sudo_cmd=""
+  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq redis-server redis-tools >/dev/null
+fi
+redis-server --version
+
+log="$(mktemp)"
+trap 'rm -f "$log"' EXIT
+status=0
+cargo test --workspace --all-features --all-targets "$@" 2>&1 | tee "$log" || status=$?
+if [ "$status" -eq 0 ]; then
+  cargo test --workspace --all-features --doc 2>&1 | tee -a "$log" || status=$?
+fi
+
+# One closing line over every suite (libtest prints one "test result" line per binary).
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) s += $i } }
+     END { printf "summary: %d passed, %d failed, %d skipped\n", p, f, s }' "$log" | tee "${SLIDEGATE_SUMMARY:-/dev/null}"
+exit "$status"
