@@ -2,7 +2,32 @@
 
 use std::future::Future;
 
-use crate::{Decision, Error, KeyState, Quota};
+use crate::{Decision, Error, KeyState, MultiDecision, Quota};
+
+/// One limit of an atomic multi-limit check: `cost` permits of `quota` for `key`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Check<'a> {
+    /// The key charged.
+    pub key: &'a str,
+    /// Its quota.
+    pub quota: Quota,
+    /// Permits asked for.
+    pub cost: u64,
+}
+
+impl<'a> Check<'a> {
+    /// One permit of `quota` for `key`.
+    pub fn new(key: &'a str, quota: Quota) -> Self {
+        Self { key, quota, cost: 1 }
+    }
+
+    /// The same check asking for `cost` permits.
+    #[must_use]
+    pub fn with_cost(mut self, cost: u64) -> Self {
+        self.cost = cost;
+        self
+    }
+}
 
 /// Storage and atomic decision for keys. Implemented by [`crate::MemoryBackend`] and, with the
 /// `redis` feature, [`crate::RedisBackend`].
@@ -13,6 +38,10 @@ use crate::{Decision, Error, KeyState, Quota};
 pub trait Backend: Send + Sync {
     /// Decides `cost` permits of `quota` for `key` now, recording them only when admitted.
     fn check(&self, key: &str, quota: &Quota, cost: u64) -> impl Future<Output = Result<Decision, Error>> + Send;
+
+    /// Decides several checks at once, all or nothing: when any does not fit, nothing is
+    /// recorded anywhere. Checks name distinct keys.
+    fn check_all(&self, checks: &[Check<'_>]) -> impl Future<Output = Result<MultiDecision, Error>> + Send;
 
     /// Reads the state of `key` under `quota` without changing it.
     fn inspect(&self, key: &str, quota: &Quota) -> impl Future<Output = Result<KeyState, Error>> + Send;

@@ -27,9 +27,45 @@ impl Decision {
         Self { allowed: true, limit, remaining, reset_after, retry_after: None }
     }
 
+    /// A check that fit but was not charged because another limit of its group denied.
+    pub fn held(limit: u64, remaining: u64, reset_after: Duration) -> Self {
+        Self { allowed: false, limit, remaining, reset_after, retry_after: None }
+    }
+
     /// A denial that recorded nothing.
     pub fn denied(limit: u64, remaining: u64, reset_after: Duration, retry_after: Duration) -> Self {
         Self { allowed: false, limit, remaining, reset_after, retry_after: Some(retry_after) }
+    }
+}
+
+/// The answer to an atomic multi-limit check ([`crate::Limiter::check_all`]).
+///
+/// Either every check is admitted and recorded, or none is. In a denied group, a check that
+/// would have fit on its own has `allowed == false` and `retry_after == None`, with its
+/// uncharged `remaining`; each check that did not fit has its own `retry_after`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct MultiDecision {
+    /// Whether every check was admitted (and all were recorded).
+    pub allowed: bool,
+    /// One decision per check, in the order given.
+    pub decisions: Vec<Decision>,
+    /// The index of the first check that did not fit, when denied.
+    pub denied_by: Option<usize>,
+}
+
+impl MultiDecision {
+    /// The group's answer from its per-check decisions: admitted when all are, denied by the
+    /// first that has a `retry_after`.
+    pub fn new(decisions: Vec<Decision>) -> Self {
+        let denied_by = decisions.iter().position(|d| d.retry_after.is_some());
+        Self { allowed: denied_by.is_none() && decisions.iter().all(|d| d.allowed), decisions, denied_by }
+    }
+
+    /// When the whole group may be retried: the longest `retry_after` of the checks that did
+    /// not fit. `None` when admitted.
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.decisions.iter().filter_map(|d| d.retry_after).max()
     }
 }
 

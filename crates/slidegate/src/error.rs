@@ -35,6 +35,18 @@ pub enum Error {
         /// The key's length in bytes.
         len: usize,
     },
+    /// A multi-limit check with no checks, or more than [`crate::MAX_CHECKS`].
+    #[error("a multi-limit check needs 1 to {max} checks, got {count}", max = crate::MAX_CHECKS)]
+    CheckCount {
+        /// The number of checks given.
+        count: usize,
+    },
+    /// The same key twice in one multi-limit check (each key can be charged once per check).
+    #[error("key {key:?} appears more than once in one multi-limit check")]
+    DuplicateKey {
+        /// The repeated key.
+        key: String,
+    },
     /// An algorithm name that is not known.
     #[error("unknown algorithm {0:?} (known: sliding_log)")]
     UnknownAlgorithm(String),

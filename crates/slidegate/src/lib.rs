@@ -50,11 +50,11 @@ pub mod quota;
 pub mod redis;
 pub mod reference;
 
-pub use backend::Backend;
+pub use backend::{Backend, Check};
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use decision::{Decision, KeyState};
+pub use decision::{Decision, KeyState, MultiDecision};
 pub use error::Error;
-pub use limiter::{Limiter, MAX_KEY_LEN, validate_key};
+pub use limiter::{Limiter, MAX_CHECKS, MAX_KEY_LEN, validate_key};
 pub use memory::MemoryBackend;
 pub use quota::{Algorithm, MAX_LIMIT, MAX_WINDOW, Quota};
 #[cfg(feature = "redis")]

@@ -1,6 +1,9 @@
 //! The front door: validates input once, then asks the backend.
 
-use crate::{Backend, Decision, Error, KeyState, MemoryBackend, Quota};
+use crate::{Backend, Check, Decision, Error, KeyState, MemoryBackend, MultiDecision, Quota};
+
+/// The most checks one multi-limit check may hold.
+pub const MAX_CHECKS: usize = 16;
 
 /// The longest key accepted, in bytes. Keys are data: they are hashed in memory and passed to
 /// Redis only as `KEYS`, never spliced into script text, so any bytes of valid UTF-8 are fine.
@@ -52,6 +55,23 @@ impl<B: Backend> Limiter<B> {
         validate_key(key)?;
         quota.validate_cost(cost)?;
         self.backend.check(key, quota, cost).await
+    }
+
+    /// Decides several limits together, all or nothing, in one backend round trip: "10 per
+    /// second AND 1,000 per day for the user AND 100 per minute for the IP". When any check
+    /// does not fit, nothing is charged anywhere and [`MultiDecision::denied_by`] names it.
+    pub async fn check_all(&self, checks: &[Check<'_>]) -> Result<MultiDecision, Error> {
+        if checks.is_empty() || checks.len() > MAX_CHECKS {
+            return Err(Error::CheckCount { count: checks.len() });
+        }
+        for (i, c) in checks.iter().enumerate() {
+            validate_key(c.key)?;
+            c.quota.validate_cost(c.cost)?;
+            if checks[..i].iter().any(|earlier| earlier.key == c.key) {
+                return Err(Error::DuplicateKey { key: c.key.to_owned() });
+            }
+        }
+        self.backend.check_all(checks).await
     }
 
     /// What `key` holds under `quota` now, without changing it.

@@ -20,7 +20,7 @@ use hashbrown::HashTable;
 use hashbrown::hash_table::Entry as TableEntry;
 
 use crate::clock::{Clock, SystemClock};
-use crate::{Backend, Decision, Error, KeyState, Quota};
+use crate::{Backend, Check, Decision, Error, KeyState, MultiDecision, Quota};
 
 /// A shard sweeps at the earliest after this many operations, however few keys it holds.
 const MIN_OPS_BETWEEN_SWEEPS: usize = 64;
@@ -133,35 +133,77 @@ impl MemoryBackend {
     pub fn check_now(&self, key: &str, quota: &Quota, cost: u64) -> Decision {
         let now = self.inner.clock.now_ms();
         let hash = self.inner.hasher.hash_one(key);
-        let mut table = lock(self.shard(hash));
-        table.ops_until_sweep -= 1;
-        if table.ops_until_sweep == 0 {
-            table.sweep(now);
-        }
-        let entry = match table.keys.entry(hash, |k| &*k.key == key, |k| k.hash) {
-            TableEntry::Occupied(e) => e.into_mut(),
-            TableEntry::Vacant(e) => {
-                e.insert(KeyLog { hash, key: key.into(), log: VecDeque::new(), expires_at: 0 }).into_mut()
+        let mut table = lock(&self.inner.shards[self.shard_index(hash)]);
+        table.count_op(now);
+        let entry = table.get_or_insert(hash, key);
+        let (limit, window) = (quota.limit(), quota.window_ms());
+        match evaluate(&mut entry.log, now, limit, window, cost) {
+            Verdict::Fits { live } => {
+                entry.admit(now, window, cost);
+                Decision::allowed(limit, limit - live - cost, reset_after(&entry.log, now, window))
             }
-        };
-        let decision = sliding_log(&mut entry.log, now, quota.limit(), quota.window_ms(), cost);
-        if decision.allowed {
-            entry.expires_at = entry.expires_at.max(now + quota.window_ms());
+            Verdict::Denied(d) => d,
         }
-        decision
     }
 
-    fn shard(&self, hash: u64) -> &Shard {
+    /// Decides several checks all or nothing: the shards involved are locked in index order
+    /// (so two multi-checks cannot deadlock), every check is evaluated, and only if all fit are
+    /// they recorded. Keys must be distinct ([`crate::Limiter::check_all`] checks).
+    pub fn check_all_now(&self, checks: &[Check<'_>]) -> MultiDecision {
+        let now = self.inner.clock.now_ms();
+        let hashes: Vec<u64> = checks.iter().map(|c| self.inner.hasher.hash_one(c.key)).collect();
+        let mut shard_ids: Vec<usize> = hashes.iter().map(|&h| self.shard_index(h)).collect();
+        shard_ids.sort_unstable();
+        shard_ids.dedup();
+        let mut tables: Vec<_> = shard_ids.iter().map(|&i| lock(&self.inner.shards[i])).collect();
+        let table_of: Vec<usize> =
+            hashes.iter().map(|&h| shard_ids.binary_search(&self.shard_index(h)).unwrap_or_default()).collect();
+        for &t in &table_of {
+            tables[t].count_op(now);
+        }
+        let verdicts: Vec<Verdict> = checks
+            .iter()
+            .enumerate()
+            .map(|(i, c)| match tables[table_of[i]].keys.find_mut(hashes[i], |k| &*k.key == c.key) {
+                Some(entry) => evaluate(&mut entry.log, now, c.quota.limit(), c.quota.window_ms(), c.cost),
+                None => Verdict::Fits { live: 0 },
+            })
+            .collect();
+        let admitted = verdicts.iter().all(|v| matches!(v, Verdict::Fits { .. }));
+        let decisions = checks
+            .iter()
+            .zip(verdicts)
+            .enumerate()
+            .map(|(i, (c, verdict))| {
+                let (limit, window, table) = (c.quota.limit(), c.quota.window_ms(), &mut tables[table_of[i]]);
+                match verdict {
+                    Verdict::Denied(d) => d,
+                    Verdict::Fits { live } if admitted => {
+                        let entry = table.get_or_insert(hashes[i], c.key);
+                        entry.admit(now, window, c.cost);
+                        Decision::allowed(limit, limit - live - c.cost, reset_after(&entry.log, now, window))
+                    }
+                    Verdict::Fits { live } => {
+                        let entry = table.keys.find(hashes[i], |k| &*k.key == c.key);
+                        let reset = entry.map_or(Duration::ZERO, |e| reset_after(&e.log, now, window));
+                        Decision::held(limit, limit - live, reset)
+                    }
+                }
+            })
+            .collect();
+        MultiDecision::new(decisions)
+    }
+
+    fn shard_index(&self, hash: u64) -> usize {
         // hashbrown indexes buckets with the low bits and tags with the top 7: take the shard
         // from bits in between, so keys of one shard still spread over its table.
-        let index = (hash >> 32) as usize & (self.inner.shards.len() - 1);
-        &self.inner.shards[index]
+        (hash >> 32) as usize & (self.inner.shards.len() - 1)
     }
 
     fn with_key<T>(&self, key: &str, f: impl FnOnce(Option<&mut KeyLog>, u64) -> T) -> T {
         let now = self.inner.clock.now_ms();
         let hash = self.inner.hasher.hash_one(key);
-        let mut table = lock(self.shard(hash));
+        let mut table = lock(&self.inner.shards[self.shard_index(hash)]);
         f(table.keys.find_mut(hash, |k| &*k.key == key), now)
     }
 }
@@ -172,37 +214,72 @@ fn lock(shard: &Shard) -> std::sync::MutexGuard<'_, Table> {
 }
 
 impl Table {
+    /// Counts one operation and sweeps when the budget since the last sweep is spent.
+    fn count_op(&mut self, now: u64) {
+        self.ops_until_sweep -= 1;
+        if self.ops_until_sweep == 0 {
+            self.sweep(now);
+        }
+    }
+
     fn sweep(&mut self, now: u64) {
         self.keys.retain(|k| k.expires_at > now);
         self.ops_until_sweep = self.keys.len().max(MIN_OPS_BETWEEN_SWEEPS);
     }
+
+    fn get_or_insert(&mut self, hash: u64, key: &str) -> &mut KeyLog {
+        match self.keys.entry(hash, |k| &*k.key == key, |k| k.hash) {
+            TableEntry::Occupied(e) => e.into_mut(),
+            TableEntry::Vacant(e) => {
+                e.insert(KeyLog { hash, key: key.into(), log: VecDeque::new(), expires_at: 0 }).into_mut()
+            }
+        }
+    }
+}
+
+impl KeyLog {
+    /// Records `cost` admissions at `now`, keeping the log sorted.
+    fn admit(&mut self, now: u64, window: u64, cost: u64) {
+        let permits = usize::try_from(cost).unwrap_or(usize::MAX);
+        if self.log.back().is_none_or(|&t| t <= now) {
+            self.log.extend(std::iter::repeat_n(now, permits));
+        } else {
+            // The clock stepped back: insert in order.
+            let at = self.log.partition_point(|&t| t <= now);
+            for _ in 0..permits {
+                self.log.insert(at, now);
+            }
+        }
+        self.expires_at = self.expires_at.max(now + window);
+    }
+}
+
+/// Whether `cost` more permits fit.
+enum Verdict {
+    /// They fit; `live` admissions are in the window.
+    Fits { live: u64 },
+    /// They do not; the denial to answer.
+    Denied(Decision),
 }
 
 /// The sliding log on a sorted deque: expired entries are a prefix, so they pop from the front
 /// and every question is answered by position. Semantics: [`crate::reference::SlidingLog`].
-fn sliding_log(log: &mut VecDeque<u64>, now: u64, limit: u64, window: u64, cost: u64) -> Decision {
+fn evaluate(log: &mut VecDeque<u64>, now: u64, limit: u64, window: u64, cost: u64) -> Verdict {
     while log.front().is_some_and(|&t| t + window <= now) {
         log.pop_front();
     }
     let live = log.len() as u64;
     if live + cost <= limit {
-        let permits = usize::try_from(cost).unwrap_or(usize::MAX);
-        if log.back().is_none_or(|&t| t <= now) {
-            log.extend(std::iter::repeat_n(now, permits));
-        } else {
-            // The clock stepped back: keep the log sorted.
-            let at = log.partition_point(|&t| t <= now);
-            for _ in 0..permits {
-                log.insert(at, now);
-            }
-        }
-        let newest = log.back().copied().unwrap_or(now);
-        return Decision::allowed(limit, limit - live - cost, ms(newest + window - now));
+        return Verdict::Fits { live };
     }
-    let newest = log.back().copied().unwrap_or(now);
     let k = usize::try_from(live + cost - limit).unwrap_or(usize::MAX);
     let retry = log.get(k - 1).map_or(Duration::MAX, |&t| ms(t + window - now));
-    Decision::denied(limit, limit.saturating_sub(live), ms(newest + window - now), retry)
+    Verdict::Denied(Decision::denied(limit, limit.saturating_sub(live), reset_after(log, now, window), retry))
+}
+
+/// Time until the newest entry of a trimmed log leaves the window.
+fn reset_after(log: &VecDeque<u64>, now: u64, window: u64) -> Duration {
+    log.back().map_or(Duration::ZERO, |&t| ms((t + window).saturating_sub(now)))
 }
 
 fn ms(ms: u64) -> Duration {
@@ -212,6 +289,10 @@ fn ms(ms: u64) -> Duration {
 impl Backend for MemoryBackend {
     async fn check(&self, key: &str, quota: &Quota, cost: u64) -> Result<Decision, Error> {
         Ok(self.check_now(key, quota, cost))
+    }
+
+    async fn check_all(&self, checks: &[Check<'_>]) -> Result<MultiDecision, Error> {
+        Ok(self.check_all_now(checks))
     }
 
     async fn inspect(&self, key: &str, quota: &Quota) -> Result<KeyState, Error> {
@@ -236,7 +317,7 @@ impl Backend for MemoryBackend {
 
     async fn reset(&self, key: &str) -> Result<(), Error> {
         let hash = self.inner.hasher.hash_one(key);
-        let mut table = lock(self.shard(hash));
+        let mut table = lock(&self.inner.shards[self.shard_index(hash)]);
         if let Ok(entry) = table.keys.find_entry(hash, |k| &*k.key == key) {
             entry.remove();
         }

@@ -18,7 +18,7 @@
 
 use std::time::Duration;
 
-use crate::Decision;
+use crate::{Decision, MultiDecision};
 
 /// The reference sliding-window log of one key.
 ///
@@ -38,10 +38,18 @@ pub struct SlidingLog {
 impl SlidingLog {
     /// Decides `cost` permits of `limit` per `window_ms` at `now`; records them when admitted.
     pub fn check(&mut self, now: u64, limit: u64, window_ms: u64, cost: u64) -> Decision {
+        let decision = self.decide(now, limit, window_ms, cost);
+        if decision.allowed {
+            self.record(now, cost);
+        }
+        decision
+    }
+
+    /// What [`SlidingLog::check`] would answer, recording nothing.
+    pub fn decide(&self, now: u64, limit: u64, window_ms: u64, cost: u64) -> Decision {
         let live = self.live(now, window_ms);
         let count = live.len() as u64;
         if count + cost <= limit {
-            self.admissions.extend(std::iter::repeat_n(now, usize::try_from(cost).unwrap_or(usize::MAX)));
             let newest = live.last().map_or(now, |&t| t.max(now));
             return Decision::allowed(limit, limit - count - cost, ms(newest + window_ms - now));
         }
@@ -50,13 +58,17 @@ impl SlidingLog {
         let Some(&blocking) = live.get(usize::try_from(k - 1).unwrap_or(usize::MAX)) else {
             return Decision::denied(limit, limit.saturating_sub(count), Duration::ZERO, Duration::MAX);
         };
-        let newest = live.last().copied().unwrap_or(now);
         Decision::denied(
             limit,
             limit.saturating_sub(count),
-            ms(newest + window_ms - now),
+            self.reset_after(now, window_ms),
             ms(blocking + window_ms - now),
         )
+    }
+
+    /// Appends `cost` admissions at `now`.
+    pub fn record(&mut self, now: u64, cost: u64) {
+        self.admissions.extend(std::iter::repeat_n(now, usize::try_from(cost).unwrap_or(usize::MAX)));
     }
 
     /// The admissions in the window at `now`, oldest first.
@@ -65,6 +77,35 @@ impl SlidingLog {
         live.sort_unstable();
         live
     }
+
+    /// Time until the newest admission in the window leaves it; zero when none is in it.
+    pub fn reset_after(&self, now: u64, window_ms: u64) -> Duration {
+        self.live(now, window_ms).last().map_or(Duration::ZERO, |&t| ms(t + window_ms - now))
+    }
+}
+
+/// The atomic multi-limit check: `checks[i] = (limit, window_ms, cost)` on `logs[i]`, all at
+/// `now`. Either every check fits and all are recorded, or nothing is recorded; then each check
+/// that fit is reported [`Decision::held`] with its uncharged `remaining`.
+pub fn check_all(logs: &mut [SlidingLog], now: u64, checks: &[(u64, u64, u64)]) -> MultiDecision {
+    let fits: Vec<Decision> =
+        logs.iter().zip(checks).map(|(log, &(limit, window, cost))| log.decide(now, limit, window, cost)).collect();
+    if fits.iter().all(|d| d.allowed) {
+        for (log, &(_, _, cost)) in logs.iter_mut().zip(checks) {
+            log.record(now, cost);
+        }
+        return MultiDecision::new(fits);
+    }
+    let decisions = fits
+        .into_iter()
+        .zip(logs.iter().zip(checks))
+        .map(
+            |(d, (log, &(limit, window, cost)))| {
+                if d.allowed { Decision::held(limit, d.remaining + cost, log.reset_after(now, window)) } else { d }
+            },
+        )
+        .collect();
+    MultiDecision::new(decisions)
 }
 
 fn ms(ms: u64) -> Duration {
@@ -111,6 +152,25 @@ mod tests {
         assert_eq!(d.retry_after, Some(Duration::from_millis(800)));
         assert_eq!(d.reset_after, Duration::from_millis(900));
         assert!(log.check(1_100, 3, 1_000, 2).allowed);
+    }
+
+    #[test]
+    fn multi_limit_charges_all_or_nothing() {
+        let mut logs = [SlidingLog::default(), SlidingLog::default()];
+        let per_second_and_per_minute = [(2, 1_000, 1), (3, 60_000, 1)];
+        for t in [0, 10] {
+            assert!(check_all(&mut logs, t, &per_second_and_per_minute).allowed);
+        }
+        // The per-second limit denies: the per-minute one is not charged.
+        let d = check_all(&mut logs, 20, &per_second_and_per_minute);
+        assert_eq!((d.allowed, d.denied_by), (false, Some(0)));
+        assert_eq!(d.decisions[1], Decision::held(3, 1, Duration::from_millis(60_000 - 10)));
+        assert_eq!(d.retry_after(), Some(Duration::from_millis(980)));
+        // A second later the third fits both; then the per-minute one denies.
+        assert!(check_all(&mut logs, 1_000, &per_second_and_per_minute).allowed);
+        let d = check_all(&mut logs, 2_000, &per_second_and_per_minute);
+        assert_eq!(d.denied_by, Some(1));
+        assert_eq!(logs[0].live(2_000, 1_000).len(), 0, "the per-second log was not charged");
     }
 
     #[test]

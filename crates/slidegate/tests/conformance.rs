@@ -8,7 +8,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use slidegate::reference::SlidingLog;
-use slidegate::{Decision, Limiter, ManualClock, MemoryBackend, Quota, RedisBackend};
+use slidegate::{Check, Decision, Limiter, ManualClock, MemoryBackend, Quota, RedisBackend};
 use slidegate_testkit::RedisServer;
 
 /// A rule and a timed sequence of requests `(ms since start, cost)`.
@@ -175,4 +175,67 @@ fn random_scenarios_agree() {
             Ok(())
         })
         .expect("all implementations agree");
+}
+
+/// Several limits decided together: `quotas[i] = (limit, window_ms)` on key i; each request
+/// asks `costs[i]` of every key at `t`.
+#[derive(Debug, Clone)]
+struct MultiScenario {
+    quotas: Vec<(u64, u64)>,
+    requests: Vec<(u64, Vec<u64>)>,
+}
+
+fn multi_scenarios() -> impl Strategy<Value = MultiScenario> {
+    prop::collection::vec((1u64..=8, 1u64..=2_000), 1..=3).prop_flat_map(|quotas| {
+        let costs: Vec<_> = quotas.iter().map(|&(limit, _)| 1..=limit).collect();
+        let request = (0u64..=400, costs);
+        prop::collection::vec(request, 1..50).prop_map(move |steps| {
+            let mut t = 0;
+            let requests = steps
+                .into_iter()
+                .map(|(gap, costs)| {
+                    t += gap;
+                    (t, costs)
+                })
+                .collect();
+            MultiScenario { quotas: quotas.clone(), requests }
+        })
+    })
+}
+
+impl Backends {
+    async fn agree_multi(&self, s: &MultiScenario, case: u32) {
+        let keys: Vec<String> = (0..s.quotas.len()).map(|i| format!("multi{case}:{i}")).collect();
+        let quotas: Vec<Quota> =
+            s.quotas.iter().map(|&(l, w)| Quota::new(l, Duration::from_millis(w)).expect("quota")).collect();
+        let mut logs = vec![SlidingLog::default(); s.quotas.len()];
+        for (step, (t, costs)) in s.requests.iter().enumerate() {
+            let now = EPOCH_2026 + t;
+            let spec: Vec<(u64, u64, u64)> = s.quotas.iter().zip(costs).map(|(&(l, w), &c)| (l, w, c)).collect();
+            let expected = slidegate::reference::check_all(&mut logs, now, &spec);
+            let checks: Vec<Check<'_>> =
+                keys.iter().zip(&quotas).zip(costs).map(|((k, q), &c)| Check::new(k, *q).with_cost(c)).collect();
+            self.clock.set_ms(now);
+            let memory = self.memory.check_all(&checks).await.expect("memory");
+            let redis = self.redis.check_all(&checks).await.expect("redis");
+            let context = format!("step {step} of {s:?}");
+            assert_eq!(memory, expected, "memory differs from reference; {context}");
+            assert_eq!(redis, expected, "redis differs from reference; {context}");
+        }
+    }
+}
+
+#[test]
+fn random_multi_limit_scenarios_agree() {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let b = rt.block_on(Backends::start());
+    let mut runner = TestRunner::new(Config { cases: 64, failure_persistence: None, ..Config::default() });
+    let case = std::sync::atomic::AtomicU32::new(0);
+    runner
+        .run(&multi_scenarios(), |s| {
+            let n = case.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            rt.block_on(b.agree_multi(&s, n));
+            Ok(())
+        })
+        .expect("all implementations agree on multi-limit checks");
 }

@@ -3,7 +3,7 @@
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
-use slidegate::{Error, Limiter, MemoryBackend, Quota};
+use slidegate::{Check, Error, Limiter, MemoryBackend, Quota};
 
 #[test]
 fn sixty_four_threads_admit_exactly_the_limit() {
@@ -64,4 +64,27 @@ async fn bad_input_is_a_typed_error_and_creates_no_key() {
     assert!(matches!(Quota::new(0, Duration::from_secs(1)), Err(Error::InvalidLimit { limit: 0 })));
     assert!(matches!(Quota::new(1, Duration::ZERO), Err(Error::InvalidWindow { .. })));
     assert!(matches!(Quota::new(1, Duration::from_secs(400 * 86_400)), Err(Error::InvalidWindow { .. })));
+}
+
+#[test]
+fn sixty_four_threads_of_multi_limit_checks_charge_all_or_nothing() {
+    let backend = MemoryBackend::new();
+    let (user, ip) = (Quota::per_minute(100).expect("valid"), Quota::per_minute(1_000).expect("valid"));
+    let start = Arc::new(Barrier::new(64));
+    let threads: Vec<_> = (0..64)
+        .map(|t| {
+            let (backend, start) = (backend.clone(), Arc::clone(&start));
+            std::thread::spawn(move || {
+                start.wait();
+                // Each thread also hits a key of its own in the same call, so shard locks overlap.
+                let own = format!("thread:{t}");
+                let checks = [Check::new("user", user), Check::new("ip", ip), Check::new(&own, ip)];
+                (0..20).filter(|_| backend.check_all_now(&checks).allowed).count()
+            })
+        })
+        .collect();
+    let admitted: usize = threads.into_iter().map(|t| t.join().expect("thread")).sum();
+    assert_eq!(admitted, 100);
+    let probe = backend.check_now("ip", &ip, 1);
+    assert_eq!(probe.remaining, 1_000 - 100 - 1, "the ip limit was charged exactly once per admitted group");
 }

@@ -5,7 +5,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use slidegate::{Clock, Error, Limiter, ManualClock, Quota, RedisBackend, SystemClock};
+use slidegate::{Check, Clock, Error, Limiter, ManualClock, Quota, RedisBackend, SystemClock};
 use slidegate_testkit::RedisServer;
 
 async fn limiter(server: &RedisServer) -> Limiter<RedisBackend> {
@@ -315,4 +315,28 @@ async fn inspect_reads_and_reset_forgets() {
 
 fn script_sha() -> String {
     redis::Script::new(include_str!("../src/redis/sliding_log.lua")).get_hash().to_owned()
+}
+
+#[tokio::test]
+async fn a_denied_multi_limit_check_charges_nothing_anywhere() {
+    let server = RedisServer::start();
+    let limiter = limiter(&server).await;
+    let (per_second, per_day) = (quota(2, 1_000), quota(1_000, 86_400_000));
+    let both = [Check::new("user:42:s", per_second), Check::new("user:42:d", per_day)];
+    assert!(limiter.check_all(&both).await.expect("1").allowed);
+    assert!(limiter.check_all(&both).await.expect("2").allowed);
+    let day_before: u64 = server.query(&["ZCARD", "slidegate:user:42:d"]);
+    let d = limiter.check_all(&both).await.expect("3");
+    assert_eq!((d.allowed, d.denied_by), (false, Some(0)));
+    assert!(d.retry_after().is_some_and(|r| r <= Duration::from_secs(1)));
+    assert_eq!(d.decisions[1].remaining, 998, "the daily limit reports its uncharged remaining");
+    assert_eq!(server.query::<u64>(&["ZCARD", "slidegate:user:42:d"]), day_before, "daily limit not charged");
+    assert!(matches!(
+        limiter.check_all(&[Check::new("a", per_second), Check::new("a", per_day)]).await,
+        Err(Error::DuplicateKey { key }) if key == "a"
+    ));
+    assert!(matches!(limiter.check_all(&[]).await, Err(Error::CheckCount { count: 0 })));
+    let many: Vec<String> = (0..=slidegate::MAX_CHECKS).map(|i| format!("k{i}")).collect();
+    let many: Vec<Check<'_>> = many.iter().map(|k| Check::new(k, per_second)).collect();
+    assert!(matches!(limiter.check_all(&many).await, Err(Error::CheckCount { .. })));
 }

@@ -12,10 +12,10 @@ if not now then
   now = t[1] * 1000 + math.floor(t[2] / 1000)
 end
 local edge = now - window
-local count = redis.call('ZCOUNT', key, '(' .. edge, '+inf')
+local count = redis.call('ZCOUNT', key, string.format('(%d', edge), '+inf')
 if count == 0 then
   return {0, -1, 0}
 end
-local oldest = redis.call('ZRANGE', key, '(' .. edge, '+inf', 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES')
+local oldest = redis.call('ZRANGE', key, string.format('(%d', edge), '+inf', 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES')
 local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
 return {count, tonumber(oldest[2]), tonumber(newest[2]) + window - now}

@@ -13,7 +13,7 @@ use std::time::Duration;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::{Cmd, ErrorKind, FromRedisValue, ServerErrorKind};
 
-use crate::{Backend, Clock, Decision, Error, KeyState, Quota};
+use crate::{Backend, Check, Clock, Decision, Error, KeyState, MultiDecision, Quota};
 
 /// The deadline of one backend call unless set otherwise: a sick Redis must not hold requests.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
@@ -217,20 +217,21 @@ where
         tokio::time::timeout(timeout, call).await.map_err(|_| Error::Timeout(timeout))?
     }
 
-    /// Runs `script` on one key by EVALSHA, falling back to EVAL on NOSCRIPT, all within one
-    /// deadline.
+    /// Runs `script` by EVALSHA, falling back to EVAL on NOSCRIPT, all within one deadline.
+    /// `args` appends the script's ARGV after its KEYS.
     async fn run_script<T: FromRedisValue>(
         &self,
         script: &LuaScript,
-        key: &str,
-        args: &[&dyn ToArg],
+        keys: &[&str],
+        args: impl Fn(&mut Cmd) + Send + Sync,
     ) -> Result<T, Error> {
         let build = |verb: &str, script_ref: &str| {
             let mut cmd = redis::cmd(verb);
-            cmd.arg(script_ref).arg(1).arg(self.redis_key(key));
-            for a in args {
-                a.push_to(&mut cmd);
+            cmd.arg(script_ref).arg(keys.len());
+            for key in keys {
+                cmd.arg(self.redis_key(key));
             }
+            args(&mut cmd);
             cmd
         };
         let evalsha = build("EVALSHA", &script.sha);
@@ -245,30 +246,45 @@ where
         })
         .await
     }
-}
 
-/// One script argument; keeps argument lists free of allocation per value.
-trait ToArg: Sync {
-    fn push_to(&self, cmd: &mut Cmd);
-}
-
-impl ToArg for u64 {
-    fn push_to(&self, cmd: &mut Cmd) {
-        cmd.arg(*self);
-    }
-}
-
-impl ToArg for String {
-    fn push_to(&self, cmd: &mut Cmd) {
-        cmd.arg(self.as_str());
-    }
-}
-
-impl ToArg for Option<u64> {
-    fn push_to(&self, cmd: &mut Cmd) {
-        if let Some(v) = self {
-            cmd.arg(*v);
+    /// One run of the sliding-log script over `checks` (one key each).
+    async fn sliding_log(&self, checks: &[Check<'_>]) -> Result<MultiDecision, Error> {
+        let member = self.members.next();
+        let now = self.now_arg();
+        let keys: Vec<&str> = checks.iter().map(|c| c.key).collect();
+        let reply: Vec<i64> = self
+            .run_script(&scripts().sliding_log, &keys, |cmd| {
+                cmd.arg(member.as_str());
+                match now {
+                    Some(now) => cmd.arg(now),
+                    None => cmd.arg(""),
+                };
+                for c in checks {
+                    cmd.arg(c.quota.limit()).arg(c.quota.window_ms()).arg(c.cost);
+                }
+            })
+            .await?;
+        let (Some(&admitted), Some(per_key)) = (reply.first(), reply.get(1..)) else {
+            return Err(unexpected(&reply));
+        };
+        if per_key.len() != 4 * checks.len() {
+            return Err(unexpected(&reply));
         }
+        let decisions = checks
+            .iter()
+            .zip(per_key.chunks_exact(4))
+            .map(|(c, r)| {
+                let limit = c.quota.limit();
+                let remaining = u64::try_from(r[1]).map_err(|_| unexpected(&reply))?;
+                Ok(match (admitted, r[0]) {
+                    (1, _) => Decision::allowed(limit, remaining, ms(r[2])),
+                    (0, 0) => Decision::denied(limit, remaining, ms(r[2]), ms(r[3])),
+                    (0, 1) => Decision::held(limit, remaining, ms(r[2])),
+                    _ => return Err(unexpected(&reply)),
+                })
+            })
+            .collect::<Result<Vec<_>, Error>>()?;
+        Ok(MultiDecision::new(decisions))
     }
 }
 
@@ -285,23 +301,24 @@ where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
     async fn check(&self, key: &str, quota: &Quota, cost: u64) -> Result<Decision, Error> {
-        let member = self.members.next();
-        let args: [&dyn ToArg; 5] = [&quota.limit(), &quota.window_ms(), &cost, &member, &self.now_arg()];
-        let reply: Vec<i64> = self.run_script(&scripts().sliding_log, key, &args).await?;
-        let &[allowed, remaining, reset_after, retry_after] = reply.as_slice() else {
-            return Err(unexpected(&reply));
-        };
-        let remaining = u64::try_from(remaining).map_err(|_| unexpected(&reply))?;
-        Ok(match allowed {
-            1 => Decision::allowed(quota.limit(), remaining, ms(reset_after)),
-            0 => Decision::denied(quota.limit(), remaining, ms(reset_after), ms(retry_after)),
-            _ => return Err(unexpected(&reply)),
-        })
+        let group = self.sliding_log(&[Check { key, quota: *quota, cost }]).await?;
+        group.decisions.first().copied().ok_or_else(|| unexpected(&[]))
+    }
+
+    async fn check_all(&self, checks: &[Check<'_>]) -> Result<MultiDecision, Error> {
+        self.sliding_log(checks).await
     }
 
     async fn inspect(&self, key: &str, quota: &Quota) -> Result<KeyState, Error> {
-        let args: [&dyn ToArg; 2] = [&quota.window_ms(), &self.now_arg()];
-        let reply: Vec<i64> = self.run_script(&scripts().inspect, key, &args).await?;
+        let (window, now) = (quota.window_ms(), self.now_arg());
+        let reply: Vec<i64> = self
+            .run_script(&scripts().inspect, &[key], |cmd| {
+                cmd.arg(window);
+                if let Some(now) = now {
+                    cmd.arg(now);
+                }
+            })
+            .await?;
         let &[count, oldest, reset_after] = reply.as_slice() else {
             return Err(unexpected(&reply));
         };
