@@ -124,8 +124,11 @@ impl RedisBackend<ConnectionManager> {
     /// that reconnects by itself, and loads the scripts.
     pub async fn connect(url: &str) -> Result<Self, Error> {
         let client = redis::Client::open(url)?;
+        // The backend's own deadline (`with_timeout`) bounds every call; redis-rs's response
+        // timeout (500 ms by default) would silently cap a longer one.
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(Duration::from_secs(1)))
+            .set_response_timeout(None)
             .set_number_of_retries(2);
         let conn = ConnectionManager::new_with_config(client, config).await?;
         let backend = Self::with_connection(conn);

@@ -1,0 +1,402 @@
+//! The HTTP/JSON API. Handlers translate JSON to library calls and back; every client mistake
+//! is a 4xx with `{"error": {"code", "message"}}`, never a 500.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, PathRejection};
+use axum::extract::{DefaultBodyLimit, MatchedPath, Path, Query, Request, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use slidegate::{Check, Decision, Quota};
+
+use crate::app::App;
+use crate::config::{INLINE_RULE, parse_duration};
+use crate::metrics;
+
+/// The largest request body accepted (a multi-check of 16 long keys fits easily).
+pub const MAX_BODY: usize = 64 * 1024;
+
+/// The service's routes over `app`.
+pub fn router(app: Arc<App>) -> Router {
+    Router::new()
+        .route("/v1/check", post(check))
+        .route("/v1/rules", get(rules))
+        .route("/v1/keys/{rule}/{key}", get(inspect_key).delete(reset_key))
+        .route("/metrics", get(render_metrics))
+        .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
+        .route("/readyz", get(ready))
+        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such endpoint") })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "method not allowed here")
+        })
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .layer(middleware::from_fn(time_request))
+        .with_state(app)
+}
+
+async fn time_request(request: Request, next: Next) -> Response {
+    let route = request.extensions().get::<MatchedPath>().map_or("other", |p| p.as_str()).to_owned();
+    let started = Instant::now();
+    let response = next.run(request).await;
+    ::metrics::histogram!(metrics::HTTP_SECONDS, "route" => route).record(started.elapsed().as_secs_f64());
+    response
+}
+
+/// A client's or the backend's failure as an HTTP answer.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self { status, code, message: message.into() }
+    }
+
+    fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, code, message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = Json(json!({"error": {"code": self.code, "message": self.message}}));
+        (self.status, body).into_response()
+    }
+}
+
+impl From<slidegate::Error> for ApiError {
+    fn from(e: slidegate::Error) -> Self {
+        use slidegate::Error as E;
+        let message = e.to_string();
+        match e {
+            E::InvalidCost { .. } => Self::bad_request("invalid_cost", message),
+            E::EmptyKey => Self::bad_request("invalid_key", message),
+            E::KeyTooLong { .. } => Self::bad_request("key_too_long", message),
+            E::InvalidLimit { .. } | E::InvalidWindow { .. } => Self::bad_request("invalid_quota", message),
+            E::UnknownAlgorithm(_) => Self::bad_request("unknown_algorithm", message),
+            E::CheckCount { .. } => Self::bad_request("invalid_checks", message),
+            E::DuplicateKey { .. } => Self::bad_request("duplicate_key", message),
+            E::Timeout(_) => {
+                ::metrics::counter!(metrics::BACKEND_ERRORS, "kind" => "timeout").increment(1);
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, "backend_timeout", message)
+            }
+            _ => {
+                ::metrics::counter!(metrics::BACKEND_ERRORS, "kind" => "error").increment(1);
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, "backend_unavailable", message)
+            }
+        }
+    }
+}
+
+impl From<BytesRejection> for ApiError {
+    fn from(r: BytesRejection) -> Self {
+        if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            Self::new(StatusCode::PAYLOAD_TOO_LARGE, "body_too_large", format!("request body over {MAX_BODY} bytes"))
+        } else {
+            Self::bad_request("invalid_body", r.body_text())
+        }
+    }
+}
+
+/// One check as clients send it: a rule (with optional tier) or an inline limit and window.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CheckBody {
+    rule: Option<String>,
+    key: Option<String>,
+    cost: Option<u64>,
+    tier: Option<String>,
+    limit: Option<u64>,
+    window: Option<String>,
+    algorithm: Option<String>,
+    checks: Option<Vec<CheckBody>>,
+}
+
+/// A check resolved against the rules: the policy name for headers, the backend key, the quota.
+struct Resolved {
+    policy: String,
+    key: String,
+    quota: Quota,
+    cost: u64,
+}
+
+impl CheckBody {
+    fn resolve(self, app: &App) -> Result<Resolved, ApiError> {
+        let key = self.key.ok_or_else(|| ApiError::bad_request("missing_key", "field `key` is required"))?;
+        if self.checks.is_some() {
+            return Err(ApiError::bad_request("invalid_checks", "`checks` cannot be nested"));
+        }
+        let (policy, quota) = match self.rule {
+            Some(rule) => {
+                if self.limit.is_some() || self.window.is_some() || self.algorithm.is_some() {
+                    return Err(ApiError::bad_request(
+                        "invalid_request",
+                        "give either `rule` or an inline `limit` and `window`, not both",
+                    ));
+                }
+                let live = app.live();
+                let r = live
+                    .rules
+                    .get(&rule)
+                    .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "unknown_rule", format!("no rule {rule:?}")))?;
+                let quota = r.quota_for(self.tier.as_deref()).ok_or_else(|| {
+                    ApiError::bad_request("unknown_tier", format!("rule {rule:?} has no tier {:?}", self.tier))
+                })?;
+                (rule, quota)
+            }
+            None => {
+                let (Some(limit), Some(window)) = (self.limit, self.window) else {
+                    return Err(ApiError::bad_request(
+                        "missing_rule",
+                        "give `rule`, or an inline `limit` and `window` (e.g. \"10s\")",
+                    ));
+                };
+                if self.tier.is_some() {
+                    return Err(ApiError::bad_request("invalid_request", "`tier` needs a `rule`"));
+                }
+                let window = parse_duration(&window).map_err(|m| ApiError::bad_request("invalid_window", m))?;
+                let mut quota = Quota::new(limit, window)?;
+                if let Some(a) = self.algorithm {
+                    quota = quota.with_algorithm(a.parse()?);
+                }
+                (INLINE_RULE.to_owned(), quota)
+            }
+        };
+        slidegate::validate_key(&key)?;
+        // `<rule>:{<key>}`: readable for operators, unambiguous (rule names hold no `:`), and a
+        // hash tag, so one rule's key stays in one Redis Cluster slot.
+        let key = format!("{policy}:{{{key}}}");
+        Ok(Resolved { policy, key, quota, cost: self.cost.unwrap_or(1) })
+    }
+}
+
+#[derive(Serialize)]
+struct DecisionBody<'a> {
+    rule: &'a str,
+    allowed: bool,
+    limit: u64,
+    remaining: u64,
+    reset_after_ms: u128,
+    retry_after_ms: Option<u128>,
+}
+
+impl<'a> DecisionBody<'a> {
+    fn new(rule: &'a str, d: &Decision) -> Self {
+        Self {
+            rule,
+            allowed: d.allowed,
+            limit: d.limit,
+            remaining: d.remaining,
+            reset_after_ms: d.reset_after.as_millis(),
+            retry_after_ms: d.retry_after.map(|r| r.as_millis()),
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct MultiBody<'a> {
+    allowed: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    denied_by: Option<usize>,
+    retry_after_ms: Option<u128>,
+    results: Vec<DecisionBody<'a>>,
+}
+
+/// Whole seconds, rounded up: a client that waits this long is never early.
+fn ceil_secs(d: Duration) -> u64 {
+    d.as_millis().div_ceil(1000).try_into().unwrap_or(u64::MAX)
+}
+
+/// `RateLimit-Policy` and `RateLimit` (draft-ietf-httpapi-ratelimit-headers-09/-10 structured
+/// fields, one list member per policy) and, on a denial, `Retry-After`.
+fn rate_limit_headers(items: &[(&str, &Quota, &Decision)], retry_after: Option<Duration>) -> HeaderMap {
+    let policy = items
+        .iter()
+        .map(|(name, q, _)| format!("\"{name}\";q={};w={}", q.limit(), ceil_secs(q.window()).max(1)))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let state = items
+        .iter()
+        .map(|(name, _, d)| {
+            format!("\"{name}\";r={};t={}", d.remaining, ceil_secs(d.retry_after.unwrap_or(d.reset_after)))
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    let mut headers = HeaderMap::new();
+    let mut put = |name: &'static str, value: String| {
+        if let Ok(v) = HeaderValue::from_str(&value) {
+            headers.insert(HeaderName::from_static(name), v);
+        }
+    };
+    put("ratelimit-policy", policy);
+    put("ratelimit", state);
+    if let Some(r) = retry_after {
+        put("retry-after", ceil_secs(r).max(1).to_string());
+    }
+    headers
+}
+
+async fn check(State(app): State<Arc<App>>, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
+    let body = body?;
+    let request: CheckBody =
+        serde_json::from_slice(&body).map_err(|e| ApiError::bad_request("invalid_json", e.to_string()))?;
+    match request.checks {
+        None => check_one(&app, request.resolve(&app)?).await,
+        Some(checks) => {
+            if request.key.is_some() || request.rule.is_some() || request.limit.is_some() {
+                return Err(ApiError::bad_request("invalid_request", "give either `checks` or one check, not both"));
+            }
+            let resolved = checks.into_iter().map(|c| c.resolve(&app)).collect::<Result<Vec<_>, _>>()?;
+            check_many(&app, &resolved).await
+        }
+    }
+}
+
+fn count_decision(rule: &str, allowed: bool) {
+    let result = if allowed { "allowed" } else { "denied" };
+    ::metrics::counter!(metrics::DECISIONS, "rule" => rule.to_owned(), "result" => result).increment(1);
+}
+
+async fn timed_backend<T>(app: &App, call: impl Future<Output = T>) -> T {
+    let started = Instant::now();
+    let out = call.await;
+    ::metrics::histogram!(metrics::BACKEND_SECONDS, "backend" => app.limiter.backend().name())
+        .record(started.elapsed().as_secs_f64());
+    out
+}
+
+async fn check_one(app: &App, r: Resolved) -> Result<Response, ApiError> {
+    let d = timed_backend(app, app.limiter.check_cost(&r.key, &r.quota, r.cost)).await?;
+    count_decision(&r.policy, d.allowed);
+    let headers = rate_limit_headers(&[(&r.policy, &r.quota, &d)], d.retry_after);
+    Ok((headers, Json(DecisionBody::new(&r.policy, &d))).into_response())
+}
+
+async fn check_many(app: &App, resolved: &[Resolved]) -> Result<Response, ApiError> {
+    let checks: Vec<Check<'_>> = resolved.iter().map(|r| Check::new(&r.key, r.quota).with_cost(r.cost)).collect();
+    let group = timed_backend(app, app.limiter.check_all(&checks)).await?;
+    for r in resolved {
+        count_decision(&r.policy, group.allowed);
+    }
+    let items: Vec<_> = resolved.iter().zip(&group.decisions).map(|(r, d)| (r.policy.as_str(), &r.quota, d)).collect();
+    let headers = rate_limit_headers(&items, group.retry_after());
+    let body = MultiBody {
+        allowed: group.allowed,
+        denied_by: group.denied_by,
+        retry_after_ms: group.retry_after().map(|r| r.as_millis()),
+        results: items.iter().map(|(name, _, d)| DecisionBody::new(name, d)).collect(),
+    };
+    Ok((headers, Json(body)).into_response())
+}
+
+async fn rules(State(app): State<Arc<App>>) -> Json<serde_json::Value> {
+    let live = app.live();
+    let describe = |q: &Quota| {
+        json!({
+            "limit": q.limit(),
+            "window_ms": q.window_ms(),
+            "window": humantime::format_duration(q.window()).to_string(),
+            "algorithm": q.algorithm().as_str(),
+        })
+    };
+    let rules: Vec<_> = live
+        .rules
+        .iter()
+        .map(|r| {
+            let mut rule = describe(&r.quota);
+            rule["name"] = json!(r.name);
+            rule["tiers"] = r.tiers.iter().map(|(name, q)| (name.clone(), describe(q))).collect();
+            rule
+        })
+        .collect();
+    Json(json!({ "rules": rules }))
+}
+
+#[derive(Deserialize)]
+struct TierQuery {
+    tier: Option<String>,
+}
+
+/// The rule and backend key of an admin request, after the token check.
+fn admin_target(
+    app: &App,
+    headers: &HeaderMap,
+    path: Result<Path<(String, String)>, PathRejection>,
+    tier: Option<&str>,
+) -> Result<(String, String, Quota), ApiError> {
+    if let Some(token) = &app.live().admin_token {
+        let given =
+            headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+        if !given.is_some_and(|g| constant_time_eq(g.as_bytes(), token.as_bytes())) {
+            return Err(ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "a valid `Authorization: Bearer` token is required",
+            ));
+        }
+    }
+    let Path((rule, key)) = path.map_err(|e| ApiError::bad_request("invalid_path", e.body_text()))?;
+    let body =
+        CheckBody { rule: Some(rule.clone()), key: Some(key), tier: tier.map(str::to_owned), ..CheckBody::default() };
+    let resolved = body.resolve(app)?;
+    Ok((rule, resolved.key, resolved.quota))
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn inspect_key(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    path: Result<Path<(String, String)>, PathRejection>,
+    Query(q): Query<TierQuery>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let (rule, backend_key, quota) = admin_target(&app, &headers, path, q.tier.as_deref())?;
+    let state = timed_backend(&app, app.limiter.inspect(&backend_key, &quota)).await?;
+    Ok(Json(json!({
+        "rule": rule,
+        "key": backend_key,
+        "count": state.count,
+        "limit": quota.limit(),
+        "remaining": quota.limit().saturating_sub(state.count),
+        "oldest_ms": state.oldest_ms,
+        "reset_after_ms": state.reset_after.as_millis(),
+    })))
+}
+
+async fn reset_key(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    path: Result<Path<(String, String)>, PathRejection>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let (rule, backend_key, _) = admin_target(&app, &headers, path, None)?;
+    timed_backend(&app, app.limiter.reset(&backend_key)).await?;
+    Ok(Json(json!({"rule": rule, "key": backend_key, "reset": true})))
+}
+
+async fn render_metrics() -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], metrics::handle().render())
+}
+
+async fn ready(State(app): State<Arc<App>>) -> Response {
+    let backend = app.limiter.backend();
+    match backend.ready().await {
+        Ok(()) => Json(json!({"status": "ready", "backend": backend.name()})).into_response(),
+        Err(e) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"status": "unavailable", "backend": backend.name(), "error": e.to_string()})),
+        )
+            .into_response(),
+    }
+}

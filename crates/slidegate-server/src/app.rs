@@ -1,0 +1,88 @@
+//! The running service's shared state: the limiter and the live configuration, swapped whole
+//! on reload.
+
+use std::path::PathBuf;
+use std::sync::{Arc, PoisonError, RwLock};
+
+use slidegate::{Limiter, MemoryBackend, RedisBackend};
+use tracing::{info, warn};
+
+use crate::backend::AnyBackend;
+use crate::config::{BackendConfig, Config, ConfigError, Rules};
+use crate::metrics;
+
+/// What a reload may change: the rules and the admin token. The backend is fixed at start.
+#[derive(Debug)]
+pub struct Live {
+    /// The active rules.
+    pub rules: Rules,
+    /// The admin token of the key endpoints.
+    pub admin_token: Option<String>,
+}
+
+/// Shared by every request. Readers take an `Arc` of the live configuration under a read lock
+/// held for a pointer copy, so a reload never waits on a request and no request sees half a
+/// reload.
+#[derive(Debug)]
+pub struct App {
+    /// Decides.
+    pub limiter: Limiter<AnyBackend>,
+    live: RwLock<Arc<Live>>,
+    config_path: Option<PathBuf>,
+    backend_config: BackendConfig,
+}
+
+impl App {
+    /// Connects the backend `config` names and builds the state.
+    pub async fn start(config: Config, config_path: Option<PathBuf>) -> Result<Self, slidegate::Error> {
+        let backend = match &config.backend.redis {
+            None => AnyBackend::Memory(MemoryBackend::new()),
+            Some(url) => AnyBackend::Redis(
+                RedisBackend::connect(url)
+                    .await?
+                    .with_prefix(config.backend.prefix.clone())
+                    .with_timeout(config.backend.timeout),
+            ),
+        };
+        // Install the recorder before the first decision, or its counts would be lost.
+        let _ = metrics::handle();
+        ::metrics::gauge!(metrics::RULES).set(config.rules.len() as f64);
+        Ok(Self {
+            limiter: Limiter::new(backend),
+            live: RwLock::new(Arc::new(Live { rules: config.rules, admin_token: config.admin_token })),
+            config_path,
+            backend_config: config.backend,
+        })
+    }
+
+    /// The configuration in force now.
+    pub fn live(&self) -> Arc<Live> {
+        Arc::clone(&self.live.read().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// The rules file, when the service has one.
+    pub fn config_path(&self) -> Option<&PathBuf> {
+        self.config_path.as_ref()
+    }
+
+    /// Reads the rules file again and, if it is valid, puts it in force for the next request.
+    /// An invalid file changes nothing.
+    pub fn reload(&self) -> Result<usize, ConfigError> {
+        let Some(path) = &self.config_path else {
+            return Ok(self.live().rules.len());
+        };
+        let result = Config::load(path);
+        let outcome = if result.is_ok() { "ok" } else { "failed" };
+        ::metrics::counter!(metrics::RELOADS, "result" => outcome).increment(1);
+        let config = result?;
+        if config.backend != self.backend_config {
+            warn!(path = %path.display(), "backend settings changed in the rules file; they apply at the next start");
+        }
+        let rules = config.rules.len();
+        ::metrics::gauge!(metrics::RULES).set(rules as f64);
+        *self.live.write().unwrap_or_else(PoisonError::into_inner) =
+            Arc::new(Live { rules: config.rules, admin_token: config.admin_token });
+        info!(path = %path.display(), rules, "rules reloaded");
+        Ok(rules)
+    }
+}

@@ -1,0 +1,229 @@
+//! `slidegate bench`: a closed-loop load generator. `concurrency` workers each keep one
+//! decision in flight against a running server (`http://…`) or straight against a backend
+//! through the library (`memory`, `redis://…`), for a fixed time, bounded in count as well.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use serde::Serialize;
+use slidegate::{Limiter, MemoryBackend, Quota, RedisBackend};
+
+use crate::backend::AnyBackend;
+
+/// What to load and how hard.
+#[derive(Debug, Clone)]
+pub struct BenchOptions {
+    /// `memory`, `redis://host:port` or `http://host:port` (a running `slidegate serve`).
+    pub target: String,
+    /// Distinct keys, drawn uniformly (1 = one hot key).
+    pub keys: u64,
+    /// Decisions in flight.
+    pub concurrency: usize,
+    /// How long to run.
+    pub duration: Duration,
+    /// The quota.
+    pub quota: Quota,
+    /// Against a server: check this rule instead of an inline quota.
+    pub rule: Option<String>,
+    /// Print progress every second (to stderr).
+    pub progress: bool,
+}
+
+/// The outcome, as the table and `--json` show it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// The target.
+    pub target: String,
+    /// Distinct keys.
+    pub keys: u64,
+    /// Decisions in flight.
+    pub concurrency: usize,
+    /// Seconds measured.
+    pub duration_s: f64,
+    /// Decisions answered per second (admitted or denied).
+    pub decisions_per_sec: f64,
+    /// Latency percentiles of answered decisions, µs.
+    pub p50_us: u64,
+    /// 90th percentile, µs.
+    pub p90_us: u64,
+    /// 99th percentile, µs.
+    pub p99_us: u64,
+    /// Slowest, µs.
+    pub max_us: u64,
+    /// Admitted decisions.
+    pub allowed: u64,
+    /// Denied decisions.
+    pub denied: u64,
+    /// Failed calls (transport, backend or HTTP errors).
+    pub errors: u64,
+}
+
+/// Decisions at most per worker, so a run ends even on a clock that stalls.
+const MAX_PER_WORKER: u64 = 50_000_000;
+
+enum Target {
+    Library(Limiter<AnyBackend>),
+    Http { client: reqwest::Client, url: String, bodies: Vec<String> },
+}
+
+impl Target {
+    /// One decision: `Ok(allowed)`.
+    async fn decide(&self, key_index: usize, keys: &[String], quota: &Quota) -> anyhow::Result<bool> {
+        match self {
+            Self::Library(limiter) => Ok(limiter.check(&keys[key_index], quota).await?.allowed),
+            Self::Http { client, url, bodies } => {
+                let response = client
+                    .post(url.as_str())
+                    .header("content-type", "application/json")
+                    .body(bodies[key_index].clone())
+                    .send()
+                    .await?;
+                let status = response.status();
+                let body = response.bytes().await?;
+                anyhow::ensure!(status.is_success(), "HTTP {status}");
+                Ok(serde_json::from_slice::<Allowed>(&body)?.allowed)
+            }
+        }
+    }
+}
+
+/// The one field of a decision the load generator needs.
+#[derive(serde::Deserialize)]
+struct Allowed {
+    allowed: bool,
+}
+
+/// Runs the load and returns what it measured.
+pub async fn run(options: BenchOptions) -> anyhow::Result<Report> {
+    let keys: Arc<Vec<String>> = Arc::new((0..options.keys.max(1)).map(|i| format!("bench:{i}")).collect());
+    let target = if options.target == "memory" {
+        Target::Library(Limiter::new(AnyBackend::Memory(MemoryBackend::new())))
+    } else if options.target.starts_with("redis://") {
+        let backend = RedisBackend::connect(&options.target).await.context("connecting to Redis")?;
+        Target::Library(Limiter::new(AnyBackend::Redis(backend.with_timeout(Duration::from_secs(2)))))
+    } else if options.target.starts_with("http://") {
+        let url = format!("{}/v1/check", options.target.trim_end_matches('/'));
+        let q = &options.quota;
+        let bodies = keys
+            .iter()
+            .map(|k| match &options.rule {
+                Some(rule) => serde_json::json!({"rule": rule, "key": k}).to_string(),
+                None => serde_json::json!({
+                    "key": k, "limit": q.limit(), "window": format!("{}ms", q.window_ms()), "algorithm": q.algorithm().as_str(),
+                })
+                .to_string(),
+            })
+            .collect();
+        let client = reqwest::Client::builder()
+            .pool_max_idle_per_host(options.concurrency)
+            .timeout(Duration::from_secs(5))
+            .build()?;
+        Target::Http { client, url, bodies }
+    } else {
+        anyhow::bail!("--target must be `memory`, `redis://…` or `http://…`, got {:?}", options.target);
+    };
+    let target = Arc::new(target);
+
+    let done = Arc::new(AtomicBool::new(false));
+    let decided = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let deadline = started + options.duration;
+    let workers: Vec<_> = (0..options.concurrency.max(1))
+        .map(|w| {
+            let (target, keys, done, decided) =
+                (Arc::clone(&target), Arc::clone(&keys), Arc::clone(&done), Arc::clone(&decided));
+            let quota = options.quota;
+            tokio::spawn(async move {
+                let mut rng = 0x9E37_79B9_7F4A_7C15_u64 ^ ((w as u64 + 1) << 17);
+                let (mut latencies, mut allowed, mut errors) = (Vec::with_capacity(1 << 16), 0u64, 0u64);
+                for i in 0..MAX_PER_WORKER {
+                    if done.load(Ordering::Relaxed) || Instant::now() >= deadline {
+                        break;
+                    }
+                    if i % 64 == 63 {
+                        // A memory backend never makes a worker wait: let the timer and the
+                        // progress printer run.
+                        tokio::task::yield_now().await;
+                    }
+                    rng ^= rng << 13;
+                    rng ^= rng >> 7;
+                    rng ^= rng << 17;
+                    let index = (rng % keys.len() as u64) as usize;
+                    let t = Instant::now();
+                    match target.decide(index, &keys, &quota).await {
+                        Ok(a) => {
+                            latencies.push(u32::try_from(t.elapsed().as_micros()).unwrap_or(u32::MAX));
+                            allowed += u64::from(a);
+                            decided.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(_) => errors += 1,
+                    }
+                }
+                (latencies, allowed, errors)
+            })
+        })
+        .collect();
+
+    let mut last = (started, 0);
+    while Instant::now() < deadline {
+        tokio::time::sleep((deadline - Instant::now()).min(Duration::from_secs(1))).await;
+        if options.progress {
+            let (now, n) = (Instant::now(), decided.load(Ordering::Relaxed));
+            let rate = (n - last.1) as f64 / (now - last.0).as_secs_f64();
+            eprintln!("{:>6.1}s  {:>12.0} decisions/s", (now - started).as_secs_f64(), rate);
+            last = (now, n);
+        }
+    }
+    done.store(true, Ordering::Relaxed);
+    let (mut latencies, mut allowed, mut errors) = (Vec::new(), 0, 0);
+    for w in workers {
+        let (l, a, e) = w.await?;
+        latencies.extend(l);
+        allowed += a;
+        errors += e;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    latencies.sort_unstable();
+    let pct = |p: f64| -> u64 {
+        if latencies.is_empty() {
+            return 0;
+        }
+        let i = ((p / 100.0 * latencies.len() as f64).ceil() as usize).clamp(1, latencies.len()) - 1;
+        u64::from(latencies[i])
+    };
+    let answered = latencies.len() as u64;
+    Ok(Report {
+        target: options.target,
+        keys: options.keys,
+        concurrency: options.concurrency,
+        duration_s: elapsed,
+        decisions_per_sec: answered as f64 / elapsed,
+        p50_us: pct(50.0),
+        p90_us: pct(90.0),
+        p99_us: pct(99.0),
+        max_us: latencies.last().copied().map_or(0, u64::from),
+        allowed,
+        denied: answered - allowed,
+        errors,
+    })
+}
+
+impl std::fmt::Display for Report {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "target        {}", self.target)?;
+        writeln!(f, "keys          {}", self.keys)?;
+        writeln!(f, "concurrency   {}", self.concurrency)?;
+        writeln!(f, "duration      {:.2} s", self.duration_s)?;
+        writeln!(f, "decisions/s   {:.0}", self.decisions_per_sec)?;
+        writeln!(
+            f,
+            "latency µs    p50 {}  p90 {}  p99 {}  max {}",
+            self.p50_us, self.p90_us, self.p99_us, self.max_us
+        )?;
+        writeln!(f, "admitted      {}", self.allowed)?;
+        writeln!(f, "denied        {}", self.denied)?;
+        write!(f, "errors        {}", self.errors)
+    }
+}

@@ -1,0 +1,344 @@
+//! The rules file (TOML): backend settings, an optional admin token, and named rules with tiers.
+//!
+//! Parsing happens in two steps: serde reads the file into raw specs that keep every value's
+//! position (so unknown fields and wrong types are reported with their line), then each value is
+//! validated into a [`Config`], whose errors name the file, the line and the field.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Deserialize;
+use slidegate::{Algorithm, Quota};
+use toml::Spanned;
+
+/// The per-call backend deadline when the file does not set one.
+pub const DEFAULT_TIMEOUT: Duration = slidegate::redis::DEFAULT_TIMEOUT;
+
+/// A name reserved for checks that carry their own limit instead of naming a rule.
+pub const INLINE_RULE: &str = "inline";
+
+/// A rules file that cannot be used, with where and why.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("{path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A value is missing, unknown or out of range.
+    #[error("{path}:{line}:{column}: {message}")]
+    Invalid {
+        /// The file.
+        path: String,
+        /// 1-based line of the offending value.
+        line: usize,
+        /// 1-based column.
+        column: usize,
+        /// What is wrong, naming the field.
+        message: String,
+    },
+}
+
+/// A validated rules file.
+#[derive(Debug, Clone, Default)]
+pub struct Config {
+    /// When set, the key endpoints require `Authorization: Bearer <token>`.
+    pub admin_token: Option<String>,
+    /// Where state lives.
+    pub backend: BackendConfig,
+    /// The named rules.
+    pub rules: Rules,
+}
+
+/// The `[backend]` table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackendConfig {
+    /// A Redis URL; `None` for the embedded memory backend.
+    pub redis: Option<String>,
+    /// Key namespace in Redis.
+    pub prefix: String,
+    /// Deadline of each backend call.
+    pub timeout: Duration,
+}
+
+impl Default for BackendConfig {
+    fn default() -> Self {
+        Self { redis: None, prefix: slidegate::redis::DEFAULT_PREFIX.to_owned(), timeout: DEFAULT_TIMEOUT }
+    }
+}
+
+/// One named rule: a default quota and quotas per tier.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rule {
+    /// The rule's name, as requests and Redis keys spell it.
+    pub name: String,
+    /// The quota of a request that names no tier.
+    pub quota: Quota,
+    /// Quotas of named tiers (`vip`), each falling back to the rule's window.
+    pub tiers: BTreeMap<String, Quota>,
+}
+
+impl Rule {
+    /// The quota for `tier`, `None` when the rule has no such tier.
+    pub fn quota_for(&self, tier: Option<&str>) -> Option<Quota> {
+        match tier {
+            None => Some(self.quota),
+            Some(t) => self.tiers.get(t).copied(),
+        }
+    }
+}
+
+/// The active rules by name.
+#[derive(Debug, Clone, Default)]
+pub struct Rules(BTreeMap<String, Arc<Rule>>);
+
+impl Rules {
+    /// The rule called `name`.
+    pub fn get(&self, name: &str) -> Option<&Arc<Rule>> {
+        self.0.get(name)
+    }
+
+    /// All rules, by name.
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<Rule>> {
+        self.0.values()
+    }
+
+    /// How many rules there are.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileSpec {
+    admin_token: Option<Spanned<String>>,
+    #[serde(default)]
+    backend: BackendSpec,
+    #[serde(default)]
+    rules: Vec<RuleSpec>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct BackendSpec {
+    redis: Option<Spanned<String>>,
+    prefix: Option<Spanned<String>>,
+    timeout: Option<Spanned<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RuleSpec {
+    name: Spanned<String>,
+    limit: Spanned<u64>,
+    window: Spanned<String>,
+    algorithm: Option<Spanned<String>>,
+    #[serde(default)]
+    tiers: BTreeMap<Spanned<String>, TierSpec>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TierSpec {
+    limit: Option<Spanned<u64>>,
+    window: Option<Spanned<String>>,
+}
+
+impl Config {
+    /// Reads and validates the rules file at `path`.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::Read { path: path.display().to_string(), source })?;
+        Self::parse(&text, &path.display().to_string())
+    }
+
+    /// Validates `text`, reporting errors against `path`.
+    pub fn parse(text: &str, path: &str) -> Result<Self, ConfigError> {
+        let at = |span: std::ops::Range<usize>, message: String| {
+            let before = &text[..span.start.min(text.len())];
+            let line = before.matches('\n').count() + 1;
+            let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+            ConfigError::Invalid { path: path.to_owned(), line, column, message }
+        };
+        let spec: FileSpec = toml::from_str(text).map_err(|e| at(e.span().unwrap_or(0..0), e.message().to_owned()))?;
+
+        let mut backend = BackendConfig::default();
+        let b = spec.backend;
+        if let Some(url) = b.redis {
+            check_redis_url(url.get_ref()).map_err(|m| at(url.span(), format!("backend.redis: {m}")))?;
+            backend.redis = Some(url.into_inner());
+        }
+        if let Some(prefix) = b.prefix {
+            if prefix.get_ref().contains(['{', '}']) {
+                return Err(at(prefix.span(), "backend.prefix: must not contain `{` or `}` (hash tags)".into()));
+            }
+            backend.prefix = prefix.into_inner();
+        }
+        if let Some(timeout) = b.timeout {
+            let t =
+                parse_duration(timeout.get_ref()).map_err(|m| at(timeout.span(), format!("backend.timeout: {m}")))?;
+            if t.is_zero() || t > Duration::from_secs(60) {
+                return Err(at(timeout.span(), "backend.timeout: must be between 1ms and 60s".into()));
+            }
+            backend.timeout = t;
+        }
+
+        let mut rules = BTreeMap::new();
+        for (i, r) in spec.rules.into_iter().enumerate() {
+            let field = |f: &str| format!("rules[{i}].{f}");
+            check_name(r.name.get_ref()).map_err(|m| at(r.name.span(), format!("{}: {m}", field("name"))))?;
+            if rules.contains_key(r.name.get_ref()) {
+                return Err(at(
+                    r.name.span(),
+                    format!("{}: duplicate rule name {:?}", field("name"), r.name.get_ref()),
+                ));
+            }
+            let window = parse_duration(r.window.get_ref())
+                .map_err(|m| at(r.window.span(), format!("{}: {m}", field("window"))))?;
+            let mut quota = Quota::new(*r.limit.get_ref(), window).map_err(|e| {
+                let span =
+                    if matches!(e, slidegate::Error::InvalidLimit { .. }) { r.limit.span() } else { r.window.span() };
+                let f = if matches!(e, slidegate::Error::InvalidLimit { .. }) { "limit" } else { "window" };
+                at(span, format!("{}: {e}", field(f)))
+            })?;
+            if let Some(a) = &r.algorithm {
+                let algorithm: Algorithm =
+                    a.get_ref().parse().map_err(|e| at(a.span(), format!("{}: {e}", field("algorithm"))))?;
+                quota = quota.with_algorithm(algorithm);
+            }
+            let mut tiers = BTreeMap::new();
+            for (name, tier) in r.tiers {
+                let tf = |f: &str| format!("{}.{}.{f}", field("tiers"), name.get_ref());
+                check_name(name.get_ref()).map_err(|m| at(name.span(), format!("{}: {m}", field("tiers"))))?;
+                let limit = tier.limit.as_ref().map_or(quota.limit(), |l| *l.get_ref());
+                let window = match &tier.window {
+                    Some(w) => {
+                        parse_duration(w.get_ref()).map_err(|m| at(w.span(), format!("{}: {m}", tf("window"))))?
+                    }
+                    None => quota.window(),
+                };
+                let span = tier.limit.as_ref().map_or(name.span(), Spanned::span);
+                let tq = Quota::new(limit, window).map_err(|e| at(span, format!("{}: {e}", tf("limit"))))?;
+                tiers.insert(name.into_inner(), tq.with_algorithm(quota.algorithm()));
+            }
+            let name = r.name.into_inner();
+            rules.insert(name.clone(), Arc::new(Rule { name, quota, tiers }));
+        }
+
+        Ok(Self { admin_token: spec.admin_token.map(Spanned::into_inner), backend, rules: Rules(rules) })
+    }
+}
+
+/// Rule and tier names appear in Redis keys and headers: keep them plain.
+fn check_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > 64 {
+        return Err("must be 1 to 64 characters".into());
+    }
+    if !name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.')) {
+        return Err(format!("{name:?} may use only letters, digits, `_`, `-` and `.`"));
+    }
+    if name == INLINE_RULE {
+        return Err(format!("{name:?} is reserved for inline checks"));
+    }
+    Ok(())
+}
+
+/// A humantime duration: "500ms", "10s", "1h", "1d".
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text)
+        .map_err(|e| format!("{text:?} is not a duration like \"500ms\", \"10s\", \"1h\": {e}"))
+}
+
+/// Redis URLs are checked for shape only; whether the server answers is checked at start.
+pub fn check_redis_url(url: &str) -> Result<(), String> {
+    if ["redis://", "rediss://", "unix://"].iter().any(|scheme| url.starts_with(scheme)) {
+        Ok(())
+    } else {
+        Err(format!("{url:?} is not a redis:// URL"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EXAMPLE: &str = r#"
+admin_token = "s3cret"
+
+[backend]
+redis = "redis://127.0.0.1:6379"
+prefix = "slidegate"
+timeout = "50ms"
+
+[[rules]]
+name = "sms"
+limit = 5
+window = "60s"
+algorithm = "sliding_log"
+
+[[rules]]
+name = "api"
+limit = 10
+window = "60s"
+tiers = { vip = { limit = 100 } }
+"#;
+
+    #[test]
+    fn the_documented_example_loads() {
+        let c = Config::parse(EXAMPLE, "rules.toml").expect("valid");
+        assert_eq!(c.admin_token.as_deref(), Some("s3cret"));
+        assert_eq!(c.backend.redis.as_deref(), Some("redis://127.0.0.1:6379"));
+        assert_eq!(c.backend.timeout, Duration::from_millis(50));
+        let api = c.rules.get("api").expect("api");
+        assert_eq!(api.quota_for(None), Some(Quota::per_minute(10).expect("q")));
+        assert_eq!(api.quota_for(Some("vip")), Some(Quota::per_minute(100).expect("q")));
+        assert_eq!(api.quota_for(Some("gold")), None);
+        assert_eq!(c.rules.len(), 2);
+    }
+
+    fn error(text: &str) -> String {
+        Config::parse(text, "rules.toml").expect_err("invalid").to_string()
+    }
+
+    #[test]
+    fn errors_name_the_file_the_line_and_the_field() {
+        let rule = "[[rules]]\nname = \"a\"\nlimit = 5\nwindow = \"1s\"\n";
+        assert_eq!(
+            error("[[rules]]\nname = \"a\"\nlimit = 0\nwindow = \"1s\"\n"),
+            "rules.toml:3:9: rules[0].limit: limit must be between 1 and 1000000000, got 0"
+        );
+        assert!(
+            error("[[rules]]\nname = \"a\"\nlimit = 5\nwindow = \"soon\"\n")
+                .starts_with("rules.toml:4:10: rules[0].window: \"soon\" is not a duration")
+        );
+        assert!(
+            error(&format!("{rule}{rule}")).starts_with("rules.toml:6:8: rules[1].name: duplicate rule name \"a\"")
+        );
+        assert!(error(&format!("{rule}limt = 3\n")).contains("rules.toml:5:1: unknown field `limt`"));
+        assert!(error("[[rules]]\nname = \"a\"\nlimit = -1\nwindow = \"1s\"\n").starts_with("rules.toml:3:9:"));
+        assert!(error("[[rules]]\nname = \"a\"\nwindow = \"1s\"\n").contains("missing field `limit`"));
+        assert!(
+            error("[backend]\ntimeout = \"0s\"\n").starts_with("rules.toml:2:11: backend.timeout: must be between")
+        );
+        assert!(error("[backend]\nredis = \"localhost\"\n").contains("backend.redis"));
+        assert!(
+            error(&format!("{rule}algorithm = \"leaky\"\n"))
+                .contains("rules[0].algorithm: unknown algorithm \"leaky\"")
+        );
+        assert!(error("[[rules]]\nname = \"a:b\"\nlimit = 5\nwindow = \"1s\"\n").contains("rules[0].name"));
+        assert!(error("[[rules]]\nname = \"inline\"\nlimit = 5\nwindow = \"1s\"\n").contains("reserved"));
+        assert!(error(&format!("{rule}tiers = {{ vip = {{ limit = 0 }} }}\n")).contains("rules[0].tiers.vip.limit"));
+        assert!(error("admin_token = 5\n").starts_with("rules.toml:1:15:"));
+    }
+}

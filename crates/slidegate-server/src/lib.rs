@@ -1,0 +1,20 @@
+//! The slidegate service: the library's decisions behind an HTTP/JSON API, configured by a
+//! rules file, observed through Prometheus metrics; plus the `check` and `bench` commands.
+//!
+//! # Layout
+//!
+//! - [`config`]: the TOML rules file, validated with file/line/field errors.
+//! - [`backend`]: [`backend::AnyBackend`], the memory or Redis backend chosen at start.
+//! - [`app`]: the shared state — limiter and live rules, swapped whole on reload.
+//! - [`api`]: the HTTP routes, JSON bodies, RateLimit headers and error answers.
+//! - [`server`]: `serve` — bind, graceful shutdown, rules-file watching and SIGHUP.
+//! - [`metrics`]: metric names and the Prometheus recorder.
+//! - [`bench`]: the load generator.
+
+pub mod api;
+pub mod app;
+pub mod backend;
+pub mod bench;
+pub mod config;
+pub mod metrics;
+pub mod server;

@@ -1,0 +1,179 @@
+//! `slidegate`: serve the rate-limit API, ask for one decision, or generate load.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use slidegate::{Algorithm, Limiter, MemoryBackend, Quota, RedisBackend};
+use slidegate_server::backend::AnyBackend;
+use slidegate_server::bench::{self, BenchOptions};
+use slidegate_server::config::{Config, parse_duration};
+use slidegate_server::server::{self, ServeOptions};
+
+#[derive(Parser)]
+#[command(
+    name = "slidegate",
+    version,
+    about = "Exact distributed rate limiting: sliding window log on Redis or in memory"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the HTTP/JSON decision API.
+    Serve {
+        /// TOML rules file (reloaded when it changes, and on SIGHUP).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        http: SocketAddr,
+        /// Redis URL: use the Redis backend (otherwise the file's, or the embedded memory backend).
+        #[arg(long)]
+        redis: Option<String>,
+    },
+    /// Decide once and print the decision; exit code 0 admitted, 1 denied, 2 error.
+    Check {
+        /// A rule of the rules file.
+        #[arg(long, required_unless_present = "limit")]
+        rule: Option<String>,
+        /// The key (user, IP, phone number…).
+        #[arg(long)]
+        key: String,
+        /// Permits asked for.
+        #[arg(long, default_value_t = 1)]
+        cost: u64,
+        /// The rule's tier.
+        #[arg(long)]
+        tier: Option<String>,
+        /// Inline limit (instead of --rule).
+        #[arg(long, requires = "window", conflicts_with = "rule")]
+        limit: Option<u64>,
+        /// Inline window, e.g. 10s (with --limit).
+        #[arg(long)]
+        window: Option<String>,
+        /// TOML rules file.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Redis URL (otherwise the file's, or a fresh in-process memory backend).
+        #[arg(long)]
+        redis: Option<String>,
+    },
+    /// Generate load against a server or a backend and report throughput and latency.
+    Bench {
+        /// `http://host:port` (a running server), `memory`, or `redis://host:port`.
+        #[arg(long, default_value = "memory")]
+        target: String,
+        /// Distinct keys, uniformly drawn (1 = one hot key).
+        #[arg(long, default_value_t = 1)]
+        keys: u64,
+        /// Requests in flight.
+        #[arg(long, default_value_t = 64)]
+        concurrency: usize,
+        /// How long to run, e.g. 10s.
+        #[arg(long, default_value = "10s", value_parser = parse_duration)]
+        duration: Duration,
+        /// Quota limit.
+        #[arg(long, default_value_t = 100)]
+        limit: u64,
+        /// Quota window, e.g. 60s.
+        #[arg(long, default_value = "60s", value_parser = parse_duration)]
+        window: Duration,
+        /// Quota algorithm.
+        #[arg(long, default_value = "sliding_log")]
+        algorithm: String,
+        /// Against a server: check this rule instead of an inline quota.
+        #[arg(long)]
+        rule: Option<String>,
+        /// Print one JSON object instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match runtime.block_on(run(cli.command)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn run(command: Command) -> anyhow::Result<ExitCode> {
+    match command {
+        Command::Serve { config, http, redis } => {
+            server::serve(ServeOptions { config, http, redis }).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Check { rule, key, cost, tier, limit, window, config, redis } => {
+            let config = match &config {
+                Some(path) => Config::load(path)?,
+                None => Config::default(),
+            };
+            let (name, quota) = match (&rule, limit) {
+                (Some(rule), _) => {
+                    let r = config.rules.get(rule).with_context(|| format!("no rule {rule:?} in the rules file"))?;
+                    (
+                        rule.clone(),
+                        r.quota_for(tier.as_deref()).with_context(|| format!("rule {rule:?} has no tier {tier:?}"))?,
+                    )
+                }
+                (None, Some(limit)) => {
+                    let window = parse_duration(window.as_deref().unwrap_or_default()).map_err(anyhow::Error::msg)?;
+                    ("inline".to_owned(), Quota::new(limit, window)?)
+                }
+                (None, None) => anyhow::bail!("give --rule or --limit and --window"),
+            };
+            let backend = match redis.or(config.backend.redis) {
+                Some(url) => AnyBackend::Redis(RedisBackend::connect(&url).await?.with_prefix(config.backend.prefix)),
+                None => AnyBackend::Memory(MemoryBackend::new()),
+            };
+            // The same key layout as the server's, so a check here and there share state.
+            let d = Limiter::new(backend).check_cost(&format!("{name}:{{{key}}}"), &quota, cost).await?;
+            println!(
+                "{}",
+                serde_json::json!({
+                    "rule": name, "allowed": d.allowed, "limit": d.limit, "remaining": d.remaining,
+                    "reset_after_ms": d.reset_after.as_millis(), "retry_after_ms": d.retry_after.map(|r| r.as_millis()),
+                })
+            );
+            Ok(if d.allowed { ExitCode::SUCCESS } else { ExitCode::from(1) })
+        }
+        Command::Bench { target, keys, concurrency, duration, limit, window, algorithm, rule, json } => {
+            let algorithm: Algorithm = algorithm.parse()?;
+            let quota = Quota::new(limit, window)?.with_algorithm(algorithm);
+            let report =
+                bench::run(BenchOptions { target, keys, concurrency, duration, quota, rule, progress: !json }).await?;
+            if json {
+                println!("{}", serde_json::to_string(&report)?);
+            } else {
+                println!("{report}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}

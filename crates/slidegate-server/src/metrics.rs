@@ -1,0 +1,40 @@
+//! Prometheus metrics through the `metrics` facade: names live here, once.
+
+use std::sync::OnceLock;
+
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+/// Decisions by rule and result (`allowed` / `denied`).
+pub const DECISIONS: &str = "slidegate_decisions_total";
+/// Backend calls that failed, by backend and error kind.
+pub const BACKEND_ERRORS: &str = "slidegate_backend_errors_total";
+/// Time of each backend call, by backend.
+pub const BACKEND_SECONDS: &str = "slidegate_backend_call_seconds";
+/// Time of each HTTP request, by route.
+pub const HTTP_SECONDS: &str = "slidegate_http_request_seconds";
+/// The number of active rules.
+pub const RULES: &str = "slidegate_rules";
+/// Rules file reloads by result (`ok` / `failed`).
+pub const RELOADS: &str = "slidegate_config_reloads_total";
+
+/// The process-wide recorder, installed on first use (the facade allows one per process).
+pub fn handle() -> PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            // Latencies from 10 µs (memory) to seconds (a sick backend).
+            let buckets = [
+                0.000_01, 0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05,
+                0.1, 0.25, 0.5, 1.0, 2.5,
+            ];
+            let builder = PrometheusBuilder::new()
+                .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), &buckets)
+                .expect("buckets are non-empty");
+            match builder.install_recorder() {
+                Ok(handle) => handle,
+                // Another recorder is installed (an embedding application's): render an empty page.
+                Err(_) => PrometheusBuilder::new().build_recorder().handle(),
+            }
+        })
+        .clone()
+}

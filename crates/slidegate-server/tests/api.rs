@@ -1,0 +1,342 @@
+//! The HTTP API of the real binary on the embedded memory backend.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use support::{RulesFile, Slidegate, check, metric};
+
+const RULES: &str = r#"
+[[rules]]
+name = "sms"
+limit = 5
+window = "60s"
+
+[[rules]]
+name = "api"
+limit = 2
+window = "60s"
+tiers = { vip = { limit = 100 } }
+
+[[rules]]
+name = "burst"
+limit = 100
+window = "1s"
+"#;
+
+fn allowed(v: &Value) -> bool {
+    v["allowed"].as_bool().expect("allowed is a bool")
+}
+
+#[tokio::test]
+async fn seed_seven_requests_half_a_second_apart() {
+    let server = Slidegate::serve(&[]);
+    let client = reqwest::Client::new();
+    let body = json!({"key": "user_1001", "limit": 5, "window": "10s", "algorithm": "sliding_log"});
+    let mut seen = Vec::new();
+    for i in 0..7 {
+        let (status, headers, v) = check(&client, &server, &body).await;
+        assert_eq!(status, 200);
+        seen.push(allowed(&v));
+        if i == 5 {
+            assert_eq!(v["retry_after_ms"].as_u64().map(|r| r.div_ceil(1000)), Some(8), "{v}");
+            assert_eq!(headers["retry-after"], "8");
+            assert_eq!(headers["ratelimit"], "\"inline\";r=0;t=8");
+        }
+        if i < 6 {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+    assert_eq!(seen, [true, true, true, true, true, false, false]);
+}
+
+#[tokio::test]
+async fn a_burst_across_a_fixed_window_edge_is_denied() {
+    let rules = RulesFile::new(RULES);
+    let server = Slidegate::serve(&["--config", rules.arg()]);
+    let client = reqwest::Client::new();
+    let burst = |n: usize| {
+        let client = client.clone();
+        let url = server.url("/v1/check");
+        async move {
+            let requests = (0..n).map(|_| client.post(&url).json(&json!({"rule": "burst", "key": "ip"})).send());
+            let mut admitted = 0;
+            for r in futures_join(requests).await {
+                let v: Value = r.expect("response").json().await.expect("json");
+                admitted += usize::from(allowed(&v));
+            }
+            admitted
+        }
+    };
+    let first = Instant::now();
+    assert_eq!(burst(100).await, 100);
+    // Past where a 1 s fixed window aligned to the first burst's second would have reset.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(burst(100).await, 0, "100 per 1 s: the second burst is inside every rolling second");
+    tokio::time::sleep(Duration::from_millis(1_100).saturating_sub(first.elapsed())).await;
+    assert_eq!(burst(100).await, 100, "a window after the first burst, all admitted again");
+}
+
+async fn futures_join<F: std::future::IntoFuture>(futures: impl Iterator<Item = F>) -> Vec<F::Output>
+where
+    F::IntoFuture: Send + 'static,
+    F::Output: Send + 'static,
+{
+    let handles: Vec<_> = futures.map(|f| tokio::spawn(f.into_future())).collect();
+    let mut out = Vec::new();
+    for h in handles {
+        out.push(h.await.expect("task"));
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixty_four_clients_get_exactly_the_limit() {
+    let server = Slidegate::serve(&[]);
+    let url = server.url("/v1/check");
+    let clients = (0..64).map(|_| {
+        let url = url.clone();
+        async move {
+            // One client (one connection pool) each.
+            let client = reqwest::Client::new();
+            let mut admitted = 0u32;
+            for _ in 0..5 {
+                let r = client.post(&url).json(&json!({"key": "hot", "limit": 100, "window": "60s"})).send().await;
+                let v: Value = r.expect("response").json().await.expect("json");
+                admitted += u32::from(allowed(&v));
+            }
+            admitted
+        }
+    });
+    let admitted: u32 = futures_join(clients).await.into_iter().sum();
+    assert_eq!(admitted, 100, "of 320 concurrent requests");
+}
+
+#[tokio::test]
+async fn tiers_pick_their_own_limit() {
+    let rules = RulesFile::new(RULES);
+    let server = Slidegate::serve(&["--config", rules.arg()]);
+    let client = reqwest::Client::new();
+    let plain: Vec<bool> = {
+        let mut v = Vec::new();
+        for _ in 0..3 {
+            v.push(allowed(&check(&client, &server, &json!({"rule": "api", "key": "u1"})).await.2));
+        }
+        v
+    };
+    assert_eq!(plain, [true, true, false]);
+    for i in 0..5 {
+        let (status, headers, v) = check(&client, &server, &json!({"rule": "api", "key": "u2", "tier": "vip"})).await;
+        assert_eq!((status, allowed(&v), v["limit"].as_u64()), (200, true, Some(100)));
+        assert_eq!(v["remaining"], 99 - i);
+        assert_eq!(headers["ratelimit-policy"], "\"api\";q=100;w=60");
+    }
+    let (status, _, v) = check(&client, &server, &json!({"rule": "api", "key": "u3", "tier": "gold"})).await;
+    assert_eq!((status, v["error"]["code"].as_str()), (400, Some("unknown_tier")));
+}
+
+#[tokio::test]
+async fn multi_checks_are_all_or_nothing() {
+    let rules = RulesFile::new(RULES);
+    let server = Slidegate::serve(&["--config", rules.arg()]);
+    let client = reqwest::Client::new();
+    let both = json!({"checks": [{"rule": "sms", "key": "+1555"}, {"rule": "api", "key": "+1555", "cost": 2}]});
+    let (status, headers, v) = check(&client, &server, &both).await;
+    assert_eq!((status, allowed(&v)), (200, true), "{v}");
+    assert!(v.get("denied_by").is_none());
+    assert_eq!(headers["ratelimit-policy"], "\"sms\";q=5;w=60, \"api\";q=2;w=60");
+    let (_, headers, v) = check(&client, &server, &both).await;
+    assert_eq!((allowed(&v), v["denied_by"].as_u64()), (false, Some(1)), "{v}");
+    assert_eq!(v["results"][0]["remaining"], 4, "sms not charged by the denied group: {v}");
+    assert!(headers.contains_key("retry-after"));
+    let (_, _, v) = check(&client, &server, &json!({"rule": "sms", "key": "+1555"})).await;
+    assert_eq!(v["remaining"], 3);
+}
+
+#[tokio::test]
+async fn every_bad_input_gets_its_4xx_and_the_server_keeps_serving() {
+    let rules = RulesFile::new(RULES);
+    let server = Slidegate::serve(&["--config", rules.arg()]);
+    let client = reqwest::Client::new();
+    let long_key = "k".repeat(600);
+    let cases: Vec<(Vec<u8>, u16, &str)> = vec![
+        (b"{not json".to_vec(), 400, "invalid_json"),
+        (b"[1,2]".to_vec(), 400, "invalid_json"),
+        (b"{\"rule\":\"sms\",\"key\":\"\xff\xfe\"}".to_vec(), 400, "invalid_json"),
+        (br#"{"rule":"sms"}"#.to_vec(), 400, "missing_key"),
+        (br#"{"rule":"nope","key":"a"}"#.to_vec(), 404, "unknown_rule"),
+        (br#"{"rule":"sms","key":"a","cost":0}"#.to_vec(), 400, "invalid_cost"),
+        (br#"{"rule":"sms","key":"a","cost":6}"#.to_vec(), 400, "invalid_cost"),
+        (br#"{"rule":"sms","key":"a","cost":-1}"#.to_vec(), 400, "invalid_json"),
+        (br#"{"rule":"sms","key":""}"#.to_vec(), 400, "invalid_key"),
+        (format!(r#"{{"rule":"sms","key":"{long_key}"}}"#).into_bytes(), 400, "key_too_long"),
+        (br#"{"rule":"sms","key":"a","colour":"red"}"#.to_vec(), 400, "invalid_json"),
+        (br#"{"key":"a","limit":5}"#.to_vec(), 400, "missing_rule"),
+        (br#"{"key":"a","limit":0,"window":"1s"}"#.to_vec(), 400, "invalid_quota"),
+        (br#"{"key":"a","limit":5,"window":"soon"}"#.to_vec(), 400, "invalid_window"),
+        (br#"{"key":"a","limit":5,"window":"1s","algorithm":"leaky"}"#.to_vec(), 400, "unknown_algorithm"),
+        (br#"{"rule":"sms","key":"a","limit":5,"window":"1s"}"#.to_vec(), 400, "invalid_request"),
+        (br#"{"checks":[]}"#.to_vec(), 400, "invalid_checks"),
+        (br#"{"checks":[{"rule":"sms","key":"a"},{"rule":"sms","key":"a"}]}"#.to_vec(), 400, "duplicate_key"),
+        (br#"{"checks":[{"checks":[]}]}"#.to_vec(), 400, "missing_key"),
+        (vec![b' '; 70_000], 413, "body_too_large"),
+    ];
+    for (body, status, code) in cases {
+        let r = client
+            .post(server.url("/v1/check"))
+            .header("content-type", "application/json")
+            .body(body.clone())
+            .send()
+            .await;
+        let r = r.expect("response");
+        assert_eq!(r.status().as_u16(), status, "{}", String::from_utf8_lossy(&body[..body.len().min(80)]));
+        let v: Value = r.json().await.expect("JSON error body");
+        assert_eq!(v["error"]["code"], code, "{v}");
+        assert!(v["error"]["message"].as_str().is_some_and(|m| !m.is_empty()));
+    }
+    for (method, path, status) in [("GET", "/v1/check", 405), ("GET", "/nope", 404), ("GET", "/v1/keys/sms/%FF", 400)] {
+        let r = client.request(method.parse().expect("method"), server.url(path)).send().await.expect("response");
+        assert_eq!(r.status().as_u16(), status, "{method} {path}");
+        let v: Value = r.json().await.expect("JSON error body");
+        assert!(v["error"]["code"].is_string());
+    }
+    // Nothing above was charged, and the server still answers.
+    let (status, _, v) = check(&client, &server, &json!({"rule": "sms", "key": "a"})).await;
+    assert_eq!((status, v["remaining"].as_u64()), (200, Some(4)));
+}
+
+#[tokio::test]
+async fn rules_and_keys_endpoints_with_the_admin_token() {
+    let rules = RulesFile::new(&format!("admin_token = \"s3cret\"\n{RULES}"));
+    let server = Slidegate::serve(&["--config", rules.arg()]);
+    let client = reqwest::Client::new();
+    let v: Value = client.get(server.url("/v1/rules")).send().await.expect("rules").json().await.expect("json");
+    let names: Vec<&str> = v["rules"].as_array().expect("list").iter().filter_map(|r| r["name"].as_str()).collect();
+    assert_eq!(names, ["api", "burst", "sms"]);
+    for _ in 0..2 {
+        check(&client, &server, &json!({"rule": "sms", "key": "10.0.0.1"})).await;
+    }
+    let key_url = server.url("/v1/keys/sms/10.0.0.1");
+    assert_eq!(client.get(&key_url).send().await.expect("get").status(), 401);
+    assert_eq!(client.get(&key_url).bearer_auth("wrong").send().await.expect("get").status(), 401);
+    let v: Value = client.get(&key_url).bearer_auth("s3cret").send().await.expect("get").json().await.expect("json");
+    assert_eq!((v["count"].as_u64(), v["remaining"].as_u64()), (Some(2), Some(3)), "{v}");
+    assert!(v["oldest_ms"].as_u64().is_some() && v["reset_after_ms"].as_u64().is_some_and(|r| r > 59_000));
+    assert_eq!(client.delete(&key_url).send().await.expect("delete").status(), 401);
+    assert_eq!(client.delete(&key_url).bearer_auth("s3cret").send().await.expect("delete").status(), 200);
+    let v: Value = client.get(&key_url).bearer_auth("s3cret").send().await.expect("get").json().await.expect("json");
+    assert_eq!(v["count"], 0);
+    let (_, _, v) = check(&client, &server, &json!({"rule": "sms", "key": "10.0.0.1"})).await;
+    assert_eq!(v["remaining"], 4);
+}
+
+#[tokio::test]
+async fn metrics_move_with_decisions() {
+    let rules = RulesFile::new(RULES);
+    let server = Slidegate::serve(&["--config", rules.arg()]);
+    let client = reqwest::Client::new();
+    for _ in 0..7 {
+        check(&client, &server, &json!({"rule": "sms", "key": "m"})).await;
+    }
+    check(&client, &server, &json!({"rule": "nope", "key": "m"})).await;
+    let allowed = metric(&client, &server, "slidegate_decisions_total{rule=\"sms\",result=\"allowed\"}").await;
+    let denied = metric(&client, &server, "slidegate_decisions_total{rule=\"sms\",result=\"denied\"}").await;
+    assert_eq!((allowed, denied), (5.0, 2.0));
+    assert_eq!(metric(&client, &server, "slidegate_rules ").await, 3.0);
+    assert!(metric(&client, &server, "slidegate_backend_call_seconds_count{backend=\"memory\"}").await >= 7.0);
+    assert!(metric(&client, &server, "slidegate_http_request_seconds_count{route=\"/v1/check\"}").await >= 8.0);
+}
+
+#[tokio::test]
+async fn the_rules_file_reloads_when_edited_and_on_sighup() {
+    let rules = RulesFile::new(RULES);
+    let server = Slidegate::serve(&["--config", rules.arg()]);
+    let client = reqwest::Client::new();
+    let sms_limit = || async {
+        let v: Value = client.get(server.url("/v1/rules")).send().await.expect("rules").json().await.expect("json");
+        v["rules"].as_array().expect("list").iter().find(|r| r["name"] == "sms").map(|r| r["limit"].clone())
+    };
+    let wait_for = |want: Option<Value>| async move {
+        let started = Instant::now();
+        loop {
+            if sms_limit().await == want {
+                return;
+            }
+            assert!(started.elapsed() < Duration::from_secs(5), "rules never became {want:?}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    rules.write(&RULES.replace("limit = 5", "limit = 7"));
+    wait_for(Some(json!(7))).await;
+    let (_, _, v) = check(&client, &server, &json!({"rule": "sms", "key": "r"})).await;
+    assert_eq!(v["limit"], 7);
+
+    // An invalid file is refused, logged, and the old rules stay.
+    rules.write(&RULES.replace("limit = 5", "limit = 0"));
+    let started = Instant::now();
+    while metric(&client, &server, "slidegate_config_reloads_total{result=\"failed\"}").await < 1.0 {
+        assert!(started.elapsed() < Duration::from_secs(5), "the invalid file was never read");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(sms_limit().await, Some(json!(7)));
+    assert!(server.log_text().contains("limit must be between 1"), "{}", server.log_text());
+
+    // SIGHUP re-reads even an unchanged file.
+    rules.write(&RULES.replace("limit = 5", "limit = 9"));
+    wait_for(Some(json!(9))).await;
+    let ok_before = metric(&client, &server, "slidegate_config_reloads_total{result=\"ok\"}").await;
+    server.signal("HUP");
+    let started = Instant::now();
+    while metric(&client, &server, "slidegate_config_reloads_total{result=\"ok\"}").await <= ok_before {
+        assert!(started.elapsed() < Duration::from_secs(5), "SIGHUP did not reload");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[test]
+fn invalid_rules_stop_the_start_with_file_line_and_field() {
+    let rules = RulesFile::new("[[rules]]\nname = \"a\"\nlimit = 0\nwindow = \"1s\"\n");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_slidegate"))
+        .args(["serve", "--http", "127.0.0.1:0", "--config", rules.arg()])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&format!("{}:3:9: rules[0].limit", rules.arg())), "{err}");
+}
+
+#[test]
+fn the_check_command_answers_with_its_exit_code() {
+    let run = |args: &[&str]| {
+        let out =
+            std::process::Command::new(env!("CARGO_BIN_EXE_slidegate")).arg("check").args(args).output().expect("run");
+        (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let rules = RulesFile::new(RULES);
+    let (code, out) = run(&["--rule", "sms", "--key", "1.2.3.4", "--config", rules.arg()]);
+    assert_eq!(code, Some(0), "{out}");
+    let v: Value = serde_json::from_str(&out).expect("JSON");
+    assert_eq!((v["allowed"].as_bool(), v["remaining"].as_u64()), (Some(true), Some(4)));
+    assert_eq!(run(&["--rule", "sms", "--key", "1.2.3.4", "--config", rules.arg(), "--cost", "6"]).0, Some(2));
+    assert_eq!(run(&["--rule", "nope", "--key", "k", "--config", rules.arg()]).0, Some(2));
+}
+
+#[test]
+fn bench_reports_json_against_memory_and_a_server() {
+    let server = Slidegate::serve(&[]);
+    for target in ["memory", server.base.as_str()] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_slidegate"))
+            .args(["bench", "--target", target, "--keys", "10", "--concurrency", "4", "--duration", "300ms"])
+            .args(["--limit", "5", "--window", "60s", "--json"])
+            .output()
+            .expect("run");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let v: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+        for field in ["decisions_per_sec", "p50_us", "p99_us", "allowed", "denied", "errors"] {
+            assert!(v[field].is_number(), "{field} missing: {v}");
+        }
+        assert_eq!(v["allowed"], 50, "10 keys × limit 5 on {target}: {v}");
+        assert_eq!(v["errors"], 0);
+    }
+}

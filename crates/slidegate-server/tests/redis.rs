@@ -1,0 +1,118 @@
+//! The real binary on a real redis-server that the tests start.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use slidegate_testkit::RedisServer;
+use support::{RulesFile, Slidegate, check};
+
+async fn admitted_by(urls: Vec<String>, clients: usize, requests_each: usize, body: Value) -> usize {
+    let tasks: Vec<_> = (0..clients)
+        .map(|i| {
+            let (url, body) = (urls[i % urls.len()].clone(), body.clone());
+            tokio::spawn(async move {
+                let client = reqwest::Client::new();
+                let mut admitted = 0;
+                for _ in 0..requests_each {
+                    let v: Value =
+                        client.post(&url).json(&body).send().await.expect("response").json().await.expect("json");
+                    admitted += usize::from(v["allowed"].as_bool().expect("decision"));
+                }
+                admitted
+            })
+        })
+        .collect();
+    let mut total = 0;
+    for t in tasks {
+        total += t.await.expect("client");
+    }
+    total
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_servers_sharing_one_redis_enforce_one_limit() {
+    let redis = RedisServer::start();
+    let a = Slidegate::serve(&["--redis", &redis.url()]);
+    let b = Slidegate::serve(&["--redis", &redis.url()]);
+    let urls = vec![a.url("/v1/check"), b.url("/v1/check")];
+    let body = json!({"key": "192.168.1.100", "limit": 100, "window": "60s"});
+    assert_eq!(admitted_by(urls, 64, 5, body).await, 100, "64 clients over two servers, 320 requests");
+    assert_eq!(redis.query::<u64>(&["ZCARD", "slidegate:inline:{192.168.1.100}"]), 100);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixty_four_clients_on_redis_get_exactly_the_limit_under_a_readable_key() {
+    let redis = RedisServer::start();
+    let rules = RulesFile::new(&format!(
+        "[backend]\nredis = \"{}\"\nprefix = \"rl\"\n\n[[rules]]\nname = \"sms\"\nlimit = 100\nwindow = \"60s\"\n",
+        redis.url()
+    ));
+    let server = Slidegate::serve(&["--config", rules.arg()]);
+    let body = json!({"rule": "sms", "key": "192.168.1.100"});
+    assert_eq!(admitted_by(vec![server.url("/v1/check")], 64, 4, body).await, 100);
+    let keys: Vec<String> = redis.query(&["KEYS", "*"]);
+    assert_eq!(keys, ["rl:sms:{192.168.1.100}"]);
+    let v: Value = reqwest::get(server.url("/readyz")).await.expect("readyz").json().await.expect("json");
+    assert_eq!(v["backend"], "redis");
+}
+
+#[tokio::test]
+async fn sigterm_lets_requests_in_flight_finish_then_exits_zero() {
+    let redis = RedisServer::start_with(&["--enable-debug-command", "yes"]);
+    let rules = RulesFile::new(&format!("[backend]\nredis = \"{}\"\ntimeout = \"3s\"\n", redis.url()));
+    let mut server = Slidegate::serve(&["--config", rules.arg()]);
+    let client = reqwest::Client::new();
+    // Stall Redis so that a request is in flight when SIGTERM arrives.
+    let url = redis.url();
+    let sleeper = std::thread::spawn(move || {
+        let mut conn = redis::Client::open(url).and_then(|c| c.get_connection()).expect("connect");
+        redis::cmd("DEBUG").arg("SLEEP").arg("1").query::<()>(&mut conn).expect("DEBUG SLEEP");
+    });
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let in_flight = tokio::spawn({
+        let (client, url) = (client.clone(), server.url("/v1/check"));
+        async move { client.post(url).json(&json!({"key": "k", "limit": 5, "window": "1s"})).send().await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let sent_term = Instant::now();
+    server.signal("TERM");
+    let response = in_flight.await.expect("task").expect("the in-flight request was answered");
+    assert_eq!(response.status(), 200);
+    let v: Value = response.json().await.expect("json");
+    assert_eq!(v["allowed"], true);
+    let status = server.wait_exit(Duration::from_secs(10));
+    assert!(status.success(), "exit status {status}");
+    assert!(sent_term.elapsed() < Duration::from_secs(5));
+    sleeper.join().expect("sleeper");
+}
+
+#[tokio::test]
+async fn readyz_says_when_redis_is_gone_and_checks_fail_with_503() {
+    let redis = RedisServer::start();
+    let server = Slidegate::serve(&["--redis", &redis.url()]);
+    let client = reqwest::Client::new();
+    assert_eq!(client.get(server.url("/readyz")).send().await.expect("readyz").status(), 200);
+    drop(redis);
+    let r = client.get(server.url("/readyz")).send().await.expect("readyz");
+    assert_eq!(r.status(), 503);
+    let (status, _, v) = check(&client, &server, &json!({"key": "k", "limit": 5, "window": "1s"})).await;
+    assert_eq!(status, 503);
+    assert!(matches!(v["error"]["code"].as_str(), Some("backend_unavailable" | "backend_timeout")), "{v}");
+    assert_eq!(client.get(server.url("/healthz")).send().await.expect("healthz").status(), 200, "the process is up");
+}
+
+#[test]
+fn the_check_command_shares_state_through_redis() {
+    let redis = RedisServer::start();
+    let run = || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_slidegate"))
+            .args(["check", "--key", "1.2.3.4", "--limit", "2", "--window", "60s", "--redis", &redis.url()])
+            .output()
+            .expect("run")
+            .status
+            .code()
+    };
+    assert_eq!([run(), run(), run()], [Some(0), Some(0), Some(1)]);
+}

@@ -1,0 +1,153 @@
+//! Runs the real `slidegate` binary on a free loopback port.
+
+#![allow(dead_code, unreachable_pub)] // each test file uses a different part
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// A `slidegate serve` child process.
+pub struct Slidegate {
+    child: Child,
+    pub base: String,
+    pub log: PathBuf,
+}
+
+impl Slidegate {
+    /// Starts `slidegate serve --http 127.0.0.1:<free> <args>` and waits (bounded) for /healthz.
+    pub fn serve(args: &[&str]) -> Self {
+        let port = slidegate_testkit::free_port();
+        let log = std::env::temp_dir().join(format!("slidegate-serve-{}-{port}.log", std::process::id()));
+        let child = Command::new(env!("CARGO_BIN_EXE_slidegate"))
+            .args(["serve", "--http", &format!("127.0.0.1:{port}")])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log file"))
+            .spawn()
+            .expect("start slidegate");
+        let mut server = Self { child, base: format!("http://127.0.0.1:{port}"), log };
+        let started = Instant::now();
+        loop {
+            if let Ok(Some(status)) = server.child.try_wait() {
+                panic!("slidegate exited with {status}: {}", server.log_text());
+            }
+            if blocking_get(&format!("{}/healthz", server.base)).is_some() {
+                return server;
+            }
+            assert!(started.elapsed() < Duration::from_secs(15), "slidegate not up: {}", server.log_text());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn signal(&self, name: &str) {
+        let status = Command::new("kill").args([&format!("-{name}"), &self.pid().to_string()]).status().expect("kill");
+        assert!(status.success());
+    }
+
+    /// Waits (bounded) for the process to exit by itself.
+    pub fn wait_exit(&mut self, within: Duration) -> ExitStatus {
+        let started = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status;
+            }
+            assert!(started.elapsed() < within, "slidegate still running after {within:?}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Slidegate {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.log);
+    }
+}
+
+fn blocking_get(url: &str) -> Option<()> {
+    use std::io::{Read, Write};
+    let rest = url.strip_prefix("http://")?;
+    let (host, path) = rest.split_once('/').map_or((rest, "/".to_owned()), |(h, p)| (h, format!("/{p}")));
+    let mut s = std::net::TcpStream::connect(host).ok()?;
+    s.set_read_timeout(Some(Duration::from_millis(500))).ok()?;
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    out.starts_with("HTTP/1.1 200").then_some(())
+}
+
+/// A rules file in a temporary folder, removed on drop.
+pub struct RulesFile {
+    pub path: PathBuf,
+}
+
+impl RulesFile {
+    pub fn new(text: &str) -> Self {
+        let path = std::env::temp_dir().join(format!(
+            "slidegate-rules-{}-{}.toml",
+            std::process::id(),
+            slidegate_testkit::free_port()
+        ));
+        std::fs::write(&path, text).expect("write rules");
+        Self { path }
+    }
+
+    pub fn write(&self, text: &str) {
+        // Write then rename, as editors do, so the server never reads half a file.
+        let tmp = self.path.with_extension("tmp");
+        std::fs::write(&tmp, text).expect("write rules");
+        std::fs::rename(&tmp, &self.path).expect("rename rules");
+    }
+
+    pub fn arg(&self) -> &str {
+        self.path.to_str().expect("utf-8 path")
+    }
+}
+
+impl Drop for RulesFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// POSTs `body` to `/v1/check`: (status, headers, JSON).
+pub async fn check(
+    client: &reqwest::Client,
+    server: &Slidegate,
+    body: &Value,
+) -> (u16, reqwest::header::HeaderMap, Value) {
+    let response = client.post(server.url("/v1/check")).json(body).send().await.expect("request");
+    let (status, headers) = (response.status().as_u16(), response.headers().clone());
+    let json = response.json().await.expect("JSON body");
+    (status, headers, json)
+}
+
+/// The value of one Prometheus sample line that starts with `prefix`, or 0.
+pub async fn metric(client: &reqwest::Client, server: &Slidegate, prefix: &str) -> f64 {
+    let text = client.get(server.url("/metrics")).send().await.expect("metrics").text().await.expect("text");
+    text.lines()
+        .find(|l| l.starts_with(prefix))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
+pub fn path(p: &Path) -> &str {
+    p.to_str().expect("utf-8")
+}
