@@ -30,6 +30,16 @@ async fn time_comes_from_redis_by_default() {
     let entries: Vec<(String, u64)> = server.query(&["ZRANGE", "slidegate:k", "0", "-1", "WITHSCORES"]);
     assert_eq!(entries.len(), 1);
     assert!((ms(&before)..=ms(&after)).contains(&entries[0].1), "score {entries:?} not within Redis TIME");
+    assert!(entries[0].0.starts_with(&format!("{}:", entries[0].1)), "member carries its time: {entries:?}");
+    // A denial on Redis' clock: reset_after from the key's TTL, retry_after from the blocking entry.
+    let q = quota(2, 60_000);
+    limiter.check("k", &q).await.expect("second");
+    let d = limiter.check("k", &q).await.expect("third");
+    assert!(!d.allowed);
+    let window = Duration::from_secs(60);
+    let (reset, retry) = (d.reset_after, d.retry_after.expect("denied"));
+    assert!(reset <= window && reset > window - Duration::from_secs(5), "{d:?}");
+    assert!(retry <= reset && retry > window - Duration::from_secs(5), "{d:?}");
 }
 
 #[tokio::test]

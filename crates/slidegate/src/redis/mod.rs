@@ -34,6 +34,7 @@ impl LuaScript {
 
 struct Scripts {
     sliding_log: LuaScript,
+    sliding_log_multi: LuaScript,
     inspect: LuaScript,
 }
 
@@ -41,6 +42,7 @@ fn scripts() -> &'static Scripts {
     static SCRIPTS: std::sync::OnceLock<Scripts> = std::sync::OnceLock::new();
     SCRIPTS.get_or_init(|| Scripts {
         sliding_log: LuaScript::new(include_str!("sliding_log.lua")),
+        sliding_log_multi: LuaScript::new(include_str!("sliding_log_multi.lua")),
         inspect: LuaScript::new(include_str!("inspect.lua")),
     })
 }
@@ -192,7 +194,7 @@ where
     /// loaded on first use anyway.
     pub async fn load_scripts(&self) -> Result<(), Error> {
         let s = scripts();
-        for script in [&s.sliding_log, &s.inspect] {
+        for script in [&s.sliding_log, &s.sliding_log_multi, &s.inspect] {
             let mut cmd = redis::cmd("SCRIPT");
             cmd.arg("LOAD").arg(script.body);
             let _: String = self.query(&cmd).await?;
@@ -250,13 +252,39 @@ where
         .await
     }
 
-    /// One run of the sliding-log script over `checks` (one key each).
-    async fn sliding_log(&self, checks: &[Check<'_>]) -> Result<MultiDecision, Error> {
-        let member = self.members.next();
-        let now = self.now_arg();
+    /// One run of the one-key sliding-log script.
+    async fn sliding_log(&self, key: &str, quota: &Quota, cost: u64) -> Result<Decision, Error> {
+        let (id, now, limit) = (self.members.next(), self.now_arg(), quota.limit());
+        // Precomputed here so that Redis formats no number: see the script's header.
+        let room = limit - cost;
+        let blocking_index = -i64::try_from(room).unwrap_or(i64::MAX) - 1;
+        let reply: Vec<i64> = self
+            .run_script(&scripts().sliding_log, &[key], |cmd| {
+                cmd.arg(id.as_str());
+                match now {
+                    Some(now) => cmd.arg(now),
+                    None => cmd.arg(""),
+                };
+                cmd.arg(quota.window_ms()).arg(room).arg(blocking_index).arg(cost).arg(limit);
+            })
+            .await?;
+        let &[allowed, remaining, reset_after, retry_after] = reply.as_slice() else {
+            return Err(unexpected(&reply));
+        };
+        let remaining = u64::try_from(remaining).map_err(|_| unexpected(&reply))?;
+        match allowed {
+            1 => Ok(Decision::allowed(limit, remaining, ms(reset_after))),
+            0 => Ok(Decision::denied(limit, remaining, ms(reset_after), ms(retry_after))),
+            _ => Err(unexpected(&reply)),
+        }
+    }
+
+    /// One run of the multi-key sliding-log script over `checks` (one key each).
+    async fn sliding_log_multi(&self, checks: &[Check<'_>]) -> Result<MultiDecision, Error> {
+        let (member, now) = (self.members.next(), self.now_arg());
         let keys: Vec<&str> = checks.iter().map(|c| c.key).collect();
         let reply: Vec<i64> = self
-            .run_script(&scripts().sliding_log, &keys, |cmd| {
+            .run_script(&scripts().sliding_log_multi, &keys, |cmd| {
                 cmd.arg(member.as_str());
                 match now {
                     Some(now) => cmd.arg(now),
@@ -304,12 +332,11 @@ where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
     async fn check(&self, key: &str, quota: &Quota, cost: u64) -> Result<Decision, Error> {
-        let group = self.sliding_log(&[Check { key, quota: *quota, cost }]).await?;
-        group.decisions.first().copied().ok_or_else(|| unexpected(&[]))
+        self.sliding_log(key, quota, cost).await
     }
 
     async fn check_all(&self, checks: &[Check<'_>]) -> Result<MultiDecision, Error> {
-        self.sliding_log(checks).await
+        self.sliding_log_multi(checks).await
     }
 
     async fn inspect(&self, key: &str, quota: &Quota) -> Result<KeyState, Error> {

@@ -1,81 +1,68 @@
--- slidegate: sliding window log, one atomic decision over one or more keys (all or nothing).
+-- slidegate: sliding window log, one key, one atomic decision.
 --
--- KEYS[i]     key i's sorted set: score = admission time (ms), member unique per admitted permit
--- ARGV[1]     member: unique per call across all clients (the client's random id + a counter);
---             a call admitting cost > 1 on a key stores member..':'..j, j = 1..cost
--- ARGV[2]     now in ms, or "" for Redis' own TIME (so application servers with skewed clocks
---             share one window; scripts replicate their effects since Redis 5, so reading TIME
---             before a write is allowed)
--- ARGV[3i..3i+2]  key i's limit, window in ms, cost (1 <= cost <= limit, checked by the caller;
---             keys are distinct, checked by the caller)
--- Returns     {admitted 0|1, then per key: fits 0|1, remaining, reset_after_ms, retry_after_ms or -1}
---             When one key does not fit, nothing is written anywhere; a key that fit is reported
---             with fits = 1 and its uncharged remaining.
--- Cluster     every key of one call must hash to one slot (the caller checks).
+-- KEYS[1]  the key's sorted set: score = admission time (ms); member = '<time ms>:<id>' (plus
+--          ':<i>' for the i-th permit of a call admitting cost > 1), unique per admitted permit
+-- ARGV[1]  id: unique per call across all clients (the client's random id + a counter)
+-- ARGV[2]  now in ms, or "" for Redis' own TIME (so application servers with skewed clocks
+--          share one window; scripts replicate their effects since Redis 5, so reading TIME
+--          before a write is allowed)
+-- ARGV[3]  window in ms
+-- ARGV[4]  limit - cost (1 <= cost <= limit, checked by the caller)
+-- ARGV[5]  -(limit - cost + 1): the index, from the newest entry, of the entry that blocks
+-- ARGV[6]  cost
+-- ARGV[7]  limit
+-- Returns  {allowed 0|1, remaining, reset_after_ms, retry_after_ms or -1}
+-- Cluster  touches KEYS[1] only.
 --
--- An entry with score <= now - window has left the window. Entries are sorted by score, so the
--- expired ones are a prefix of the set. With n entries, admission needs the k = n + cost - limit
--- oldest ones gone; that is true iff the k-th oldest has expired. So evaluating a key costs ZCARD
--- and at most one ZRANGE and writes nothing, and that same k-th entry is the one a retry must
--- wait for.
-local now = tonumber(ARGV[2])
-if not now then
+-- An entry with score <= now - window has left the window; the expired entries are a prefix of
+-- the set. With n entries, cost more fit iff the k = n + cost - limit oldest have expired, i.e.
+-- iff the entry at index k - 1 (= ARGV[5] from the end) is missing or expired; that entry is
+-- also the one a denied request must wait for. The script is shaped by Redis' costs (measured
+-- with callgrind on Redis 7.0; see BENCHMARKS.md): every redis.call has a fixed overhead, a Lua
+-- number argument is formatted with %.17g, and WITHSCORES formats every score. So a denial is
+-- three calls (TIME, ZRANGE, PTTL) that write nothing; the entry's time is read from its member,
+-- not its score; and the caller passes precomputed strings (ARGV[4], ARGV[5]).
+local key = KEYS[1]
+local now_s = ARGV[2]
+local server_time = now_s == ''
+if server_time then
   local t = redis.call('TIME')
-  now = t[1] * 1000 + math.floor(t[2] / 1000)
+  now_s = t[1] .. string.sub('00000' .. t[2], -6, -4)
 end
+local now, window = tonumber(now_s), tonumber(ARGV[3])
+local edge = now - window
 
-local count, blocking = {}, {}
-local admitted = 1
-for i = 1, #KEYS do
-  local limit, window, cost = tonumber(ARGV[3 * i]), tonumber(ARGV[3 * i + 1]), tonumber(ARGV[3 * i + 2])
-  local n = redis.call('ZCARD', KEYS[i])
-  local k = n + cost - limit
-  count[i] = n
-  if k > 0 then
-    local t = tonumber(redis.call('ZRANGE', KEYS[i], k - 1, k - 1, 'WITHSCORES')[2])
-    if t > now - window then
-      blocking[i] = t
-      admitted = 0
+local blocking = redis.call('ZRANGE', key, ARGV[5], ARGV[5])[1]
+if blocking then
+  blocking = tonumber(string.match(blocking, '^%d+'))
+  if blocking > edge then
+    -- With cost 1 a denial means the window holds `limit` or more: nothing remains.
+    local remaining = 0
+    if ARGV[6] ~= '1' then
+      remaining = math.max(tonumber(ARGV[7]) - redis.call('ZCOUNT', key, '(' .. edge, '+inf'), 0)
     end
-  end
-end
-
-local out = {admitted}
-for i = 1, #KEYS do
-  local key = KEYS[i]
-  local limit, window, cost = tonumber(ARGV[3 * i]), tonumber(ARGV[3 * i + 1]), tonumber(ARGV[3 * i + 2])
-  local edge = now - window
-  local n = count[i]
-  if admitted == 1 then
-    local live = n - redis.call('ZREMRANGEBYSCORE', key, '-inf', edge)
-    if cost == 1 then
-      redis.call('ZADD', key, now, ARGV[1])
+    local reset
+    if server_time then
+      -- Every admission sets the TTL to one window, so it runs out when the newest entry leaves.
+      reset = redis.call('PTTL', key)
     else
-      local args = {}
-      for j = 1, cost do
-        args[2 * j - 1] = now
-        args[2 * j] = ARGV[1] .. ':' .. j
-      end
-      redis.call('ZADD', key, unpack(args))
+      reset = tonumber(string.match(redis.call('ZRANGE', key, '-1', '-1')[1], '^%d+')) + window - now
     end
-    redis.call('PEXPIRE', key, window)
-    out[4 * i - 2], out[4 * i - 1], out[4 * i], out[4 * i + 1] = 1, limit - live - cost, window, -1
-  else
-    -- Read-only: the live count and the newest entry. Expired entries sit before the blocking
-    -- one; when it is the oldest (k == 1) there are none.
-    local expired = 0
-    if n > 0 and not (blocking[i] and n + cost - limit == 1) then
-      expired = redis.call('ZCOUNT', key, '-inf', edge)
-    end
-    local live, reset = n - expired, 0
-    if live > 0 then
-      reset = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2]) + window - now
-    end
-    local fits, retry = 1, -1
-    if blocking[i] then
-      fits, retry = 0, blocking[i] + window - now
-    end
-    out[4 * i - 2], out[4 * i - 1], out[4 * i], out[4 * i + 1] = fits, limit - live, reset, retry
+    return {0, remaining, reset, blocking + window - now}
   end
 end
-return out
+
+local live = redis.call('ZCARD', key) - redis.call('ZREMRANGEBYSCORE', key, '-inf', edge)
+local member = now_s .. ':' .. ARGV[1]
+if ARGV[6] == '1' then
+  redis.call('ZADD', key, now_s, member)
+else
+  local args = {}
+  for i = 1, tonumber(ARGV[6]) do
+    args[2 * i - 1] = now_s
+    args[2 * i] = member .. ':' .. i
+  end
+  redis.call('ZADD', key, unpack(args))
+end
+redis.call('PEXPIRE', key, ARGV[3])
+return {1, tonumber(ARGV[4]) - live, window, -1}

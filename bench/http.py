@@ -1,0 +1,122 @@
+#!/usr/bin/env python3
+"""The service over HTTP on loopback, side by side in one run (issue: server benchmarks).
+
+  1. memory backend: `slidegate serve` vs the bare axum baseline (examples/bare_axum.rs, a fixed
+     decision-sized JSON answer), both driven by wrk with the same script and 64 connections;
+     plus `slidegate bench --target http://…` against the service.
+  2. Redis backend: the library straight at Redis (`slidegate bench --target redis://…`) vs the
+     same load through the service (`--target http://…`), 64 in flight: what HTTP adds to p99.
+Shapes: one hot key (W1, 100 per 10 s) and 10,000 uniform keys (W2, 100 per 60 s).
+Servers on CPU 1, load generators on CPU 0 (2-core machine). Loopback only; all processes ours.
+
+    cargo build --release -p slidegate-server --example bare_axum && python3 bench/http.py [--reps 3]
+"""
+import argparse, json, os, re, socket, statistics, subprocess, sys, tempfile, time, urllib.request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REL = os.path.join(ROOT, "target", "release")
+SHAPES = {"W1": (1, "10s"), "W2": (10_000, "60s")}
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(url):
+    for _ in range(300):
+        try:
+            urllib.request.urlopen(url, timeout=0.5)
+            return
+        except Exception:
+            time.sleep(0.02)
+    raise SystemExit(f"{url} did not come up")
+
+
+def start(cmd, health):
+    p = subprocess.Popen(["taskset", "-c", "1", *cmd], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_http(health)
+    return p
+
+
+def stop(p):
+    p.terminate()
+    p.wait(10)
+
+
+def wrk(url, keys, window, seconds):
+    env = dict(os.environ, SLIDEGATE_KEYS=str(keys), SLIDEGATE_WINDOW=window)
+    out = subprocess.run(["taskset", "-c", "0", "wrk", "-t1", "-c64", f"-d{seconds}s", "--latency", "-s",
+                          os.path.join(ROOT, "bench", "check.lua"), url], capture_output=True, text=True, env=env).stdout
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    def us(label):
+        m = re.search(rf"^\s+{label}%\s+([\d.]+)(us|ms|s)\s*$", out, re.M)
+        return float(m.group(1)) * {"us": 1, "ms": 1e3, "s": 1e6}[m.group(2)]
+    return {"rps": rps, "p50_us": us("50"), "p99_us": us("99")}
+
+
+def bench(target, keys, window, seconds):
+    out = subprocess.run(["taskset", "-c", "0", os.path.join(REL, "slidegate"), "bench", "--target", target, "--keys",
+                          str(keys), "--concurrency", "64", "--duration", f"{seconds}s", "--limit", "100", "--window",
+                          window, "--json"], capture_output=True, text=True).stdout
+    v = json.loads(out)
+    return {"rps": v["decisions_per_sec"], "p50_us": v["p50_us"], "p99_us": v["p99_us"], "errors": v["errors"]}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--seconds", type=int, default=4)
+    a = ap.parse_args()
+    redis_port = free_port()
+    redis_dir = tempfile.mkdtemp(prefix="slidegate-bench-")
+    redis = subprocess.Popen(["taskset", "-c", "1", "redis-server", "--port", str(redis_port), "--bind", "127.0.0.1",
+                              "--save", "", "--appendonly", "no", "--dir", redis_dir], stdout=subprocess.DEVNULL)
+    redis_url = f"redis://127.0.0.1:{redis_port}"
+    time.sleep(0.3)
+    flush = lambda: subprocess.run(["redis-cli", "-p", str(redis_port), "FLUSHALL"], capture_output=True)
+    rows = {}
+    try:
+        for rep in range(a.reps):
+            for shape, (keys, window) in SHAPES.items():
+                r = {}
+                port = free_port()
+                p = start([os.path.join(REL, "slidegate"), "serve", "--http", f"127.0.0.1:{port}"], f"http://127.0.0.1:{port}/healthz")
+                r["serve_wrk"] = wrk(f"http://127.0.0.1:{port}/v1/check", keys, window, a.seconds)
+                stop(p)
+                p = start([os.path.join(REL, "slidegate"), "serve", "--http", f"127.0.0.1:{port}"], f"http://127.0.0.1:{port}/healthz")
+                r["serve_bench"] = bench(f"http://127.0.0.1:{port}", keys, window, a.seconds)
+                stop(p)
+                bport = free_port()
+                p = subprocess.Popen(["taskset", "-c", "1", os.path.join(REL, "examples", "bare_axum"), f"127.0.0.1:{bport}"])
+                time.sleep(0.3)
+                r["bare_wrk"] = wrk(f"http://127.0.0.1:{bport}/v1/check", keys, window, a.seconds)
+                stop(p)
+                flush()
+                r["redis_lib"] = bench(redis_url, keys, window, a.seconds)
+                flush()
+                p = start([os.path.join(REL, "slidegate"), "serve", "--http", f"127.0.0.1:{port}", "--redis", redis_url],
+                          f"http://127.0.0.1:{port}/healthz")
+                r["redis_http"] = bench(f"http://127.0.0.1:{port}", keys, window, a.seconds)
+                stop(p)
+                rows.setdefault(shape, []).append(r)
+                print(f"rep {rep + 1} {shape}: {json.dumps(r)}", file=sys.stderr)
+    finally:
+        redis.terminate()
+    med = statistics.median
+    print("| shape | bare axum, wrk (req/s) | slidegate memory, wrk (req/s) | ratio (target ≥ 0.7) | slidegate memory, slidegate bench (dec/s · p99 µs) "
+          "| Redis via library (dec/s · p99 µs) | Redis via HTTP (dec/s · p99 µs) | p99 HTTP / library (target ≤ 1.25) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for shape, reps in rows.items():
+        g = lambda k, f: med([x[k][f] for x in reps])
+        ratio = med([x["serve_wrk"]["rps"] / x["bare_wrk"]["rps"] for x in reps])
+        p99 = med([x["redis_http"]["p99_us"] / x["redis_lib"]["p99_us"] for x in reps])
+        print(f"| {shape} | {g('bare_wrk', 'rps'):,.0f} | {g('serve_wrk', 'rps'):,.0f} | **{ratio:.2f}** "
+              f"| {g('serve_bench', 'rps'):,.0f} · {g('serve_bench', 'p99_us'):,.0f} "
+              f"| {g('redis_lib', 'rps'):,.0f} · {g('redis_lib', 'p99_us'):,.0f} "
+              f"| {g('redis_http', 'rps'):,.0f} · {g('redis_http', 'p99_us'):,.0f} | **{p99:.2f}** |")
+
+
+if __name__ == "__main__":
+    main()
