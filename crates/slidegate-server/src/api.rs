@@ -4,13 +4,14 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use ::metrics::Histogram;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, PathRejection};
-use axum::extract::{DefaultBodyLimit, MatchedPath, Path, Query, Request, State};
+use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{MethodRouter, get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -18,34 +19,41 @@ use slidegate::{Check, Decision, Quota};
 
 use crate::app::App;
 use crate::config::{INLINE_RULE, parse_duration};
-use crate::metrics;
+use crate::metrics::{self, DecisionCounters};
 
 /// The largest request body accepted (a multi-check of 16 long keys fits easily).
 pub const MAX_BODY: usize = 64 * 1024;
 
 /// The service's routes over `app`.
 pub fn router(app: Arc<App>) -> Router {
-    Router::new()
-        .route("/v1/check", post(check))
-        .route("/v1/rules", get(rules))
-        .route("/v1/keys/{rule}/{key}", get(inspect_key).delete(reset_key))
-        .route("/metrics", get(render_metrics))
-        .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
-        .route("/readyz", get(ready))
+    // Each route's latency histogram is registered here, once, not looked up per request.
+    let timed = |route: &'static str, handler: MethodRouter<Arc<App>>| {
+        let histogram = ::metrics::histogram!(metrics::HTTP_SECONDS, "route" => route);
+        (route, handler.layer(middleware::from_fn_with_state(histogram, time_request)))
+    };
+    let routes = [
+        timed("/v1/check", post(check)),
+        timed("/v1/rules", get(rules)),
+        timed("/v1/keys/{rule}/{key}", get(inspect_key).delete(reset_key)),
+        timed("/metrics", get(render_metrics)),
+        timed("/healthz", get(|| async { Json(json!({"status": "ok"})) })),
+        timed("/readyz", get(ready)),
+    ];
+    routes
+        .into_iter()
+        .fold(Router::new(), |router, (path, handler)| router.route(path, handler))
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such endpoint") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "method not allowed here")
         })
         .layer(DefaultBodyLimit::max(MAX_BODY))
-        .layer(middleware::from_fn(time_request))
         .with_state(app)
 }
 
-async fn time_request(request: Request, next: Next) -> Response {
-    let route = request.extensions().get::<MatchedPath>().map_or("other", |p| p.as_str()).to_owned();
+async fn time_request(State(histogram): State<Histogram>, request: Request, next: Next) -> Response {
     let started = Instant::now();
     let response = next.run(request).await;
-    ::metrics::histogram!(metrics::HTTP_SECONDS, "route" => route).record(started.elapsed().as_secs_f64());
+    histogram.record(started.elapsed().as_secs_f64());
     response
 }
 
@@ -128,6 +136,7 @@ struct Resolved {
     key: String,
     quota: Quota,
     cost: u64,
+    counters: Option<DecisionCounters>,
 }
 
 impl CheckBody {
@@ -175,8 +184,12 @@ impl CheckBody {
         slidegate::validate_key(&key)?;
         // `<rule>:{<key>}`: readable for operators, unambiguous (rule names hold no `:`), and a
         // hash tag, so one rule's key stays in one Redis Cluster slot.
-        let key = format!("{policy}:{{{key}}}");
-        Ok(Resolved { policy, key, quota, cost: self.cost.unwrap_or(1) })
+        let mut backend_key = String::with_capacity(policy.len() + key.len() + 3);
+        for part in [policy.as_str(), ":{", key.as_str(), "}"] {
+            backend_key.push_str(part);
+        }
+        let counters = app.live().counters(&policy).cloned();
+        Ok(Resolved { policy, key: backend_key, quota, cost: self.cost.unwrap_or(1), counters })
     }
 }
 
@@ -220,30 +233,54 @@ fn ceil_secs(d: Duration) -> u64 {
 /// `RateLimit-Policy` and `RateLimit` (draft-ietf-httpapi-ratelimit-headers-09/-10 structured
 /// fields, one list member per policy) and, on a denial, `Retry-After`.
 fn rate_limit_headers(items: &[(&str, &Quota, &Decision)], retry_after: Option<Duration>) -> HeaderMap {
-    let policy = items
-        .iter()
-        .map(|(name, q, _)| format!("\"{name}\";q={};w={}", q.limit(), ceil_secs(q.window()).max(1)))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let state = items
-        .iter()
-        .map(|(name, _, d)| {
-            format!("\"{name}\";r={};t={}", d.remaining, ceil_secs(d.retry_after.unwrap_or(d.reset_after)))
-        })
-        .collect::<Vec<_>>()
-        .join(", ");
-    let mut headers = HeaderMap::new();
+    let (mut policy, mut state) = (String::with_capacity(40 * items.len()), String::with_capacity(40 * items.len()));
+    for (i, (name, q, d)) in items.iter().enumerate() {
+        if i > 0 {
+            policy.push_str(", ");
+            state.push_str(", ");
+        }
+        for (out, a, b, c, d) in [
+            (&mut policy, ";q=", q.limit(), ";w=", ceil_secs(q.window()).max(1)),
+            (&mut state, ";r=", d.remaining, ";t=", ceil_secs(d.retry_after.unwrap_or(d.reset_after))),
+        ] {
+            out.push('"');
+            out.push_str(name);
+            out.push('"');
+            out.push_str(a);
+            push_u64(out, b);
+            out.push_str(c);
+            push_u64(out, d);
+        }
+    }
+    let mut headers = HeaderMap::with_capacity(3);
     let mut put = |name: &'static str, value: String| {
-        if let Ok(v) = HeaderValue::from_str(&value) {
+        if let Ok(v) = HeaderValue::try_from(value) {
             headers.insert(HeaderName::from_static(name), v);
         }
     };
     put("ratelimit-policy", policy);
     put("ratelimit", state);
     if let Some(r) = retry_after {
-        put("retry-after", ceil_secs(r).max(1).to_string());
+        let mut secs = String::new();
+        push_u64(&mut secs, ceil_secs(r).max(1));
+        put("retry-after", secs);
     }
     headers
+}
+
+/// Appends `n` in decimal, without the formatting machinery (this runs on every request).
+fn push_u64(out: &mut String, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend(digits[i..].iter().map(|&d| char::from(d)));
 }
 
 async fn check(State(app): State<Arc<App>>, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
@@ -262,31 +299,26 @@ async fn check(State(app): State<Arc<App>>, body: Result<Bytes, BytesRejection>)
     }
 }
 
-fn count_decision(rule: &str, allowed: bool) {
-    let result = if allowed { "allowed" } else { "denied" };
-    ::metrics::counter!(metrics::DECISIONS, "rule" => rule.to_owned(), "result" => result).increment(1);
-}
-
-async fn timed_backend<T>(app: &App, call: impl Future<Output = T>) -> T {
-    let started = Instant::now();
-    let out = call.await;
-    ::metrics::histogram!(metrics::BACKEND_SECONDS, "backend" => app.limiter.backend().name())
-        .record(started.elapsed().as_secs_f64());
-    out
+impl Resolved {
+    fn count(&self, allowed: bool) {
+        if let Some(c) = &self.counters {
+            c.count(allowed);
+        }
+    }
 }
 
 async fn check_one(app: &App, r: Resolved) -> Result<Response, ApiError> {
-    let d = timed_backend(app, app.limiter.check_cost(&r.key, &r.quota, r.cost)).await?;
-    count_decision(&r.policy, d.allowed);
+    let d = app.timed(app.limiter.check_cost(&r.key, &r.quota, r.cost)).await?;
+    r.count(d.allowed);
     let headers = rate_limit_headers(&[(&r.policy, &r.quota, &d)], d.retry_after);
     Ok((headers, Json(DecisionBody::new(&r.policy, &d))).into_response())
 }
 
 async fn check_many(app: &App, resolved: &[Resolved]) -> Result<Response, ApiError> {
     let checks: Vec<Check<'_>> = resolved.iter().map(|r| Check::new(&r.key, r.quota).with_cost(r.cost)).collect();
-    let group = timed_backend(app, app.limiter.check_all(&checks)).await?;
+    let group = app.timed(app.limiter.check_all(&checks)).await?;
     for r in resolved {
-        count_decision(&r.policy, group.allowed);
+        r.count(group.allowed);
     }
     let items: Vec<_> = resolved.iter().zip(&group.decisions).map(|(r, d)| (r.policy.as_str(), &r.quota, d)).collect();
     let headers = rate_limit_headers(&items, group.retry_after());
@@ -363,7 +395,7 @@ async fn inspect_key(
     Query(q): Query<TierQuery>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let (rule, backend_key, quota) = admin_target(&app, &headers, path, q.tier.as_deref())?;
-    let state = timed_backend(&app, app.limiter.inspect(&backend_key, &quota)).await?;
+    let state = app.timed(app.limiter.inspect(&backend_key, &quota)).await?;
     Ok(Json(json!({
         "rule": rule,
         "key": backend_key,
@@ -381,7 +413,7 @@ async fn reset_key(
     path: Result<Path<(String, String)>, PathRejection>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let (rule, backend_key, _) = admin_target(&app, &headers, path, None)?;
-    timed_backend(&app, app.limiter.reset(&backend_key)).await?;
+    app.timed(app.limiter.reset(&backend_key)).await?;
     Ok(Json(json!({"rule": rule, "key": backend_key, "reset": true})))
 }
 

@@ -1,15 +1,17 @@
 //! The running service's shared state: the limiter and the live configuration, swapped whole
 //! on reload.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, PoisonError, RwLock};
 
+use ::metrics::Histogram;
 use slidegate::{Limiter, MemoryBackend, RedisBackend};
 use tracing::{info, warn};
 
 use crate::backend::AnyBackend;
-use crate::config::{BackendConfig, Config, ConfigError, Rules};
-use crate::metrics;
+use crate::config::{BackendConfig, Config, ConfigError, INLINE_RULE, Rules};
+use crate::metrics::{self, DecisionCounters};
 
 /// What a reload may change: the rules and the admin token. The backend is fixed at start.
 #[derive(Debug)]
@@ -18,6 +20,25 @@ pub struct Live {
     pub rules: Rules,
     /// The admin token of the key endpoints.
     pub admin_token: Option<String>,
+    /// Decision counters by rule name, inline checks under [`INLINE_RULE`].
+    counters: HashMap<String, DecisionCounters>,
+}
+
+impl Live {
+    fn new(rules: Rules, admin_token: Option<String>) -> Self {
+        let counters = rules
+            .iter()
+            .map(|r| r.name.as_str())
+            .chain([INLINE_RULE])
+            .map(|name| (name.to_owned(), DecisionCounters::new(name)))
+            .collect();
+        Self { rules, admin_token, counters }
+    }
+
+    /// The decision counters of `rule` (a rule of these rules, or the inline one).
+    pub fn counters(&self, rule: &str) -> Option<&DecisionCounters> {
+        self.counters.get(rule)
+    }
 }
 
 /// Shared by every request. Readers take an `Arc` of the live configuration under a read lock
@@ -30,6 +51,7 @@ pub struct App {
     live: RwLock<Arc<Live>>,
     config_path: Option<PathBuf>,
     backend_config: BackendConfig,
+    backend_seconds: Histogram,
 }
 
 impl App {
@@ -48,8 +70,9 @@ impl App {
         let _ = metrics::handle();
         ::metrics::gauge!(metrics::RULES).set(config.rules.len() as f64);
         Ok(Self {
+            backend_seconds: ::metrics::histogram!(metrics::BACKEND_SECONDS, "backend" => backend.name()),
             limiter: Limiter::new(backend),
-            live: RwLock::new(Arc::new(Live { rules: config.rules, admin_token: config.admin_token })),
+            live: RwLock::new(Arc::new(Live::new(config.rules, config.admin_token))),
             config_path,
             backend_config: config.backend,
         })
@@ -58,6 +81,14 @@ impl App {
     /// The configuration in force now.
     pub fn live(&self) -> Arc<Live> {
         Arc::clone(&self.live.read().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Runs one backend call, recording its duration.
+    pub async fn timed<T>(&self, call: impl Future<Output = T>) -> T {
+        let started = std::time::Instant::now();
+        let out = call.await;
+        self.backend_seconds.record(started.elapsed().as_secs_f64());
+        out
     }
 
     /// The rules file, when the service has one.
@@ -81,7 +112,7 @@ impl App {
         let rules = config.rules.len();
         ::metrics::gauge!(metrics::RULES).set(rules as f64);
         *self.live.write().unwrap_or_else(PoisonError::into_inner) =
-            Arc::new(Live { rules: config.rules, admin_token: config.admin_token });
+            Arc::new(Live::new(config.rules, config.admin_token));
         info!(path = %path.display(), rules, "rules reloaded");
         Ok(rules)
     }

@@ -13,6 +13,11 @@ use slidegate_server::bench::{self, BenchOptions};
 use slidegate_server::config::{Config, parse_duration};
 use slidegate_server::server::{self, ServeOptions};
 
+// The service allocates a few small buffers per request (JSON in and out, headers); mimalloc
+// serves them faster than glibc's allocator under two threads (see BENCHMARKS.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "slidegate",

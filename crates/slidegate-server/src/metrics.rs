@@ -2,6 +2,7 @@
 
 use std::sync::OnceLock;
 
+use metrics::Counter;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 /// Decisions by rule and result (`allowed` / `denied`).
@@ -37,4 +38,27 @@ pub fn handle() -> PrometheusHandle {
             }
         })
         .clone()
+}
+
+/// One rule's decision counters, registered once so that counting is an atomic add, not a
+/// label allocation and a registry lookup per request.
+#[derive(Debug, Clone)]
+pub struct DecisionCounters {
+    allowed: Counter,
+    denied: Counter,
+}
+
+impl DecisionCounters {
+    /// The counters of `rule`.
+    pub fn new(rule: &str) -> Self {
+        Self {
+            allowed: metrics::counter!(DECISIONS, "rule" => rule.to_owned(), "result" => "allowed"),
+            denied: metrics::counter!(DECISIONS, "rule" => rule.to_owned(), "result" => "denied"),
+        }
+    }
+
+    /// Counts one decision.
+    pub fn count(&self, allowed: bool) {
+        if allowed { &self.allowed } else { &self.denied }.increment(1);
+    }
 }

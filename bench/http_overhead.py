@@ -9,7 +9,7 @@
 Shapes: one hot key (W1, 100 per 10 s) and 10,000 uniform keys (W2, 100 per 60 s).
 Servers on CPU 1, load generators on CPU 0 (2-core machine). Loopback only; all processes ours.
 
-    cargo build --release -p slidegate-server --example bare_axum && python3 bench/http.py [--reps 3]
+    cargo build --release -p slidegate-server --example bare_axum && python3 bench/http_overhead.py [--reps 3]
 """
 import argparse, json, os, re, socket, statistics, subprocess, sys, tempfile, time, urllib.request
 
@@ -34,8 +34,8 @@ def wait_http(url):
     raise SystemExit(f"{url} did not come up")
 
 
-def start(cmd, health):
-    p = subprocess.Popen(["taskset", "-c", "1", *cmd], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def start(cmd, health, cpus="1"):
+    p = subprocess.Popen(["taskset", "-c", cpus, *cmd], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_http(health)
     return p
 
@@ -96,8 +96,9 @@ def main():
                 flush()
                 r["redis_lib"] = bench(redis_url, keys, window, a.seconds)
                 flush()
+                # Three processes on two cores: the server is left to the scheduler here.
                 p = start([os.path.join(REL, "slidegate"), "serve", "--http", f"127.0.0.1:{port}", "--redis", redis_url],
-                          f"http://127.0.0.1:{port}/healthz")
+                          f"http://127.0.0.1:{port}/healthz", cpus="0,1")
                 r["redis_http"] = bench(f"http://127.0.0.1:{port}", keys, window, a.seconds)
                 stop(p)
                 rows.setdefault(shape, []).append(r)
