@@ -1,6 +1,8 @@
 //! The memory backend beside governor (in-memory GCRA), on the peers harness' shapes:
 //! W1 one hot key, 100 per 10 s (nearly every decision a denial); W2 10,000 keys drawn
-//! uniformly, 100 per 60 s. One thread, and two threads sharing one limiter.
+//! uniformly, 100 per 60 s, in rounds of at most 500,000 decisions on a fresh limiter whose keys
+//! were touched once beforehand (untimed), so that nearly every decision is an admission, as in
+//! `../shared/peers`. One thread, and two threads sharing one limiter.
 
 // criterion_group! and criterion_main! generate undocumented items.
 #![allow(missing_docs)]
@@ -47,21 +49,38 @@ fn governor_limiter(shape: &Shape) -> DefaultKeyedRateLimiter<String> {
     RateLimiter::keyed(quota)
 }
 
-/// Runs `iters` decisions split over `threads` threads; returns the wall time.
-fn run_threads(threads: u64, iters: u64, decide: impl Fn(u64, &mut u64) + Sync) -> Duration {
-    let start = Instant::now();
-    std::thread::scope(|s| {
-        for t in 0..threads {
-            let decide = &decide;
-            s.spawn(move || {
-                let mut rng = 0x9E37_79B9_7F4A_7C15 ^ (t + 1);
-                for i in 0..iters / threads {
-                    decide(i, &mut rng);
-                }
-            });
-        }
-    });
-    start.elapsed()
+/// Decisions per round at most: W2 keys then hold at most ~50 entries on average.
+const ROUND: u64 = 500_000;
+
+/// Runs `iters` decisions split over `threads` threads, in rounds of at most [`ROUND`] on a
+/// fresh limiter from `fresh` (untimed); returns the wall time of the decisions.
+fn run_rounds<L: Sync>(
+    threads: u64,
+    iters: u64,
+    fresh: impl Fn() -> L,
+    decide: impl Fn(&L, &mut u64) + Sync,
+) -> Duration {
+    let mut total = Duration::ZERO;
+    let mut left = iters;
+    while left > 0 {
+        let n = left.min(ROUND);
+        left -= n;
+        let limiter = fresh();
+        let start = Instant::now();
+        std::thread::scope(|s| {
+            for t in 0..threads {
+                let (decide, limiter) = (&decide, &limiter);
+                s.spawn(move || {
+                    let mut rng = 0x9E37_79B9_7F4A_7C15 ^ (t + 1);
+                    for _ in 0..n / threads {
+                        decide(limiter, &mut rng);
+                    }
+                });
+            }
+        });
+        total += start.elapsed();
+    }
+    total
 }
 
 fn bench(c: &mut Criterion) {
@@ -71,18 +90,30 @@ fn bench(c: &mut Criterion) {
         let quota = Quota::new(u64::from(shape.limit), shape.window).expect("quota");
         let n = shape.keys.len();
         for threads in [1, 2] {
-            let backend = MemoryBackend::new();
+            let fresh_slidegate = || {
+                let backend = MemoryBackend::new();
+                for key in &shape.keys {
+                    backend.check_now(key, &quota, 1);
+                }
+                backend
+            };
             group.bench_function(format!("slidegate sliding log, {threads} thread(s)"), |b| {
                 b.iter_custom(|iters| {
-                    run_threads(threads, iters, |_, rng| {
+                    run_rounds(threads, iters, fresh_slidegate, |backend, rng| {
                         black_box(backend.check_now(&shape.keys[next_index(rng, n)], &quota, 1));
                     })
                 });
             });
-            let governor = governor_limiter(&shape);
+            let fresh_governor = || {
+                let governor = governor_limiter(&shape);
+                for key in &shape.keys {
+                    let _ = governor.check_key(key);
+                }
+                governor
+            };
             group.bench_function(format!("governor GCRA, {threads} thread(s)"), |b| {
                 b.iter_custom(|iters| {
-                    run_threads(threads, iters, |_, rng| {
+                    run_rounds(threads, iters, fresh_governor, |governor, rng| {
                         let _ = black_box(governor.check_key(&shape.keys[next_index(rng, n)]));
                     })
                 });

@@ -6,10 +6,11 @@
 //! is the right tool (an async mutex would only add overhead).
 //!
 //! Memory is bounded without a background task: after each sweep a shard counts down as many
-//! operations as it then held keys (at least 64) and sweeps again, dropping keys whose newest
-//! admission has left the window. A sweep therefore costs at most two key visits per operation,
-//! amortized, and a shard never holds more than about twice the keys that were live at its last
-//! sweep plus those created since.
+//! operations as it then held keys (at least 64), and once that budget is spent and at least
+//! 100 ms have passed, sweeps again, dropping keys whose newest admission has left the window.
+//! A sweep therefore costs at most two key visits per operation, amortized, and a shard holds
+//! the keys live at its last sweep plus at most those created since (one per operation, over at
+//! most the larger of its key count in operations and 100 ms).
 
 use std::collections::VecDeque;
 use std::hash::{BuildHasher, RandomState};
@@ -24,6 +25,14 @@ use crate::{Backend, Check, Decision, Error, KeyState, MultiDecision, Quota};
 
 /// A shard sweeps at the earliest after this many operations, however few keys it holds.
 const MIN_OPS_BETWEEN_SWEEPS: usize = 64;
+
+/// A shard sweeps at most ten times a second: under millions of operations a second, sweeping
+/// at every budget would visit a key per operation for nothing.
+const MIN_MS_BETWEEN_SWEEPS: u64 = 100;
+
+/// Room for this many admissions is reserved when a key first appears, sparing the early
+/// regrowths of its log.
+const INITIAL_LOG_CAPACITY: usize = 8;
 
 /// The in-process backend. Cheap to clone: clones share their state.
 ///
@@ -62,11 +71,12 @@ struct Shard(Mutex<Table>);
 struct Table {
     keys: HashTable<KeyLog>,
     ops_until_sweep: usize,
+    next_sweep_ms: u64,
 }
 
 impl Default for Table {
     fn default() -> Self {
-        Self { keys: HashTable::new(), ops_until_sweep: MIN_OPS_BETWEEN_SWEEPS }
+        Self { keys: HashTable::new(), ops_until_sweep: MIN_OPS_BETWEEN_SWEEPS, next_sweep_ms: 0 }
     }
 }
 
@@ -216,8 +226,8 @@ fn lock(shard: &Shard) -> std::sync::MutexGuard<'_, Table> {
 impl Table {
     /// Counts one operation and sweeps when the budget since the last sweep is spent.
     fn count_op(&mut self, now: u64) {
-        self.ops_until_sweep -= 1;
-        if self.ops_until_sweep == 0 {
+        self.ops_until_sweep = self.ops_until_sweep.saturating_sub(1);
+        if self.ops_until_sweep == 0 && now >= self.next_sweep_ms {
             self.sweep(now);
         }
     }
@@ -225,14 +235,20 @@ impl Table {
     fn sweep(&mut self, now: u64) {
         self.keys.retain(|k| k.expires_at > now);
         self.ops_until_sweep = self.keys.len().max(MIN_OPS_BETWEEN_SWEEPS);
+        self.next_sweep_ms = now + MIN_MS_BETWEEN_SWEEPS;
     }
 
     fn get_or_insert(&mut self, hash: u64, key: &str) -> &mut KeyLog {
         match self.keys.entry(hash, |k| &*k.key == key, |k| k.hash) {
             TableEntry::Occupied(e) => e.into_mut(),
-            TableEntry::Vacant(e) => {
-                e.insert(KeyLog { hash, key: key.into(), log: VecDeque::new(), expires_at: 0 }).into_mut()
-            }
+            TableEntry::Vacant(e) => e
+                .insert(KeyLog {
+                    hash,
+                    key: key.into(),
+                    log: VecDeque::with_capacity(INITIAL_LOG_CAPACITY),
+                    expires_at: 0,
+                })
+                .into_mut(),
         }
     }
 }
