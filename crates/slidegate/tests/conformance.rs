@@ -148,33 +148,47 @@ fn scenarios() -> impl Strategy<Value = Scenario> {
         // Gaps mostly inside the window, sometimes a whole window or more.
         let gap = prop_oneof![4 => 0..=window_ms / 4, 1 => 0..=window_ms * 2];
         let request = (gap, 1..=limit);
-        prop::collection::vec(request, 1..80).prop_map(move |steps| {
-            let mut t = 0;
-            let requests = steps
-                .into_iter()
-                .map(|(gap, cost)| {
-                    t += gap;
-                    (t, cost)
-                })
-                .collect();
-            Scenario { limit, window_ms, start_ms: EPOCH_2026, requests }
+        prop::collection::vec(request, 1..80).prop_map(move |steps| Scenario {
+            limit,
+            window_ms,
+            start_ms: EPOCH_2026,
+            requests: timeline(steps),
         })
     })
 }
 
-#[test]
-fn random_scenarios_agree() {
+/// Turns `(gap since the previous request, what it asks)` steps into absolute times.
+fn timeline<T>(steps: Vec<(u64, T)>) -> Vec<(u64, T)> {
+    let mut t = 0;
+    steps
+        .into_iter()
+        .map(|(gap, ask)| {
+            t += gap;
+            (t, ask)
+        })
+        .collect()
+}
+
+/// Runs `cases` generated scenarios through `agree` (given the scenario and a case number for
+/// fresh keys) against one set of backends.
+fn run_property<S: Strategy>(cases: u32, strategy: &S, agree: &impl AsyncFn(&Backends, S::Value, u32)) {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let b = rt.block_on(Backends::start());
-    let mut runner = TestRunner::new(Config { cases: 128, failure_persistence: None, ..Config::default() });
+    let mut runner = TestRunner::new(Config { cases, failure_persistence: None, ..Config::default() });
     let case = std::sync::atomic::AtomicU32::new(0);
     runner
-        .run(&scenarios(), |s| {
-            let n = case.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            rt.block_on(b.agree(&s, &format!("prop{n}")));
+        .run(strategy, |s| {
+            rt.block_on(agree(&b, s, case.fetch_add(1, std::sync::atomic::Ordering::Relaxed)));
             Ok(())
         })
         .expect("all implementations agree");
+}
+
+#[test]
+fn random_scenarios_agree() {
+    run_property(128, &scenarios(), &async |b, s, n| {
+        b.agree(&s, &format!("prop{n}")).await;
+    });
 }
 
 /// Several limits decided together: `quotas[i] = (limit, window_ms)` on key i; each request
@@ -189,17 +203,8 @@ fn multi_scenarios() -> impl Strategy<Value = MultiScenario> {
     prop::collection::vec((1u64..=8, 1u64..=2_000), 1..=3).prop_flat_map(|quotas| {
         let costs: Vec<_> = quotas.iter().map(|&(limit, _)| 1..=limit).collect();
         let request = (0u64..=400, costs);
-        prop::collection::vec(request, 1..50).prop_map(move |steps| {
-            let mut t = 0;
-            let requests = steps
-                .into_iter()
-                .map(|(gap, costs)| {
-                    t += gap;
-                    (t, costs)
-                })
-                .collect();
-            MultiScenario { quotas: quotas.clone(), requests }
-        })
+        prop::collection::vec(request, 1..50)
+            .prop_map(move |steps| MultiScenario { quotas: quotas.clone(), requests: timeline(steps) })
     })
 }
 
@@ -235,15 +240,5 @@ impl Backends {
 
 #[test]
 fn random_multi_limit_scenarios_agree() {
-    let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let b = rt.block_on(Backends::start());
-    let mut runner = TestRunner::new(Config { cases: 64, failure_persistence: None, ..Config::default() });
-    let case = std::sync::atomic::AtomicU32::new(0);
-    runner
-        .run(&multi_scenarios(), |s| {
-            let n = case.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            rt.block_on(b.agree_multi(&s, n));
-            Ok(())
-        })
-        .expect("all implementations agree on multi-limit checks");
+    run_property(64, &multi_scenarios(), &async |b, s, n| b.agree_multi(&s, n).await);
 }

@@ -144,18 +144,16 @@ async fn admissions_in_one_millisecond_are_never_merged() {
     assert_eq!(d.remaining, 1_000 - expected - 1);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sixty_four_tasks_admit_exactly_the_limit() {
-    let server = RedisServer::start();
-    let limiter = Arc::new(limiter(&server).await);
-    let q = quota(100, 60_000);
-    let tasks: Vec<_> = (0..64)
+/// `tasks` concurrent tasks each check `key` `each` times; returns how many were admitted.
+async fn admitted_by_tasks(limiter: Limiter<RedisBackend>, key: &'static str, q: Quota, tasks: u32, each: u32) -> u32 {
+    let limiter = Arc::new(limiter);
+    let tasks: Vec<_> = (0..tasks)
         .map(|_| {
             let limiter = Arc::clone(&limiter);
             tokio::spawn(async move {
                 let mut admitted = 0;
-                for _ in 0..20 {
-                    admitted += u32::from(limiter.check("hot", &q).await.expect("check").allowed);
+                for _ in 0..each {
+                    admitted += u32::from(limiter.check(key, &q).await.expect("check").allowed);
                 }
                 admitted
             })
@@ -165,6 +163,13 @@ async fn sixty_four_tasks_admit_exactly_the_limit() {
     for t in tasks {
         admitted += t.await.expect("task");
     }
+    admitted
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixty_four_tasks_admit_exactly_the_limit() {
+    let server = RedisServer::start();
+    let admitted = admitted_by_tasks(limiter(&server).await, "hot", quota(100, 60_000), 64, 20).await;
     assert_eq!(admitted, 100, "of 1,280 concurrent checks");
     assert_eq!(server.query::<u64>(&["ZCARD", "slidegate:hot"]), 100);
 }
@@ -349,4 +354,20 @@ async fn a_denied_multi_limit_check_charges_nothing_anywhere() {
     let many: Vec<String> = (0..=slidegate::MAX_CHECKS).map(|i| format!("k{i}")).collect();
     let many: Vec<Check<'_>> = many.iter().map(|k| Check::new(k, per_second)).collect();
     assert!(matches!(limiter.check_all(&many).await, Err(Error::CheckCount { .. })));
+}
+
+#[tokio::test]
+async fn on_the_callers_clock_entries_do_not_expire_by_redis_real_time() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(1_795_000_000_000);
+    let limiter = Limiter::new(RedisBackend::connect(&server.url()).await.expect("connect").with_clock(clock.clone()));
+    let q = quota(1, 10);
+    assert!(limiter.check("k", &q).await.expect("first").allowed);
+    assert!(limiter.check_all(&[Check::new("m", q)]).await.expect("first multi").allowed);
+    // Real time passes, the caller's clock does not: the window is still full.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!limiter.check("k", &q).await.expect("second").allowed);
+    assert!(!limiter.check_all(&[Check::new("m", q)]).await.expect("second multi").allowed);
+    clock.advance(Duration::from_millis(10));
+    assert!(limiter.check("k", &q).await.expect("third").allowed);
 }

@@ -160,8 +160,9 @@ where
     }
 
     /// Takes "now" from `clock` instead of Redis' `TIME` (deterministic tests, replays).
-    /// Every client of a key must then share one clock; Redis' own key expiry still runs on
-    /// Redis' clock, one window after the last admission.
+    /// Every client of a key must then share one clock. Redis' own key expiry still runs on
+    /// Redis' clock, so keys then expire one window plus one minute after the last admission:
+    /// a caller's clock that lags Redis' by more than a minute can lose live entries.
     #[must_use]
     pub fn with_clock(mut self, clock: impl Clock) -> Self {
         Arc::make_mut(&mut self.config).clock = Some(Arc::new(clock));

@@ -20,7 +20,10 @@
 -- and at most one ZRANGE and writes nothing, and that same k-th entry is the one a retry must
 -- wait for.
 local now_s = ARGV[2]
+-- Expiry runs on Redis' clock; a caller's clock gets a minute of slack (see sliding_log.lua).
+local ttl_slack = 60000
 if now_s == '' then
+  ttl_slack = 0
   local t = redis.call('TIME')
   now_s = t[1] .. string.sub('00000' .. t[2], -6, -4)
 end
@@ -61,7 +64,7 @@ for i = 1, #KEYS do
       end
       redis.call('ZADD', key, unpack(args))
     end
-    redis.call('PEXPIRE', key, window)
+    redis.call('PEXPIRE', key, window + ttl_slack)
     out[4 * i - 2], out[4 * i - 1], out[4 * i], out[4 * i + 1] = 1, limit - live - cost, window, -1
   else
     -- Read-only: the live count and the newest entry. Expired entries sit before the blocking
