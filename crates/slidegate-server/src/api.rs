@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use slidegate::{Check, Decision, Quota};
 
-use crate::app::App;
+use crate::app::{App, Live};
 use crate::config::{INLINE_RULE, parse_duration};
 use crate::metrics::{self, DecisionCounters};
 
@@ -140,7 +140,19 @@ struct Resolved {
 }
 
 impl CheckBody {
-    fn resolve(self, app: &App) -> Result<Resolved, ApiError> {
+    /// Whether any field of a single check is set (they cannot stand beside `checks`).
+    fn has_single_fields(&self) -> bool {
+        self.rule.is_some()
+            || self.key.is_some()
+            || self.cost.is_some()
+            || self.tier.is_some()
+            || self.limit.is_some()
+            || self.window.is_some()
+            || self.algorithm.is_some()
+    }
+
+    /// Resolves against one snapshot of the rules, so no request sees half a reload.
+    fn resolve(self, live: &Live) -> Result<Resolved, ApiError> {
         let key = self.key.ok_or_else(|| ApiError::bad_request("missing_key", "field `key` is required"))?;
         if self.checks.is_some() {
             return Err(ApiError::bad_request("invalid_checks", "`checks` cannot be nested"));
@@ -153,7 +165,6 @@ impl CheckBody {
                         "give either `rule` or an inline `limit` and `window`, not both",
                     ));
                 }
-                let live = app.live();
                 let r = live
                     .rules
                     .get(&rule)
@@ -188,7 +199,7 @@ impl CheckBody {
         for part in [policy.as_str(), ":{", key.as_str(), "}"] {
             backend_key.push_str(part);
         }
-        let counters = app.live().counters(&policy).cloned();
+        let counters = live.counters(&policy).cloned();
         Ok(Resolved { policy, key: backend_key, quota, cost: self.cost.unwrap_or(1), counters })
     }
 }
@@ -285,15 +296,16 @@ fn push_u64(out: &mut String, mut n: u64) {
 
 async fn check(State(app): State<Arc<App>>, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
     let body = body?;
-    let request: CheckBody =
+    let mut request: CheckBody =
         serde_json::from_slice(&body).map_err(|e| ApiError::bad_request("invalid_json", e.to_string()))?;
-    match request.checks {
-        None => check_one(&app, request.resolve(&app)?).await,
+    let live = app.live();
+    match request.checks.take() {
+        None => check_one(&app, request.resolve(&live)?).await,
         Some(checks) => {
-            if request.key.is_some() || request.rule.is_some() || request.limit.is_some() {
+            if request.has_single_fields() {
                 return Err(ApiError::bad_request("invalid_request", "give either `checks` or one check, not both"));
             }
-            let resolved = checks.into_iter().map(|c| c.resolve(&app)).collect::<Result<Vec<_>, _>>()?;
+            let resolved = checks.into_iter().map(|c| c.resolve(&live)).collect::<Result<Vec<_>, _>>()?;
             check_many(&app, &resolved).await
         }
     }
@@ -380,7 +392,7 @@ fn admin_target(
     let Path((rule, key)) = path.map_err(|e| ApiError::bad_request("invalid_path", e.body_text()))?;
     let body =
         CheckBody { rule: Some(rule.clone()), key: Some(key), tier: tier.map(str::to_owned), ..CheckBody::default() };
-    let resolved = body.resolve(app)?;
+    let resolved = body.resolve(&app.live())?;
     Ok((rule, resolved.key, resolved.quota))
 }
 

@@ -82,11 +82,43 @@ impl Default for Table {
 
 struct KeyLog {
     hash: u64,
-    key: Box<str>,
+    key: KeyBytes,
     /// Admission times in ms, oldest first, one per permit.
     log: VecDeque<u64>,
+    /// The log's first entry (`u64::MAX` when empty), kept beside the key so that a decision
+    /// that expires nothing need not load the head of the log.
+    oldest: u64,
     /// When the newest admission leaves its window; the key is dead from then on.
     expires_at: u64,
+}
+
+/// A key, stored in its table slot when short (most user ids, IPs and phone numbers are), so
+/// that finding it costs no extra memory load.
+enum KeyBytes {
+    Inline { len: u8, bytes: [u8; INLINE_KEY] },
+    Heap(Box<str>),
+}
+
+const INLINE_KEY: usize = 22;
+
+impl KeyBytes {
+    fn new(key: &str) -> Self {
+        match u8::try_from(key.len()) {
+            Ok(len) if key.len() <= INLINE_KEY => {
+                let mut bytes = [0; INLINE_KEY];
+                bytes[..key.len()].copy_from_slice(key.as_bytes());
+                Self::Inline { len, bytes }
+            }
+            _ => Self::Heap(key.into()),
+        }
+    }
+
+    fn is(&self, key: &str) -> bool {
+        match self {
+            Self::Inline { len, bytes } => &bytes[..usize::from(*len)] == key.as_bytes(),
+            Self::Heap(k) => &**k == key,
+        }
+    }
 }
 
 impl std::fmt::Debug for MemoryBackend {
@@ -147,7 +179,7 @@ impl MemoryBackend {
         table.count_op(now);
         let entry = table.get_or_insert(hash, key);
         let (limit, window) = (quota.limit(), quota.window_ms());
-        match evaluate(&mut entry.log, now, limit, window, cost) {
+        match entry.evaluate(now, limit, window, cost) {
             Verdict::Fits { live } => {
                 entry.admit(now, window, cost);
                 Decision::allowed(limit, limit - live - cost, reset_after(&entry.log, now, window))
@@ -174,8 +206,8 @@ impl MemoryBackend {
         let verdicts: Vec<Verdict> = checks
             .iter()
             .enumerate()
-            .map(|(i, c)| match tables[table_of[i]].keys.find_mut(hashes[i], |k| &*k.key == c.key) {
-                Some(entry) => evaluate(&mut entry.log, now, c.quota.limit(), c.quota.window_ms(), c.cost),
+            .map(|(i, c)| match tables[table_of[i]].keys.find_mut(hashes[i], |k| k.key.is(c.key)) {
+                Some(entry) => entry.evaluate(now, c.quota.limit(), c.quota.window_ms(), c.cost),
                 None => Verdict::Fits { live: 0 },
             })
             .collect();
@@ -194,7 +226,7 @@ impl MemoryBackend {
                         Decision::allowed(limit, limit - live - c.cost, reset_after(&entry.log, now, window))
                     }
                     Verdict::Fits { live } => {
-                        let entry = table.keys.find(hashes[i], |k| &*k.key == c.key);
+                        let entry = table.keys.find(hashes[i], |k| k.key.is(c.key));
                         let reset = entry.map_or(Duration::ZERO, |e| reset_after(&e.log, now, window));
                         Decision::held(limit, limit - live, reset)
                     }
@@ -214,7 +246,7 @@ impl MemoryBackend {
         let now = self.inner.clock.now_ms();
         let hash = self.inner.hasher.hash_one(key);
         let mut table = lock(&self.inner.shards[self.shard_index(hash)]);
-        f(table.keys.find_mut(hash, |k| &*k.key == key), now)
+        f(table.keys.find_mut(hash, |k| k.key.is(key)), now)
     }
 }
 
@@ -239,16 +271,12 @@ impl Table {
     }
 
     fn get_or_insert(&mut self, hash: u64, key: &str) -> &mut KeyLog {
-        match self.keys.entry(hash, |k| &*k.key == key, |k| k.hash) {
+        match self.keys.entry(hash, |k| k.key.is(key), |k| k.hash) {
             TableEntry::Occupied(e) => e.into_mut(),
-            TableEntry::Vacant(e) => e
-                .insert(KeyLog {
-                    hash,
-                    key: key.into(),
-                    log: VecDeque::with_capacity(INITIAL_LOG_CAPACITY),
-                    expires_at: 0,
-                })
-                .into_mut(),
+            TableEntry::Vacant(e) => {
+                let log = VecDeque::with_capacity(INITIAL_LOG_CAPACITY);
+                e.insert(KeyLog { hash, key: KeyBytes::new(key), log, oldest: u64::MAX, expires_at: 0 }).into_mut()
+            }
         }
     }
 }
@@ -266,7 +294,19 @@ impl KeyLog {
                 self.log.insert(at, now);
             }
         }
+        self.oldest = self.oldest.min(now);
         self.expires_at = self.expires_at.max(now + window);
+    }
+
+    /// Drops expired entries and answers whether `cost` more permits fit.
+    fn evaluate(&mut self, now: u64, limit: u64, window: u64, cost: u64) -> Verdict {
+        if self.oldest.saturating_add(window) <= now {
+            while self.log.front().is_some_and(|&t| t + window <= now) {
+                self.log.pop_front();
+            }
+            self.oldest = self.log.front().copied().unwrap_or(u64::MAX);
+        }
+        evaluate(&self.log, now, limit, window, cost)
     }
 }
 
@@ -278,12 +318,9 @@ enum Verdict {
     Denied(Decision),
 }
 
-/// The sliding log on a sorted deque: expired entries are a prefix, so they pop from the front
-/// and every question is answered by position. Semantics: [`crate::reference::SlidingLog`].
-fn evaluate(log: &mut VecDeque<u64>, now: u64, limit: u64, window: u64, cost: u64) -> Verdict {
-    while log.front().is_some_and(|&t| t + window <= now) {
-        log.pop_front();
-    }
+/// The sliding log on a sorted deque whose expired prefix is already gone: every question is
+/// answered by position. Semantics: [`crate::reference::SlidingLog`].
+fn evaluate(log: &VecDeque<u64>, now: u64, limit: u64, window: u64, cost: u64) -> Verdict {
     let live = log.len() as u64;
     if live + cost <= limit {
         return Verdict::Fits { live };
@@ -334,7 +371,7 @@ impl Backend for MemoryBackend {
     async fn reset(&self, key: &str) -> Result<(), Error> {
         let hash = self.inner.hasher.hash_one(key);
         let mut table = lock(&self.inner.shards[self.shard_index(hash)]);
-        if let Ok(entry) = table.keys.find_entry(hash, |k| &*k.key == key) {
+        if let Ok(entry) = table.keys.find_entry(hash, |k| k.key.is(key)) {
             entry.remove();
         }
         Ok(())
@@ -365,6 +402,24 @@ mod tests {
         clock.set_ms(200);
         backend.sweep();
         assert!(backend.is_empty());
+    }
+
+    #[test]
+    fn keys_inline_and_on_the_heap_are_told_apart() {
+        let backend = MemoryBackend::with_clock(ManualClock::new(0));
+        let quota = Quota::per_second(1).expect("valid");
+        let short = "k".repeat(INLINE_KEY);
+        let long = "k".repeat(INLINE_KEY + 1);
+        let keys = ["", "k", "kk", short.as_str(), long.as_str(), "kkk\0", "é"];
+        for key in keys.iter().filter(|k| !k.is_empty()) {
+            assert!(backend.check_now(key, &quota, 1).allowed, "{key:?} is a key of its own");
+        }
+        for key in keys.iter().filter(|k| !k.is_empty()) {
+            assert!(!backend.check_now(key, &quota, 1).allowed, "{key:?} found again");
+        }
+        assert!(matches!(KeyBytes::new(&short), KeyBytes::Inline { .. }));
+        assert!(matches!(KeyBytes::new(&long), KeyBytes::Heap(_)));
+        assert!(!KeyBytes::new("kk").is("k") && !KeyBytes::new("k").is("kk"));
     }
 
     #[test]
