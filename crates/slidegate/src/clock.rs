@@ -29,6 +29,39 @@ impl Clock for SystemClock {
     }
 }
 
+/// The wall clock as of its creation, moved forward by the CPU's time-stamp counter (through
+/// `quanta`, where the TSC is reliable; the OS clock elsewhere): monotonic, and about a third of
+/// the cost of asking the OS (~20 ns against ~65 ns on this project's VM), which matters when a
+/// whole in-memory decision costs a few hundred. The memory backend's default.
+#[derive(Debug, Clone)]
+pub struct MonotonicClock {
+    clock: quanta::Clock,
+    start: quanta::Instant,
+    start_ms: u64,
+}
+
+impl Default for MonotonicClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MonotonicClock {
+    /// A clock that reads the system time now and counts from there.
+    pub fn new() -> Self {
+        let clock = quanta::Clock::new();
+        let start = clock.now();
+        Self { clock, start, start_ms: SystemClock.now_ms() }
+    }
+}
+
+impl Clock for MonotonicClock {
+    fn now_ms(&self) -> u64 {
+        let elapsed = self.clock.now().duration_since(self.start).as_millis();
+        self.start_ms.saturating_add(u64::try_from(elapsed).unwrap_or(u64::MAX))
+    }
+}
+
 /// A clock that moves only when told to: for tests and replays. Clones share one time.
 ///
 /// ```
@@ -65,5 +98,20 @@ impl ManualClock {
 impl Clock for ManualClock {
     fn now_ms(&self) -> u64 {
         self.now.load(Ordering::SeqCst)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_monotonic_clock_follows_the_system_clock() {
+        let (system, monotonic) = (SystemClock, MonotonicClock::new());
+        let a = monotonic.now_ms();
+        std::thread::sleep(Duration::from_millis(20));
+        let b = monotonic.now_ms();
+        assert!(b >= a + 20, "{a} then {b}");
+        assert!(system.now_ms().abs_diff(b) < 50, "anchored to the wall clock");
     }
 }

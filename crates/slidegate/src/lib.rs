@@ -36,7 +36,8 @@
 //! - [`memory`]: [`MemoryBackend`], the embedded, sharded, self-sweeping default.
 //! - `redis` (feature `redis`): [`RedisBackend`], sorted sets and one Lua script per decision.
 //! - [`limiter`]: [`Limiter`], the front door that validates input once.
-//! - [`clock`]: [`Clock`], [`SystemClock`] and [`ManualClock`] for tests.
+//! - [`clock`]: [`Clock`]; [`SystemClock`], the TSC-fast [`MonotonicClock`], and [`ManualClock`]
+//!   for tests.
 //! - [`error`]: [`Error`], the one error type.
 
 pub mod backend;
@@ -51,7 +52,7 @@ pub mod redis;
 pub mod reference;
 
 pub use backend::{Backend, Check};
-pub use clock::{Clock, ManualClock, SystemClock};
+pub use clock::{Clock, ManualClock, MonotonicClock, SystemClock};
 pub use decision::{Decision, KeyState, MultiDecision};
 pub use error::Error;
 pub use limiter::{Limiter, MAX_CHECKS, MAX_KEY_LEN, validate_key};

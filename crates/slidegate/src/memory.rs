@@ -20,7 +20,7 @@ use std::time::Duration;
 use hashbrown::HashTable;
 use hashbrown::hash_table::Entry as TableEntry;
 
-use crate::clock::{Clock, SystemClock};
+use crate::clock::{Clock, MonotonicClock};
 use crate::{Backend, Check, Decision, Error, KeyState, MultiDecision, Quota};
 
 /// A shard sweeps at the earliest after this many operations, however few keys it holds.
@@ -134,9 +134,9 @@ impl Default for MemoryBackend {
 }
 
 impl MemoryBackend {
-    /// A memory backend on the system clock.
+    /// A memory backend on the [`MonotonicClock`].
     pub fn new() -> Self {
-        Self::with_clock(SystemClock)
+        Self::with_clock(MonotonicClock::new())
     }
 
     /// A memory backend on the given clock (a [`crate::ManualClock`] in tests).
