@@ -154,7 +154,12 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
                 (None, None) => anyhow::bail!("give --rule or --limit and --window"),
             };
             let backend = match redis.or(config.backend.redis) {
-                Some(url) => AnyBackend::Redis(RedisBackend::connect(&url).await?.with_prefix(config.backend.prefix)),
+                Some(url) => AnyBackend::Redis(
+                    RedisBackend::connect(&url)
+                        .await?
+                        .with_prefix(config.backend.prefix)
+                        .with_timeout(config.backend.timeout),
+                ),
                 None => AnyBackend::Memory(MemoryBackend::new()),
             };
             // The same key layout as the server's, so a check here and there share state.

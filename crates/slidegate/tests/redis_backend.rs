@@ -8,11 +8,14 @@ use std::time::{Duration, Instant};
 use slidegate::{Check, Clock, Error, Limiter, ManualClock, Quota, RedisBackend, SystemClock};
 use slidegate_testkit::RedisServer;
 
+/// A backend with a generous deadline: these tests are about semantics on a busy 2-core CI
+/// machine; the deadline itself has its own test.
+async fn backend(server: &RedisServer) -> RedisBackend {
+    RedisBackend::connect(&server.url()).await.expect("connect").with_timeout(Duration::from_secs(5))
+}
+
 async fn limiter(server: &RedisServer) -> Limiter<RedisBackend> {
-    // Generous deadline: these tests are about semantics on a busy 2-core CI machine; the
-    // deadline itself has its own test.
-    let backend = RedisBackend::connect(&server.url()).await.expect("connect");
-    Limiter::new(backend.with_timeout(Duration::from_secs(5)))
+    Limiter::new(backend(server).await)
 }
 
 fn quota(limit: u64, window_ms: u64) -> Quota {
@@ -129,10 +132,9 @@ async fn denied_requests_leave_no_trace() {
 async fn admissions_in_one_millisecond_are_never_merged() {
     let server = RedisServer::start();
     let clock = ManualClock::new(1_795_000_000_000);
-    let url = server.url();
     // Two instances (two member ids) at the very same millisecond, with cost > 1 mixed in.
-    let a = Limiter::new(RedisBackend::connect(&url).await.expect("a").with_clock(clock.clone()));
-    let b = Limiter::new(RedisBackend::connect(&url).await.expect("b").with_clock(clock.clone()));
+    let a = Limiter::new(backend(&server).await.with_clock(clock.clone()));
+    let b = Limiter::new(backend(&server).await.with_clock(clock.clone()));
     let q = quota(1_000, 60_000);
     for i in 0..100 {
         let limiter = if i % 2 == 0 { &a } else { &b };
@@ -249,7 +251,7 @@ impl SpawnOutput for Command {
 #[tokio::test]
 async fn keys_are_data_never_code() {
     let server = RedisServer::start();
-    let limiter = Limiter::new(RedisBackend::connect(&server.url()).await.expect("connect").with_prefix("app"));
+    let limiter = Limiter::new(backend(&server).await.with_prefix("app"));
     let q = quota(1, 60_000);
     let hostile = ["x'); redis.call('FLUSHALL'); --", "a\nb\r\n*1\r\n$8\r\nFLUSHALL", "{user:42}", "ключ 🔑", " "];
     for key in hostile {
@@ -312,7 +314,7 @@ async fn a_stalled_redis_costs_the_deadline_not_more() {
 async fn inspect_reads_and_reset_forgets() {
     let server = RedisServer::start();
     let clock = ManualClock::new(1_000_000);
-    let limiter = Limiter::new(RedisBackend::connect(&server.url()).await.expect("connect").with_clock(clock.clone()));
+    let limiter = Limiter::new(backend(&server).await.with_clock(clock.clone()));
     let q = quota(5, 10_000);
     assert_eq!(limiter.inspect("k", &q).await.expect("inspect").count, 0);
     limiter.check_cost("k", &q, 2).await.expect("check");
@@ -360,7 +362,7 @@ async fn a_denied_multi_limit_check_charges_nothing_anywhere() {
 async fn on_the_callers_clock_entries_do_not_expire_by_redis_real_time() {
     let server = RedisServer::start();
     let clock = ManualClock::new(1_795_000_000_000);
-    let limiter = Limiter::new(RedisBackend::connect(&server.url()).await.expect("connect").with_clock(clock.clone()));
+    let limiter = Limiter::new(backend(&server).await.with_clock(clock.clone()));
     let q = quota(1, 10);
     assert!(limiter.check("k", &q).await.expect("first").allowed);
     assert!(limiter.check_all(&[Check::new("m", q)]).await.expect("first multi").allowed);
