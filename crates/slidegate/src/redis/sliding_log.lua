@@ -21,15 +21,19 @@
 -- with callgrind on Redis 7.0; see BENCHMARKS.md): every redis.call has a fixed overhead, a Lua
 -- number argument is formatted with %.17g, and WITHSCORES formats every score. So a denial is
 -- three calls (TIME, ZRANGE, PTTL) that write nothing; the entry's time is read from its member,
--- not its score; and the caller passes precomputed strings (ARGV[4], ARGV[5]).
+-- not its score; the timestamp string (a score without formatting) is built only when admitting;
+-- and the caller passes precomputed strings (ARGV[4], ARGV[5]).
 local key = KEYS[1]
 local now_s = ARGV[2]
 local server_time = now_s == ''
+local t, now
 if server_time then
-  local t = redis.call('TIME')
-  now_s = t[1] .. string.sub('00000' .. t[2], -6, -4)
+  t = redis.call('TIME')
+  now = t[1] * 1000 + math.floor(t[2] / 1000)
+else
+  now = tonumber(now_s)
 end
-local now, window = tonumber(now_s), tonumber(ARGV[3])
+local window = tonumber(ARGV[3])
 local edge = now - window
 
 local blocking = redis.call('ZRANGE', key, ARGV[5], ARGV[5])[1]
@@ -52,6 +56,9 @@ if blocking then
   end
 end
 
+if server_time then
+  now_s = t[1] .. string.sub('00000' .. t[2], -6, -4)
+end
 local live = redis.call('ZCARD', key) - redis.call('ZREMRANGEBYSCORE', key, '-inf', edge)
 local member = now_s .. ':' .. ARGV[1]
 if ARGV[6] == '1' then
