@@ -18,6 +18,9 @@ use crate::{Backend, Check, Clock, Decision, Error, KeyState, MultiDecision, Quo
 /// The deadline of one backend call unless set otherwise: a sick Redis must not hold requests.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
 
+/// How long connecting (and loading the scripts) may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// The key namespace unless set otherwise: keys are `slidegate:<key>`.
 pub const DEFAULT_PREFIX: &str = "slidegate";
 
@@ -129,12 +132,13 @@ impl RedisBackend<ConnectionManager> {
         // The backend's own deadline (`with_timeout`) bounds every call; redis-rs's response
         // timeout (500 ms by default) would silently cap a longer one.
         let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(Duration::from_secs(1)))
+            .set_connection_timeout(Some(CONNECT_TIMEOUT))
             .set_response_timeout(None)
             .set_number_of_retries(2);
         let conn = ConnectionManager::new_with_config(client, config).await?;
         let backend = Self::with_connection(conn);
-        backend.load_scripts().await?;
+        // Loading runs once, at start: it gets the connection's deadline, not a decision's.
+        backend.clone().with_timeout(CONNECT_TIMEOUT).load_scripts().await?;
         Ok(backend)
     }
 }
