@@ -19,7 +19,7 @@ use slidegate::{Check, Decision, Quota};
 
 use crate::app::{App, Live};
 use crate::config::{INLINE_RULE, parse_duration};
-use crate::metrics::{self, DecisionCounters};
+use crate::metrics;
 
 /// The largest request body accepted (a multi-check of 16 long keys fits easily).
 pub const MAX_BODY: usize = 64 * 1024;
@@ -136,7 +136,6 @@ struct Resolved {
     key: String,
     quota: Quota,
     cost: u64,
-    counters: Option<DecisionCounters>,
 }
 
 impl CheckBody {
@@ -199,8 +198,7 @@ impl CheckBody {
         for part in [policy.as_str(), ":{", key.as_str(), "}"] {
             backend_key.push_str(part);
         }
-        let counters = live.counters(&policy).cloned();
-        Ok(Resolved { policy, key: backend_key, quota, cost: self.cost.unwrap_or(1), counters })
+        Ok(Resolved { policy, key: backend_key, quota, cost: self.cost.unwrap_or(1) })
     }
 }
 
@@ -300,37 +298,36 @@ async fn check(State(app): State<Arc<App>>, body: Result<Bytes, BytesRejection>)
         serde_json::from_slice(&body).map_err(|e| ApiError::bad_request("invalid_json", e.to_string()))?;
     let live = app.live();
     match request.checks.take() {
-        None => check_one(&app, request.resolve(&live)?).await,
+        None => check_one(&app, &live, request.resolve(&live)?).await,
         Some(checks) => {
             if request.has_single_fields() {
                 return Err(ApiError::bad_request("invalid_request", "give either `checks` or one check, not both"));
             }
             let resolved = checks.into_iter().map(|c| c.resolve(&live)).collect::<Result<Vec<_>, _>>()?;
-            check_many(&app, &resolved).await
+            check_many(&app, &live, &resolved).await
         }
     }
 }
 
-impl Resolved {
-    fn count(&self, allowed: bool) {
-        if let Some(c) = &self.counters {
-            c.count(allowed);
-        }
+/// Counts a decision of `rule` with the counters of the snapshot that resolved it.
+fn count(live: &Live, rule: &str, allowed: bool) {
+    if let Some(c) = live.counters(rule) {
+        c.count(allowed);
     }
 }
 
-async fn check_one(app: &App, r: Resolved) -> Result<Response, ApiError> {
+async fn check_one(app: &App, live: &Live, r: Resolved) -> Result<Response, ApiError> {
     let d = app.timed(app.limiter.check_cost(&r.key, &r.quota, r.cost)).await?;
-    r.count(d.allowed);
+    count(live, &r.policy, d.allowed);
     let headers = rate_limit_headers(&[(&r.policy, &r.quota, &d)], d.retry_after);
     Ok((headers, Json(DecisionBody::new(&r.policy, &d))).into_response())
 }
 
-async fn check_many(app: &App, resolved: &[Resolved]) -> Result<Response, ApiError> {
+async fn check_many(app: &App, live: &Live, resolved: &[Resolved]) -> Result<Response, ApiError> {
     let checks: Vec<Check<'_>> = resolved.iter().map(|r| Check::new(&r.key, r.quota).with_cost(r.cost)).collect();
     let group = app.timed(app.limiter.check_all(&checks)).await?;
     for r in resolved {
-        r.count(group.allowed);
+        count(live, &r.policy, group.allowed);
     }
     let items: Vec<_> = resolved.iter().zip(&group.decisions).map(|(r, d)| (r.policy.as_str(), &r.quota, d)).collect();
     let headers = rate_limit_headers(&items, group.retry_after());
@@ -378,7 +375,9 @@ fn admin_target(
     path: Result<Path<(String, String)>, PathRejection>,
     tier: Option<&str>,
 ) -> Result<(String, String, Quota), ApiError> {
-    if let Some(token) = &app.live().admin_token {
+    // One snapshot for the token and the rule, as for a check.
+    let live = app.live();
+    if let Some(token) = &live.admin_token {
         let given =
             headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
         if !given.is_some_and(|g| constant_time_eq(g.as_bytes(), token.as_bytes())) {
@@ -392,7 +391,7 @@ fn admin_target(
     let Path((rule, key)) = path.map_err(|e| ApiError::bad_request("invalid_path", e.body_text()))?;
     let body =
         CheckBody { rule: Some(rule.clone()), key: Some(key), tier: tier.map(str::to_owned), ..CheckBody::default() };
-    let resolved = body.resolve(&app.live())?;
+    let resolved = body.resolve(&live)?;
     Ok((rule, resolved.key, resolved.quota))
 }
 

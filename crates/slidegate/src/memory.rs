@@ -180,10 +180,7 @@ impl MemoryBackend {
         let entry = table.get_or_insert(hash, key);
         let (limit, window) = (quota.limit(), quota.window_ms());
         match entry.evaluate(now, limit, window, cost) {
-            Verdict::Fits { live } => {
-                entry.admit(now, window, cost);
-                Decision::allowed(limit, limit - live - cost, reset_after(&entry.log, now, window))
-            }
+            Verdict::Fits { live } => entry.admit(now, limit, window, cost, live),
             Verdict::Denied(d) => d,
         }
     }
@@ -222,8 +219,7 @@ impl MemoryBackend {
                     Verdict::Denied(d) => d,
                     Verdict::Fits { live } if admitted => {
                         let entry = table.get_or_insert(hashes[i], c.key);
-                        entry.admit(now, window, c.cost);
-                        Decision::allowed(limit, limit - live - c.cost, reset_after(&entry.log, now, window))
+                        entry.admit(now, limit, window, c.cost, live)
                     }
                     Verdict::Fits { live } => {
                         let entry = table.keys.find(hashes[i], |k| k.key.is(c.key));
@@ -282,8 +278,9 @@ impl Table {
 }
 
 impl KeyLog {
-    /// Records `cost` admissions at `now`, keeping the log sorted.
-    fn admit(&mut self, now: u64, window: u64, cost: u64) {
+    /// Records `cost` admissions at `now` beside the `live` ones, keeping the log sorted, and
+    /// answers the admission.
+    fn admit(&mut self, now: u64, limit: u64, window: u64, cost: u64, live: u64) -> Decision {
         let permits = usize::try_from(cost).unwrap_or(usize::MAX);
         if self.log.back().is_none_or(|&t| t <= now) {
             self.log.extend(std::iter::repeat_n(now, permits));
@@ -296,6 +293,7 @@ impl KeyLog {
         }
         self.oldest = self.oldest.min(now);
         self.expires_at = self.expires_at.max(now + window);
+        Decision::allowed(limit, limit - live - cost, reset_after(&self.log, now, window))
     }
 
     /// Drops expired entries and answers whether `cost` more permits fit.
