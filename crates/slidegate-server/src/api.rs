@@ -15,10 +15,10 @@ use axum::routing::{MethodRouter, get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use slidegate::{Check, Decision, Quota};
+use slidegate::{Algorithm, Check, Decision, Quota};
 
 use crate::app::{App, Live};
-use crate::config::{INLINE_RULE, parse_duration};
+use crate::config::{AlgorithmSpec, INLINE_RULE, parse_duration};
 use crate::metrics;
 
 /// The largest request body accepted (a multi-check of 16 long keys fits easily).
@@ -90,7 +90,9 @@ impl From<slidegate::Error> for ApiError {
             E::InvalidCost { .. } => Self::bad_request("invalid_cost", message),
             E::EmptyKey => Self::bad_request("invalid_key", message),
             E::KeyTooLong { .. } => Self::bad_request("key_too_long", message),
-            E::InvalidLimit { .. } | E::InvalidWindow { .. } => Self::bad_request("invalid_quota", message),
+            E::InvalidLimit { .. } | E::InvalidWindow { .. } | E::InvalidQuota(_) => {
+                Self::bad_request("invalid_quota", message)
+            }
             E::UnknownAlgorithm(_) => Self::bad_request("unknown_algorithm", message),
             E::CheckCount { .. } => Self::bad_request("invalid_checks", message),
             E::DuplicateKey { .. } => Self::bad_request("duplicate_key", message),
@@ -126,7 +128,8 @@ struct CheckBody {
     tier: Option<String>,
     limit: Option<u64>,
     window: Option<String>,
-    algorithm: Option<String>,
+    #[serde(flatten)]
+    algorithm: AlgorithmSpec,
     checks: Option<Vec<CheckBody>>,
 }
 
@@ -147,18 +150,28 @@ impl CheckBody {
             || self.tier.is_some()
             || self.limit.is_some()
             || self.window.is_some()
-            || self.algorithm.is_some()
+            || self.has_algorithm_fields()
+    }
+
+    fn has_algorithm_fields(&self) -> bool {
+        let a = &self.algorithm;
+        a.algorithm.is_some()
+            || a.buckets.is_some()
+            || a.burst.is_some()
+            || a.warm_up.is_some()
+            || a.cold_fraction.is_some()
     }
 
     /// Resolves against one snapshot of the rules, so no request sees half a reload.
     fn resolve(self, live: &Live) -> Result<Resolved, ApiError> {
+        let inline_fields = self.limit.is_some() || self.window.is_some() || self.has_algorithm_fields();
         let key = self.key.ok_or_else(|| ApiError::bad_request("missing_key", "field `key` is required"))?;
         if self.checks.is_some() {
             return Err(ApiError::bad_request("invalid_checks", "`checks` cannot be nested"));
         }
         let (policy, quota) = match self.rule {
             Some(rule) => {
-                if self.limit.is_some() || self.window.is_some() || self.algorithm.is_some() {
+                if inline_fields {
                     return Err(ApiError::bad_request(
                         "invalid_request",
                         "give either `rule` or an inline `limit` and `window`, not both",
@@ -184,11 +197,7 @@ impl CheckBody {
                     return Err(ApiError::bad_request("invalid_request", "`tier` needs a `rule`"));
                 }
                 let window = parse_duration(&window).map_err(|m| ApiError::bad_request("invalid_window", m))?;
-                let mut quota = Quota::new(limit, window)?;
-                if let Some(a) = self.algorithm {
-                    quota = quota.with_algorithm(a.parse()?);
-                }
-                (INLINE_RULE.to_owned(), quota)
+                (INLINE_RULE.to_owned(), self.algorithm.apply(Quota::new(limit, window)?)?)
             }
         };
         slidegate::validate_key(&key)?;
@@ -343,12 +352,22 @@ async fn check_many(app: &App, live: &Live, resolved: &[Resolved]) -> Result<Res
 async fn rules(State(app): State<Arc<App>>) -> Json<serde_json::Value> {
     let live = app.live();
     let describe = |q: &Quota| {
-        json!({
+        let mut rule = json!({
             "limit": q.limit(),
             "window_ms": q.window_ms(),
             "window": humantime::format_duration(q.window()).to_string(),
             "algorithm": q.algorithm().as_str(),
-        })
+        });
+        match q.algorithm() {
+            Algorithm::SlidingWindow { buckets } => rule["buckets"] = json!(buckets),
+            Algorithm::Gcra { .. } => rule["burst"] = json!(q.burst()),
+            _ => {}
+        }
+        if let Some(w) = q.warm_up() {
+            rule["warm_up"] = json!(humantime::format_duration(w.period()).to_string());
+            rule["cold_fraction"] = json!(w.cold_permille() as f64 / 1000.0);
+        }
+        rule
     };
     let rules: Vec<_> = live
         .rules

@@ -144,8 +144,56 @@ struct RuleSpec {
     limit: Spanned<u64>,
     window: Spanned<String>,
     algorithm: Option<Spanned<String>>,
+    buckets: Option<Spanned<u32>>,
+    burst: Option<Spanned<u64>>,
+    warm_up: Option<Spanned<String>>,
+    cold_fraction: Option<Spanned<f64>>,
     #[serde(default)]
     tiers: BTreeMap<Spanned<String>, TierSpec>,
+}
+
+/// How a quota counts, as a rule or a request spells it: `algorithm` (default `sliding_log`)
+/// with its parameters, and an optional warm-up.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct AlgorithmSpec {
+    /// `sliding_log`, `sliding_window`, `fixed_window` or `gcra`.
+    pub algorithm: Option<String>,
+    /// Sub-buckets of a `sliding_window` (default 10).
+    pub buckets: Option<u32>,
+    /// A `gcra` bucket's capacity (default: the limit).
+    pub burst: Option<u64>,
+    /// The warm-up period after idleness ("30s").
+    pub warm_up: Option<String>,
+    /// The share of the limit a warming key starts at (default 0.25; needs `warm_up`).
+    pub cold_fraction: Option<f64>,
+}
+
+/// The cold share of a warm-up that names none.
+pub const DEFAULT_COLD_FRACTION: f64 = 0.25;
+
+impl AlgorithmSpec {
+    /// `quota` counted as this spec says.
+    pub fn apply(&self, quota: Quota) -> Result<Quota, slidegate::Error> {
+        let invalid = |m: &str| Err(slidegate::Error::InvalidQuota(m.to_owned()));
+        let mut algorithm: Algorithm = self.algorithm.as_deref().unwrap_or("sliding_log").parse()?;
+        match (&mut algorithm, self.buckets, self.burst) {
+            (Algorithm::SlidingWindow { buckets }, b, None) => *buckets = b.unwrap_or(*buckets),
+            (Algorithm::Gcra { burst }, None, b) => *burst = b,
+            (_, None, None) => {}
+            (_, Some(_), _) => return invalid("`buckets` applies to the sliding_window algorithm only"),
+            (_, _, Some(_)) => return invalid("`burst` applies to the gcra algorithm only"),
+        }
+        let quota = quota.with_algorithm(algorithm)?;
+        match (&self.warm_up, self.cold_fraction) {
+            (None, None) => Ok(quota),
+            (None, Some(_)) => invalid("`cold_fraction` needs a `warm_up` period"),
+            (Some(period), cold) => {
+                let period =
+                    parse_duration(period).map_err(|m| slidegate::Error::InvalidQuota(format!("warm_up: {m}")))?;
+                quota.with_warm_up(period, cold.unwrap_or(DEFAULT_COLD_FRACTION))
+            }
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -212,11 +260,31 @@ impl Config {
                 let f = if matches!(e, slidegate::Error::InvalidLimit { .. }) { "limit" } else { "window" };
                 at(span, format!("{}: {e}", field(f)))
             })?;
-            if let Some(a) = &r.algorithm {
-                let algorithm: Algorithm =
-                    a.get_ref().parse().map_err(|e| at(a.span(), format!("{}: {e}", field("algorithm"))))?;
-                quota = quota.with_algorithm(algorithm);
-            }
+            let spec = AlgorithmSpec {
+                algorithm: r.algorithm.as_ref().map(|a| a.get_ref().clone()),
+                buckets: r.buckets.as_ref().map(|b| *b.get_ref()),
+                burst: r.burst.as_ref().map(|b| *b.get_ref()),
+                warm_up: r.warm_up.as_ref().map(|w| w.get_ref().clone()),
+                cold_fraction: r.cold_fraction.as_ref().map(|c| *c.get_ref()),
+            };
+            // An error is reported at the field it is about.
+            let span_of = |e: &slidegate::Error| {
+                let message = e.to_string();
+                let about = [
+                    ("buckets", "buckets", r.buckets.as_ref().map(Spanned::span)),
+                    ("burst", "burst", r.burst.as_ref().map(Spanned::span)),
+                    ("cold", "cold_fraction", r.cold_fraction.as_ref().map(Spanned::span)),
+                    ("warm", "warm_up", r.warm_up.as_ref().map(Spanned::span)),
+                ];
+                about
+                    .into_iter()
+                    .find_map(|(word, name, span)| span.filter(|_| message.contains(word)).map(|s| (name, s)))
+                    .unwrap_or(("algorithm", r.algorithm.as_ref().map_or(r.name.span(), Spanned::span)))
+            };
+            quota = spec.apply(quota).map_err(|e| {
+                let (name, span) = span_of(&e);
+                at(span, format!("{}: {e}", field(name)))
+            })?;
             let mut tiers = BTreeMap::new();
             for (name, tier) in r.tiers {
                 let tf = |f: &str| format!("{}.{}.{f}", field("tiers"), name.get_ref());
@@ -229,8 +297,10 @@ impl Config {
                     None => quota.window(),
                 };
                 let span = tier.limit.as_ref().map_or(name.span(), Spanned::span);
-                let tq = Quota::new(limit, window).map_err(|e| at(span, format!("{}: {e}", tf("limit"))))?;
-                tiers.insert(name.into_inner(), tq.with_algorithm(quota.algorithm()));
+                let tq = Quota::new(limit, window)
+                    .and_then(|tq| spec.apply(tq))
+                    .map_err(|e| at(span, format!("{}: {e}", tf("limit"))))?;
+                tiers.insert(name.into_inner(), tq);
             }
             let name = r.name.into_inner();
             rules.insert(name.clone(), Arc::new(Rule { name, quota, tiers }));
@@ -340,5 +410,56 @@ tiers = { vip = { limit = 100 } }
         assert!(error("[[rules]]\nname = \"inline\"\nlimit = 5\nwindow = \"1s\"\n").contains("reserved"));
         assert!(error(&format!("{rule}tiers = {{ vip = {{ limit = 0 }} }}\n")).contains("rules[0].tiers.vip.limit"));
         assert!(error("admin_token = 5\n").starts_with("rules.toml:1:15:"));
+        assert!(
+            error(&format!("{rule}algorithm = \"sliding_window\"\nbuckets = 7\n"))
+                .starts_with("rules.toml:6:11: rules[0].buckets:")
+        );
+        assert!(
+            error(&format!("{rule}burst = 3\n")).contains("rules[0].burst: invalid quota: `burst` applies to the gcra")
+        );
+        assert!(
+            error(&format!("{rule}warm_up = \"1s\"\ncold_fraction = 2.0\n"))
+                .starts_with("rules.toml:6:17: rules[0].cold_fraction:")
+        );
+        assert!(error(&format!("{rule}warm_up = \"soon\"\n")).starts_with("rules.toml:5:11: rules[0].warm_up:"));
+    }
+
+    #[test]
+    fn every_algorithm_and_warm_up_load_with_their_tiers() {
+        let text = r#"
+[[rules]]
+name = "search"
+limit = 100
+window = "1m"
+algorithm = "sliding_window"
+buckets = 6
+warm_up = "30s"
+cold_fraction = 0.5
+tiers = { vip = { limit = 1000 } }
+
+[[rules]]
+name = "upload"
+limit = 10
+window = "1s"
+algorithm = "gcra"
+burst = 20
+
+[[rules]]
+name = "cheap"
+limit = 1000
+window = "1h"
+algorithm = "fixed_window"
+"#;
+        let c = Config::parse(text, "rules.toml").expect("valid");
+        let search = c.rules.get("search").expect("search");
+        let expected = Quota::per_minute(100)
+            .and_then(|q| q.with_algorithm(Algorithm::SlidingWindow { buckets: 6 }))
+            .and_then(|q| q.with_warm_up(Duration::from_secs(30), 0.5))
+            .expect("valid");
+        assert_eq!(search.quota, expected);
+        let vip = search.quota_for(Some("vip")).expect("vip");
+        assert_eq!((vip.limit(), vip.algorithm(), vip.warm_up()), (1000, expected.algorithm(), expected.warm_up()));
+        assert_eq!(c.rules.get("upload").expect("upload").quota.burst(), 20);
+        assert_eq!(c.rules.get("cheap").expect("cheap").quota.algorithm(), Algorithm::FixedWindow);
     }
 }

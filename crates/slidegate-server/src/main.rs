@@ -175,7 +175,7 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
         }
         Command::Bench { target, keys, concurrency, duration, limit, window, algorithm, rule, json } => {
             let algorithm: Algorithm = algorithm.parse()?;
-            let quota = Quota::new(limit, window)?.with_algorithm(algorithm);
+            let quota = Quota::new(limit, window)?.with_algorithm(algorithm)?;
             let report =
                 bench::run(BenchOptions { target, keys, concurrency, duration, quota, rule, progress: !json }).await?;
             if json {

@@ -52,6 +52,31 @@ async fn seed_seven_requests_half_a_second_apart() {
 }
 
 #[tokio::test]
+async fn every_algorithm_is_served_with_its_parameters() {
+    let server = Slidegate::serve(&[]);
+    let client = reqwest::Client::new();
+    let admitted = async |body: Value, n: usize| {
+        let mut admitted = 0;
+        for _ in 0..n {
+            let (status, _, v) = check(&client, &server, &body).await;
+            assert_eq!(status, 200, "{v}");
+            admitted += usize::from(allowed(&v));
+        }
+        admitted
+    };
+    let gcra = json!({"key": "g", "limit": 10, "window": "1h", "algorithm": "gcra", "burst": 3});
+    assert_eq!(admitted(gcra, 5).await, 3, "the burst, then one per 6 minutes");
+    let window = json!({"key": "w", "limit": 4, "window": "1h", "algorithm": "sliding_window", "buckets": 6});
+    assert_eq!(admitted(window, 6).await, 4);
+    let fixed = json!({"key": "f", "limit": 2, "window": "1h", "algorithm": "fixed_window"});
+    assert_eq!(admitted(fixed, 3).await, 2);
+    let warm = json!({"key": "c", "limit": 10, "window": "1h", "warm_up": "1h", "cold_fraction": 0.3});
+    assert_eq!(admitted(warm.clone(), 10).await, 3, "cold: 30% of 10");
+    let (_, _, v) = check(&client, &server, &warm).await;
+    assert_eq!((v["limit"].as_u64(), v["retry_after_ms"].is_u64()), (Some(3), true), "{v}");
+}
+
+#[tokio::test]
 async fn a_burst_across_a_fixed_window_edge_is_denied() {
     let rules = RulesFile::new(RULES);
     let server = Slidegate::serve(&["--config", rules.arg()]);
@@ -180,6 +205,16 @@ async fn every_bad_input_gets_its_4xx_and_the_server_keeps_serving() {
         (br#"{"key":"a","limit":5,"window":"soon"}"#.to_vec(), 400, "invalid_window"),
         (br#"{"key":"a","limit":5,"window":"1s","algorithm":"leaky"}"#.to_vec(), 400, "unknown_algorithm"),
         (br#"{"rule":"sms","key":"a","limit":5,"window":"1s"}"#.to_vec(), 400, "invalid_request"),
+        (br#"{"rule":"sms","key":"a","algorithm":"gcra"}"#.to_vec(), 400, "invalid_request"),
+        (
+            br#"{"key":"a","limit":5,"window":"1s","algorithm":"sliding_window","buckets":3}"#.to_vec(),
+            400,
+            "invalid_quota",
+        ),
+        (br#"{"key":"a","limit":5,"window":"1s","burst":3}"#.to_vec(), 400, "invalid_quota"),
+        (br#"{"key":"a","limit":5,"window":"1s","cold_fraction":0.5}"#.to_vec(), 400, "invalid_quota"),
+        (br#"{"key":"a","limit":5,"window":"1s","warm_up":"later"}"#.to_vec(), 400, "invalid_quota"),
+        (br#"{"key":"a","limit":5,"window":"1s","buckets":"six"}"#.to_vec(), 400, "invalid_json"),
         (br#"{"checks":[]}"#.to_vec(), 400, "invalid_checks"),
         (br#"{"checks":[{"rule":"sms","key":"a"},{"rule":"sms","key":"a"}]}"#.to_vec(), 400, "duplicate_key"),
         (br#"{"checks":[{"checks":[]}]}"#.to_vec(), 400, "missing_key"),

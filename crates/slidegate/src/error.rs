@@ -18,14 +18,18 @@ pub enum Error {
         /// The window given.
         window: Duration,
     },
-    /// A cost of zero, or more than the limit (such a request could never be admitted).
-    #[error("cost must be between 1 and the limit ({limit}), got {cost}")]
+    /// A cost of zero, or more than an idle key admits at once (such a request could never be
+    /// admitted; see [`crate::Quota::max_cost`]).
+    #[error("cost must be between 1 and {max} for this quota, got {cost}")]
     InvalidCost {
         /// The cost given.
         cost: u64,
-        /// The quota's limit.
-        limit: u64,
+        /// The largest cost the quota admits.
+        max: u64,
     },
+    /// An algorithm's parameters or a warm-up that do not fit the quota.
+    #[error("invalid quota: {0}")]
+    InvalidQuota(String),
     /// An empty key.
     #[error("key must not be empty")]
     EmptyKey,
@@ -48,8 +52,19 @@ pub enum Error {
         key: String,
     },
     /// An algorithm name that is not known.
-    #[error("unknown algorithm {0:?} (known: sliding_log)")]
+    #[error("unknown algorithm {0:?} (known: sliding_log, sliding_window, fixed_window, gcra)")]
     UnknownAlgorithm(String),
+    /// The keys of one multi-limit check live in different Redis Cluster slots, so no script
+    /// can decide them atomically. Detected before anything is sent.
+    #[error(
+        "keys {first:?} and {other:?} are in different Redis Cluster slots; give them one hash tag, e.g. slidegate::hash_tag(\"user:42\", \"sms\") = \"{{user:42}}:sms\""
+    )]
+    CrossSlot {
+        /// The first key's Redis key.
+        first: String,
+        /// A Redis key in another slot.
+        other: String,
+    },
     /// The backend did not answer within its deadline.
     #[error("backend did not answer within {0:?}")]
     Timeout(Duration),

@@ -28,7 +28,7 @@
 //!
 //! # Layout
 //!
-//! - [`quota`]: what a key may do — [`Quota`] (limit, window, [`Algorithm`]).
+//! - [`quota`]: what a key may do — [`Quota`] (limit, window, [`Algorithm`], [`WarmUp`]).
 //! - [`decision`]: the answer — [`Decision`] (allowed, remaining, reset/retry after) and the
 //!   operator's view of a key, [`KeyState`].
 //! - [`reference`]: each algorithm's semantics written plainly; the backends are tested against it.
@@ -38,6 +38,7 @@
 //! - [`limiter`]: [`Limiter`], the front door that validates input once.
 //! - [`clock`]: [`Clock`]; [`SystemClock`], the TSC-fast [`MonotonicClock`], and [`ManualClock`]
 //!   for tests.
+//! - [`slot`]: Redis Cluster slots and the [`hash_tag`] helper for atomic multi-limit checks.
 //! - [`error`]: [`Error`], the one error type.
 
 pub mod backend;
@@ -50,6 +51,7 @@ pub mod quota;
 #[cfg(feature = "redis")]
 pub mod redis;
 pub mod reference;
+pub mod slot;
 
 pub use backend::{Backend, Check};
 pub use clock::{Clock, ManualClock, MonotonicClock, SystemClock};
@@ -57,9 +59,10 @@ pub use decision::{Decision, KeyState, MultiDecision};
 pub use error::Error;
 pub use limiter::{Limiter, MAX_CHECKS, MAX_KEY_LEN, validate_key};
 pub use memory::MemoryBackend;
-pub use quota::{Algorithm, MAX_LIMIT, MAX_WINDOW, Quota};
+pub use quota::{Algorithm, MAX_LIMIT, MAX_WINDOW, Quota, WarmUp};
 #[cfg(feature = "redis")]
 pub use redis::RedisBackend;
+pub use slot::{hash_tag, key_slot};
 
 /// The README's examples, compiled as doctests so they stay true.
 #[cfg(all(doctest, feature = "redis"))]

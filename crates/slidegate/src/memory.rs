@@ -21,7 +21,8 @@ use hashbrown::HashTable;
 use hashbrown::hash_table::Entry as TableEntry;
 
 use crate::clock::{Clock, MonotonicClock};
-use crate::{Backend, Check, Decision, Error, KeyState, MultiDecision, Quota};
+use crate::reference;
+use crate::{Algorithm, Backend, Check, Decision, Error, KeyState, MultiDecision, Quota};
 
 /// A shard sweeps at the earliest after this many operations, however few keys it holds.
 const MIN_OPS_BETWEEN_SWEEPS: usize = 64;
@@ -69,7 +70,7 @@ struct Inner {
 struct Shard(Mutex<Table>);
 
 struct Table {
-    keys: HashTable<KeyLog>,
+    keys: HashTable<Entry>,
     ops_until_sweep: usize,
     next_sweep_ms: u64,
 }
@@ -80,16 +81,52 @@ impl Default for Table {
     }
 }
 
-struct KeyLog {
+/// One key under one algorithm (each algorithm keeps its own state of a key).
+struct Entry {
     hash: u64,
     key: KeyBytes,
+    kind: Kind,
+    state: State,
+    /// When the key holds nothing any more; it is swept from then on.
+    expires_at: u64,
+}
+
+/// Which algorithm an entry counts by (its parameters come with each check's quota).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    SlidingLog,
+    SlidingWindow,
+    FixedWindow,
+    Gcra,
+}
+
+impl From<Algorithm> for Kind {
+    fn from(algorithm: Algorithm) -> Self {
+        match algorithm {
+            Algorithm::SlidingLog => Self::SlidingLog,
+            Algorithm::SlidingWindow { .. } => Self::SlidingWindow,
+            Algorithm::FixedWindow => Self::FixedWindow,
+            Algorithm::Gcra { .. } => Self::Gcra,
+        }
+    }
+}
+
+enum State {
+    /// The sliding log, the hot path, in a structure of its own.
+    Log(Log),
+    /// Every other algorithm keeps a few numbers per key: the reference model is already the
+    /// right structure for them.
+    Model(reference::Key),
+}
+
+struct Log {
     /// Admission times in ms, oldest first, one per permit.
     log: VecDeque<u64>,
     /// The log's first entry (`u64::MAX` when empty), kept beside the key so that a decision
     /// that expires nothing need not load the head of the log.
     oldest: u64,
-    /// When the newest admission leaves its window; the key is dead from then on.
-    expires_at: u64,
+    /// When the current warm-up began (quotas with a warm-up only).
+    warm_since: u64,
 }
 
 /// A key, stored in its table slot when short (most user ids, IPs and phone numbers are), so
@@ -177,12 +214,12 @@ impl MemoryBackend {
         let hash = self.inner.hasher.hash_one(key);
         let mut table = lock(&self.inner.shards[self.shard_index(hash)]);
         table.count_op(now);
-        let entry = table.get_or_insert(hash, key);
-        let (limit, window) = (quota.limit(), quota.window_ms());
-        match entry.evaluate(now, limit, window, cost) {
-            Verdict::Fits { live } => entry.admit(now, limit, window, cost, live),
-            Verdict::Denied(d) => d,
+        let entry = table.get_or_insert(hash, key, quota.algorithm());
+        let decision = entry.evaluate(now, quota, cost);
+        if decision.allowed {
+            entry.record(now, quota, cost);
         }
+        decision
     }
 
     /// Decides several checks all or nothing: the shards involved are locked in index order
@@ -200,33 +237,36 @@ impl MemoryBackend {
         for &t in &table_of {
             tables[t].count_op(now);
         }
-        let verdicts: Vec<Verdict> = checks
+        // Every check is evaluated before any is recorded; a key never seen before holds
+        // nothing, so it is evaluated on a fresh entry that is kept only if recorded.
+        let verdicts: Vec<Decision> = checks
             .iter()
             .enumerate()
-            .map(|(i, c)| match tables[table_of[i]].keys.find_mut(hashes[i], |k| k.key.is(c.key)) {
-                Some(entry) => entry.evaluate(now, c.quota.limit(), c.quota.window_ms(), c.cost),
-                None => Verdict::Fits { live: 0 },
+            .map(|(i, c)| match tables[table_of[i]].find_mut(hashes[i], c.key, c.quota.algorithm()) {
+                Some(entry) => entry.evaluate(now, &c.quota, c.cost),
+                None => Entry::new(hashes[i], c.key, c.quota.algorithm()).evaluate(now, &c.quota, c.cost),
             })
             .collect();
-        let admitted = verdicts.iter().all(|v| matches!(v, Verdict::Fits { .. }));
+        let admitted = verdicts.iter().all(|d| d.allowed);
         let decisions = checks
             .iter()
             .zip(verdicts)
             .enumerate()
-            .map(|(i, (c, verdict))| {
-                let (limit, window, table) = (c.quota.limit(), c.quota.window_ms(), &mut tables[table_of[i]]);
-                match verdict {
-                    Verdict::Denied(d) => d,
-                    Verdict::Fits { live } if admitted => {
-                        let entry = table.get_or_insert(hashes[i], c.key);
-                        entry.admit(now, limit, window, c.cost, live)
-                    }
-                    Verdict::Fits { live } => {
-                        let entry = table.keys.find(hashes[i], |k| k.key.is(c.key));
-                        let reset = entry.map_or(Duration::ZERO, |e| reset_after(&e.log, now, window));
-                        Decision::held(limit, limit - live, reset)
-                    }
+            .map(|(i, (c, d))| {
+                let table = &mut tables[table_of[i]];
+                if admitted {
+                    table.get_or_insert(hashes[i], c.key, c.quota.algorithm()).record(now, &c.quota, c.cost);
+                    return d;
                 }
+                if !d.allowed {
+                    return d;
+                }
+                let entry = table.find_mut(hashes[i], c.key, c.quota.algorithm());
+                Decision::held(
+                    d.limit,
+                    d.remaining + c.cost,
+                    entry.map_or(Duration::ZERO, |e| e.reset_after(now, &c.quota)),
+                )
             })
             .collect();
         MultiDecision::new(decisions)
@@ -238,11 +278,11 @@ impl MemoryBackend {
         (hash >> 32) as usize & (self.inner.shards.len() - 1)
     }
 
-    fn with_key<T>(&self, key: &str, f: impl FnOnce(Option<&mut KeyLog>, u64) -> T) -> T {
+    fn with_key<T>(&self, key: &str, algorithm: Algorithm, f: impl FnOnce(Option<&mut Entry>, u64) -> T) -> T {
         let now = self.inner.clock.now_ms();
         let hash = self.inner.hasher.hash_one(key);
         let mut table = lock(&self.inner.shards[self.shard_index(hash)]);
-        f(table.keys.find_mut(hash, |k| k.key.is(key)), now)
+        f(table.find_mut(hash, key, algorithm), now)
     }
 }
 
@@ -266,21 +306,87 @@ impl Table {
         self.next_sweep_ms = now + MIN_MS_BETWEEN_SWEEPS;
     }
 
-    fn get_or_insert(&mut self, hash: u64, key: &str) -> &mut KeyLog {
-        match self.keys.entry(hash, |k| k.key.is(key), |k| k.hash) {
+    fn get_or_insert(&mut self, hash: u64, key: &str, algorithm: Algorithm) -> &mut Entry {
+        let kind = Kind::from(algorithm);
+        match self.keys.entry(hash, |e| e.kind == kind && e.key.is(key), |e| e.hash) {
             TableEntry::Occupied(e) => e.into_mut(),
-            TableEntry::Vacant(e) => {
-                let log = VecDeque::with_capacity(INITIAL_LOG_CAPACITY);
-                e.insert(KeyLog { hash, key: KeyBytes::new(key), log, oldest: u64::MAX, expires_at: 0 }).into_mut()
+            TableEntry::Vacant(e) => e.insert(Entry::new(hash, key, algorithm)).into_mut(),
+        }
+    }
+
+    fn find_mut(&mut self, hash: u64, key: &str, algorithm: Algorithm) -> Option<&mut Entry> {
+        let kind = Kind::from(algorithm);
+        self.keys.find_mut(hash, |e| e.kind == kind && e.key.is(key))
+    }
+}
+
+impl Entry {
+    fn new(hash: u64, key: &str, algorithm: Algorithm) -> Self {
+        let state = match algorithm {
+            Algorithm::SlidingLog => {
+                State::Log(Log { log: VecDeque::with_capacity(INITIAL_LOG_CAPACITY), oldest: u64::MAX, warm_since: 0 })
             }
+            other => State::Model(reference::Key::new(other)),
+        };
+        Self { hash, key: KeyBytes::new(key), kind: algorithm.into(), state, expires_at: 0 }
+    }
+
+    /// Whether `cost` more permits fit: the admission to answer if they are recorded, or the
+    /// denial. Drops expired log entries on the way.
+    fn evaluate(&mut self, now: u64, quota: &Quota, cost: u64) -> Decision {
+        match &mut self.state {
+            State::Log(log) => log.evaluate(now, quota, cost),
+            State::Model(key) => key.decide(now, quota, cost),
+        }
+    }
+
+    /// Records `cost` permits at `now`, after [`Entry::evaluate`] found that they fit.
+    fn record(&mut self, now: u64, quota: &Quota, cost: u64) {
+        self.expires_at = match &mut self.state {
+            State::Log(log) => {
+                log.record(now, cost);
+                self.expires_at.max(now + quota.window_ms())
+            }
+            State::Model(key) => {
+                key.record(now, quota, cost);
+                key.expires_at(quota)
+            }
+        };
+    }
+
+    fn reset_after(&self, now: u64, quota: &Quota) -> Duration {
+        match &self.state {
+            State::Log(log) => {
+                let window = quota.window_ms();
+                log.log.back().map_or(Duration::ZERO, |&t| ms((t + window).saturating_sub(now)))
+            }
+            State::Model(key) => key.reset_after(now, quota),
         }
     }
 }
 
-impl KeyLog {
-    /// Records `cost` admissions at `now` beside the `live` ones, keeping the log sorted, and
-    /// answers the admission.
-    fn admit(&mut self, now: u64, limit: u64, window: u64, cost: u64, live: u64) -> Decision {
+impl Log {
+    fn evaluate(&mut self, now: u64, quota: &Quota, cost: u64) -> Decision {
+        let window = quota.window_ms();
+        if self.oldest.saturating_add(window) <= now {
+            while self.log.front().is_some_and(|&t| t + window <= now) {
+                self.log.pop_front();
+            }
+            self.oldest = self.log.front().copied().unwrap_or(u64::MAX);
+        }
+        let limit = match quota.warm_up() {
+            None => quota.limit(),
+            Some(_) if self.log.is_empty() => quota.limit_at(0),
+            Some(_) => quota.limit_at(now.saturating_sub(self.warm_since)),
+        };
+        evaluate(&self.log, now, limit, window, cost)
+    }
+
+    /// Records `cost` admissions at `now`, keeping the log sorted.
+    fn record(&mut self, now: u64, cost: u64) {
+        if self.log.is_empty() {
+            self.warm_since = now;
+        }
         let permits = usize::try_from(cost).unwrap_or(usize::MAX);
         if self.log.back().is_none_or(|&t| t <= now) {
             self.log.extend(std::iter::repeat_n(now, permits));
@@ -292,45 +398,23 @@ impl KeyLog {
             }
         }
         self.oldest = self.oldest.min(now);
-        self.expires_at = self.expires_at.max(now + window);
-        Decision::allowed(limit, limit - live - cost, reset_after(&self.log, now, window))
     }
-
-    /// Drops expired entries and answers whether `cost` more permits fit.
-    fn evaluate(&mut self, now: u64, limit: u64, window: u64, cost: u64) -> Verdict {
-        if self.oldest.saturating_add(window) <= now {
-            while self.log.front().is_some_and(|&t| t + window <= now) {
-                self.log.pop_front();
-            }
-            self.oldest = self.log.front().copied().unwrap_or(u64::MAX);
-        }
-        evaluate(&self.log, now, limit, window, cost)
-    }
-}
-
-/// Whether `cost` more permits fit.
-enum Verdict {
-    /// They fit; `live` admissions are in the window.
-    Fits { live: u64 },
-    /// They do not; the denial to answer.
-    Denied(Decision),
 }
 
 /// The sliding log on a sorted deque whose expired prefix is already gone: every question is
 /// answered by position. Semantics: [`crate::reference::SlidingLog`].
-fn evaluate(log: &VecDeque<u64>, now: u64, limit: u64, window: u64, cost: u64) -> Verdict {
+fn evaluate(log: &VecDeque<u64>, now: u64, limit: u64, window: u64, cost: u64) -> Decision {
     let live = log.len() as u64;
+    let reset = |log: &VecDeque<u64>| log.back().map_or(Duration::ZERO, |&t| ms((t + window).saturating_sub(now)));
     if live + cost <= limit {
-        return Verdict::Fits { live };
+        // What the admission will answer once recorded: the newest entry is then `now` (or a
+        // later one, when the clock stepped back).
+        let newest = log.back().map_or(now, |&t| t.max(now));
+        return Decision::allowed(limit, limit - live - cost, ms(newest + window - now));
     }
     let k = usize::try_from(live + cost - limit).unwrap_or(usize::MAX);
     let retry = log.get(k - 1).map_or(Duration::MAX, |&t| ms(t + window - now));
-    Verdict::Denied(Decision::denied(limit, limit.saturating_sub(live), reset_after(log, now, window), retry))
-}
-
-/// Time until the newest entry of a trimmed log leaves the window.
-fn reset_after(log: &VecDeque<u64>, now: u64, window: u64) -> Duration {
-    log.back().map_or(Duration::ZERO, |&t| ms((t + window).saturating_sub(now)))
+    Decision::denied(limit, limit.saturating_sub(live), reset(log), retry)
 }
 
 fn ms(ms: u64) -> Duration {
@@ -348,20 +432,24 @@ impl Backend for MemoryBackend {
 
     async fn inspect(&self, key: &str, quota: &Quota) -> Result<KeyState, Error> {
         let window = quota.window_ms();
-        Ok(self.with_key(key, |entry, now| {
-            let Some(entry) = entry else {
-                return KeyState::default();
-            };
-            let first_live = entry.log.partition_point(|&t| t + window <= now);
-            let live = entry.log.range(first_live..);
-            KeyState {
-                count: live.len() as u64,
-                oldest_ms: entry.log.get(first_live).copied(),
-                reset_after: entry
-                    .log
-                    .back()
-                    .filter(|_| live.len() > 0)
-                    .map_or(Duration::ZERO, |&t| ms(t + window - now)),
+        Ok(self.with_key(key, quota.algorithm(), |entry, now| match entry.map(|e| &e.state) {
+            None => KeyState::default(),
+            Some(State::Log(Log { log, .. })) => {
+                let first_live = log.partition_point(|&t| t + window <= now);
+                let live = log.range(first_live..);
+                KeyState {
+                    count: live.len() as u64,
+                    oldest_ms: log.get(first_live).copied(),
+                    reset_after: log
+                        .back()
+                        .filter(|_| live.len() > 0)
+                        .map_or(Duration::ZERO, |&t| ms(t + window - now)),
+                }
+            }
+            Some(State::Model(model)) => {
+                // A zero-cost look: what is used of the (effective) limit now.
+                let d = model.decide(now, quota, 0);
+                KeyState { count: d.limit - d.remaining, oldest_ms: None, reset_after: model.reset_after(now, quota) }
             }
         }))
     }
@@ -369,7 +457,8 @@ impl Backend for MemoryBackend {
     async fn reset(&self, key: &str) -> Result<(), Error> {
         let hash = self.inner.hasher.hash_one(key);
         let mut table = lock(&self.inner.shards[self.shard_index(hash)]);
-        if let Ok(entry) = table.keys.find_entry(hash, |k| k.key.is(key)) {
+        // One entry per algorithm that counted the key.
+        while let Ok(entry) = table.keys.find_entry(hash, |e| e.key.is(key)) {
             entry.remove();
         }
         Ok(())

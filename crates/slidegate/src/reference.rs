@@ -1,24 +1,66 @@
-//! The semantics of each algorithm, written once, plainly, as the specification that the memory
-//! backend and the Redis scripts are tested against (decision for decision, see
-//! `tests/conformance.rs`). Nothing here is tuned for speed.
+//! The semantics of each algorithm, written once, plainly, as the specification that the
+//! backends are tested against decision for decision (`tests/conformance.rs`). Nothing here is
+//! tuned for speed. The memory backend runs [`Key`] itself for every algorithm but the sliding
+//! log (which it keeps in a faster structure of its own); the Redis scripts are a second,
+//! independent implementation of everything.
 //!
-//! # Sliding window log
+//! Time `t` is in whole milliseconds. Every check asks for `cost` permits at `now` under an
+//! effective limit `L` (the quota's limit, or less while warming up: [`crate::quota::WarmUp`]).
+//! Only an admission writes; a denial records nothing, so a client that keeps retrying is not
+//! locked out. `remaining` is what is left after the decision; `reset_after` is the time until
+//! the key holds nothing; `retry_after` (denials only) is the time until this same request fits.
+//! Under warm-up `retry_after` is computed at today's effective limit, which only grows: the
+//! request fits then at the latest (an idle key always admits a valid cost).
 //!
-//! Time `t` is in whole milliseconds. A key keeps a log of admissions, one entry per permit.
+//! # Sliding window log (exact)
+//!
+//! A key keeps a log of admissions, one entry per permit.
 //!
 //! - An admission made at `t` **is in the window at `now` iff `now < t + window`**: an entry
 //!   exactly `window` old has left. (The Redis script removes scores `<= now - window`.)
-//! - A check of `cost` permits at `now` is **admitted iff `live + cost <= limit`**, where `live`
-//!   is the number of entries in the window. Only an admission writes: it appends `cost` entries
-//!   stamped `now`. A denial records nothing, so a client that keeps retrying is not locked out.
-//! - `remaining` = `limit - live` after the decision (so an admission's own cost is taken off).
-//! - `reset_after` = time until the newest entry leaves the window (zero for an empty log).
-//! - `retry_after` (denials only) = time until the `k`-th oldest live entry leaves, with
-//!   `k = live + cost - limit`: exactly then, the same request fits.
+//! - Admitted **iff `live + cost <= L`**, `live` = entries in the window; it appends `cost`
+//!   entries stamped `now`.
+//! - `reset_after`: until the newest entry leaves. `retry_after`: until the `k`-th oldest live
+//!   entry leaves, `k = live + cost - L`.
+//!
+//! # Sliding window counter (near-exact, constant memory)
+//!
+//! The window of `W` ms is split into `n` buckets of `b = W / n` ms; bucket `i` counts the
+//! permits admitted in `[i·b, (i+1)·b)`. At `now`, in bucket `j = now / b` at offset `r = now % b`,
+//! the estimate is the sum of buckets `j-n+1 ..= j` plus bucket `j-n` weighted by the part of it
+//! still inside the window: `floor(count(j-n) · (b − r) / b)`.
+//!
+//! - Admitted **iff `estimate + cost <= L`**; it adds `cost` to bucket `j`.
+//! - `reset_after`: until the newest counted bucket `m` has left entirely, `(m+n+1)·b − now`.
+//! - `retry_after`: the first instant the estimate has fallen far enough.
+//! - Error bound: the estimate assumes the oldest bucket's admissions were spread evenly over
+//!   it. It can over- or under-count by at most that bucket's count (never more than `L`, and
+//!   about `L / n` at a steady rate). So any rolling window of `W` holds at most `L + count(j-n)`
+//!   admissions, and a client may be refused while fewer than `L` are really in the window. The
+//!   measured disagreement with the exact log on a bursty trace is in BENCHMARKS.md.
+//!
+//! # Fixed window (crude)
+//!
+//! Window `j = now / W` (aligned to the clock's epoch) counts its admissions; admitted **iff
+//! `count(j) + cost <= L`**. `reset_after` and `retry_after` are the window's end. Around an
+//! edge, `L` at the end of one window and `L` at the start of the next pass: up to `2L` within
+//! `W`.
+//!
+//! # GCRA (token bucket)
+//!
+//! One number per key: the theoretical arrival time `tat`, in µs. Permits are emitted every
+//! `T = W·1000 / L₀` µs (`L₀` the quota's limit; rounded down), and a bucket holds up to `burst`:
+//! `τ = burst · T`. While warming up each permit costs `Tₑ = W·1000 / L` µs instead.
+//!
+//! - With `base = max(tat, now)` and `new = base + cost · Tₑ`, admitted **iff `new − now <= τ`**;
+//!   then `tat = new`.
+//! - `limit` reported = `τ / Tₑ`; `remaining = (now + τ − new) / Tₑ`; `reset_after = new − now`
+//!   (the bucket full again); `retry_after = new − τ − now`, rounded up to the ms: exact.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::{Decision, MultiDecision};
+use crate::{Algorithm, Decision, MultiDecision, Quota};
 
 /// The reference sliding-window log of one key.
 ///
@@ -84,24 +126,223 @@ impl SlidingLog {
     }
 }
 
-/// The atomic multi-limit check: `checks[i] = (limit, window_ms, cost)` on `logs[i]`, all at
-/// `now`. Either every check fits and all are recorded, or nothing is recorded; then each check
-/// that fit is reported [`Decision::held`] with its uncharged `remaining`.
-pub fn check_all(logs: &mut [SlidingLog], now: u64, checks: &[(u64, u64, u64)]) -> MultiDecision {
-    let fits: Vec<Decision> =
-        logs.iter().zip(checks).map(|(log, &(limit, window, cost))| log.decide(now, limit, window, cost)).collect();
+/// The reference state of one key under one algorithm, with the start of its warm-up.
+///
+/// ```
+/// use slidegate::{Algorithm, Quota, reference::Key};
+/// use std::time::Duration;
+///
+/// // A fixed window of 2 per second admits 4 around an edge.
+/// let q = Quota::per_second(2)?.with_algorithm(Algorithm::FixedWindow)?;
+/// let mut key = Key::new(q.algorithm());
+/// let admitted = [900, 950, 1_000, 1_050].iter().filter(|&&t| key.check(t, &q, 1).allowed).count();
+/// assert_eq!(admitted, 4);
+/// # Ok::<(), slidegate::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct Key {
+    state: State,
+    /// When the current warm-up began: the first admission after the key was idle.
+    warm_since: u64,
+}
+
+#[derive(Debug, Clone)]
+enum State {
+    Log(SlidingLog),
+    /// Bucket index -> permits admitted in it.
+    Window(BTreeMap<u64, u64>),
+    /// The window of the last admission and its count.
+    Fixed(Option<(u64, u64)>),
+    /// The theoretical arrival time in µs.
+    Gcra(u64),
+}
+
+impl Key {
+    /// A key that holds nothing yet, counted by `algorithm`.
+    pub fn new(algorithm: Algorithm) -> Self {
+        let state = match algorithm {
+            Algorithm::SlidingLog => State::Log(SlidingLog::default()),
+            Algorithm::SlidingWindow { .. } => State::Window(BTreeMap::new()),
+            Algorithm::FixedWindow => State::Fixed(None),
+            Algorithm::Gcra { .. } => State::Gcra(0),
+        };
+        Self { state, warm_since: 0 }
+    }
+
+    /// Decides `cost` permits of `quota` at `now`; records them when admitted.
+    pub fn check(&mut self, now: u64, quota: &Quota, cost: u64) -> Decision {
+        let decision = self.decide(now, quota, cost);
+        if decision.allowed {
+            self.record(now, quota, cost);
+        }
+        decision
+    }
+
+    /// What [`Key::check`] would answer, recording nothing.
+    pub fn decide(&self, now: u64, quota: &Quota, cost: u64) -> Decision {
+        let limit = self.limit_at(now, quota);
+        let w = quota.window_ms();
+        match &self.state {
+            State::Log(log) => log.decide(now, limit, w, cost),
+            State::Window(counts) => {
+                let (n, b) = geometry(quota);
+                let estimate = window_estimate(counts, now, n, b);
+                if estimate + cost <= limit {
+                    return Decision::allowed(limit, limit - estimate - cost, ms((now / b + n + 1) * b - now));
+                }
+                let retry = window_retry(counts, now, n, b, limit - cost);
+                Decision::denied(limit, limit.saturating_sub(estimate), self.reset_after(now, quota), ms(retry - now))
+            }
+            State::Fixed(last) => {
+                let end = (now / w + 1) * w;
+                let count = last.filter(|&(i, _)| i == now / w).map_or(0, |(_, c)| c);
+                if count + cost <= limit {
+                    return Decision::allowed(limit, limit - count - cost, ms(end - now));
+                }
+                Decision::denied(limit, limit.saturating_sub(count), ms(end - now), ms(end - now))
+            }
+            &State::Gcra(tat) => {
+                let (now_us, tau, t) = (now * 1000, quota.burst() * quota.emission_us(), w * 1000 / limit);
+                let base = tat.max(now_us);
+                let new = base + cost * t;
+                if new - now_us <= tau {
+                    return Decision::allowed(tau / t, (now_us + tau - new) / t, ms(ceil_ms(new - now_us)));
+                }
+                Decision::denied(
+                    tau / t,
+                    (now_us + tau).saturating_sub(base) / t,
+                    ms(ceil_ms(base - now_us)),
+                    ms(ceil_ms(new - tau - now_us)),
+                )
+            }
+        }
+    }
+
+    /// Records `cost` permits at `now` (whether or not they fit).
+    pub fn record(&mut self, now: u64, quota: &Quota, cost: u64) {
+        let limit = self.limit_at(now, quota);
+        if self.idle(now, quota) {
+            self.warm_since = now;
+        }
+        let w = quota.window_ms();
+        match &mut self.state {
+            State::Log(log) => log.record(now, cost),
+            State::Window(counts) => {
+                let (n, b) = geometry(quota);
+                *counts.entry(now / b).or_default() += cost;
+                counts.retain(|&i, _| i + n >= now / b);
+            }
+            State::Fixed(last) => match last {
+                Some((i, c)) if *i == now / w => *c += cost,
+                _ => *last = Some((now / w, cost)),
+            },
+            State::Gcra(tat) => *tat = (*tat).max(now * 1000) + cost * (w * 1000 / limit),
+        }
+    }
+
+    /// Time until the key holds nothing.
+    pub fn reset_after(&self, now: u64, quota: &Quota) -> Duration {
+        let w = quota.window_ms();
+        match &self.state {
+            State::Log(log) => log.reset_after(now, w),
+            State::Window(counts) => {
+                let (n, b) = geometry(quota);
+                let newest = counts.iter().rev().find(|&(&i, &c)| c > 0 && i + n >= now / b);
+                newest.map_or(Duration::ZERO, |(&m, _)| ms((m + n + 1) * b - now))
+            }
+            State::Fixed(last) => match last {
+                Some((i, c)) if *i == now / w && *c > 0 => ms((i + 1) * w - now),
+                _ => Duration::ZERO,
+            },
+            &State::Gcra(tat) => ms(ceil_ms(tat.saturating_sub(now * 1000))),
+        }
+    }
+
+    /// When, at the earliest, the key is idle and holds nothing; forgetting it then changes no
+    /// decision (the memory backend sweeps by it).
+    pub fn expires_at(&self, quota: &Quota) -> u64 {
+        let w = quota.window_ms();
+        match &self.state {
+            State::Log(log) => log.admissions.iter().max().map_or(0, |&t| t + w),
+            State::Window(counts) => {
+                let (n, b) = geometry(quota);
+                counts.keys().next_back().map_or(0, |&m| (m + n + 1) * b)
+            }
+            State::Fixed(last) => last.map_or(0, |(i, _)| (i + 2) * w),
+            &State::Gcra(tat) => ceil_ms(tat),
+        }
+    }
+
+    /// Whether the key holds nothing at `now`, so that a warm-up would start over.
+    fn idle(&self, now: u64, quota: &Quota) -> bool {
+        match &self.state {
+            State::Fixed(last) => last.is_none_or(|(i, _)| i + 1 < now / quota.window_ms()),
+            _ => self.reset_after(now, quota).is_zero(),
+        }
+    }
+
+    /// The effective limit at `now`: the quota's, or less while warming up.
+    fn limit_at(&self, now: u64, quota: &Quota) -> u64 {
+        let since = if self.idle(now, quota) { now } else { self.warm_since };
+        quota.limit_at(now.saturating_sub(since))
+    }
+}
+
+/// A sliding window quota's bucket count and bucket length in ms.
+fn geometry(quota: &Quota) -> (u64, u64) {
+    let Algorithm::SlidingWindow { buckets } = quota.algorithm() else {
+        return (1, quota.window_ms());
+    };
+    (u64::from(buckets), quota.window_ms() / u64::from(buckets))
+}
+
+/// The sliding window counter's estimate at `t`.
+fn window_estimate(counts: &BTreeMap<u64, u64>, t: u64, n: u64, b: u64) -> u64 {
+    let (j, r) = (t / b, t % b);
+    let full: u64 = counts.range((j + 1).saturating_sub(n)..=j).map(|(_, c)| c).sum();
+    let oldest = j.checked_sub(n).and_then(|i| counts.get(&i)).copied().unwrap_or(0);
+    full + oldest * (b - r) / b
+}
+
+/// The first instant from `now` at which the estimate is at most `room`: bucket by bucket, then
+/// by bisection inside the first bucket that reaches it (the estimate only falls within one).
+fn window_retry(counts: &BTreeMap<u64, u64>, now: u64, n: u64, b: u64, room: u64) -> u64 {
+    let mut start = now;
+    loop {
+        let end = (start / b + 1) * b;
+        if window_estimate(counts, end - 1, n, b) <= room {
+            let (mut lo, mut hi) = (start, end - 1);
+            while lo < hi {
+                let mid = lo + (hi - lo) / 2;
+                if window_estimate(counts, mid, n, b) <= room { hi = mid } else { lo = mid + 1 }
+            }
+            return lo;
+        }
+        start = end;
+    }
+}
+
+fn ceil_ms(us: u64) -> u64 {
+    us.div_ceil(1000)
+}
+
+/// The atomic multi-limit check: `checks[i] = (quota, cost)` on `keys[i]`, all at `now`.
+/// Either every check fits and all are recorded, or nothing is recorded; then each check that
+/// fit is reported [`Decision::held`] with its uncharged `remaining`.
+pub fn check_all(keys: &mut [Key], now: u64, checks: &[(Quota, u64)]) -> MultiDecision {
+    let fits: Vec<Decision> = keys.iter().zip(checks).map(|(key, (q, cost))| key.decide(now, q, *cost)).collect();
     if fits.iter().all(|d| d.allowed) {
-        for (log, &(_, _, cost)) in logs.iter_mut().zip(checks) {
-            log.record(now, cost);
+        for (key, (q, cost)) in keys.iter_mut().zip(checks) {
+            key.record(now, q, *cost);
         }
         return MultiDecision::new(fits);
     }
     let decisions = fits
         .into_iter()
-        .zip(logs.iter().zip(checks))
+        .zip(keys.iter().zip(checks))
         .map(
-            |(d, (log, &(limit, window, cost)))| {
-                if d.allowed { Decision::held(limit, d.remaining + cost, log.reset_after(now, window)) } else { d }
+            |(d, (key, (q, cost)))| {
+                if d.allowed { Decision::held(d.limit, d.remaining + cost, key.reset_after(now, q)) } else { d }
             },
         )
         .collect();
@@ -156,21 +397,82 @@ mod tests {
 
     #[test]
     fn multi_limit_charges_all_or_nothing() {
-        let mut logs = [SlidingLog::default(), SlidingLog::default()];
-        let per_second_and_per_minute = [(2, 1_000, 1), (3, 60_000, 1)];
+        let mut keys = [Key::new(Algorithm::SlidingLog), Key::new(Algorithm::SlidingLog)];
+        let per_second_and_per_minute =
+            [(Quota::per_second(2).expect("valid"), 1), (Quota::per_minute(3).expect("valid"), 1)];
         for t in [0, 10] {
-            assert!(check_all(&mut logs, t, &per_second_and_per_minute).allowed);
+            assert!(check_all(&mut keys, t, &per_second_and_per_minute).allowed);
         }
         // The per-second limit denies: the per-minute one is not charged.
-        let d = check_all(&mut logs, 20, &per_second_and_per_minute);
+        let d = check_all(&mut keys, 20, &per_second_and_per_minute);
         assert_eq!((d.allowed, d.denied_by), (false, Some(0)));
         assert_eq!(d.decisions[1], Decision::held(3, 1, Duration::from_millis(60_000 - 10)));
         assert_eq!(d.retry_after(), Some(Duration::from_millis(980)));
         // A second later the third fits both; then the per-minute one denies.
-        assert!(check_all(&mut logs, 1_000, &per_second_and_per_minute).allowed);
-        let d = check_all(&mut logs, 2_000, &per_second_and_per_minute);
+        assert!(check_all(&mut keys, 1_000, &per_second_and_per_minute).allowed);
+        let d = check_all(&mut keys, 2_000, &per_second_and_per_minute);
         assert_eq!(d.denied_by, Some(1));
-        assert_eq!(logs[0].live(2_000, 1_000).len(), 0, "the per-second log was not charged");
+        assert!(keys[0].reset_after(2_000, &per_second_and_per_minute[0].0).is_zero(), "per-second not charged");
+    }
+
+    fn quota(limit: u64, window_ms: u64, algorithm: Algorithm) -> Quota {
+        Quota::new(limit, Duration::from_millis(window_ms)).and_then(|q| q.with_algorithm(algorithm)).expect("valid")
+    }
+
+    #[test]
+    fn fixed_window_admits_twice_the_limit_around_an_edge() {
+        let q = quota(100, 60_000, Algorithm::FixedWindow);
+        let mut key = Key::new(q.algorithm());
+        let at_0059 = (0..100).filter(|_| key.check(59_000, &q, 1).allowed).count();
+        let d = key.check(59_500, &q, 1);
+        assert_eq!(d.retry_after, Some(Duration::from_millis(500)), "until the window's end");
+        let at_0101 = (0..100).filter(|_| key.check(61_000, &q, 1).allowed).count();
+        assert_eq!(at_0059 + at_0101, 200, "200 admitted within two seconds under a limit of 100");
+    }
+
+    #[test]
+    fn gcra_admits_the_burst_then_one_per_interval() {
+        // 10 per second (one per 100 ms), bursts of 3.
+        let q = quota(10, 1_000, Algorithm::Gcra { burst: Some(3) });
+        let mut key = Key::new(q.algorithm());
+        let d: Vec<_> = (0..4).map(|_| key.check(0, &q, 1)).collect();
+        assert_eq!(d.iter().map(|d| d.allowed).collect::<Vec<_>>(), [true, true, true, false]);
+        assert_eq!((d[2].limit, d[2].remaining, d[2].reset_after), (3, 0, Duration::from_millis(300)));
+        assert_eq!(d[3].retry_after, Some(Duration::from_millis(100)));
+        assert!(!key.check(99, &q, 1).allowed);
+        assert!(key.check(100, &q, 1).allowed, "exactly at retry_after");
+        // Two permits need two intervals.
+        assert_eq!(key.check(100, &q, 2).retry_after, Some(Duration::from_millis(200)));
+    }
+
+    #[test]
+    fn sliding_window_weights_the_oldest_bucket() {
+        // 10 per 1 s in 4 buckets of 250 ms: 8 admitted in bucket 0.
+        let q = quota(10, 1_000, Algorithm::SlidingWindow { buckets: 4 });
+        let mut key = Key::new(q.algorithm());
+        assert_eq!((0..8).filter(|_| key.check(100, &q, 1).allowed).count(), 8);
+        // At 1 s bucket 0 becomes the weighted one, still counted whole; 1 ms later it weighs 7.97.
+        assert_eq!(key.check(900, &q, 3).retry_after, Some(Duration::from_millis(101)));
+        // At 1_100 bucket 0 weighs 8 × 150/250 = 4.8 → 4: 6 fit.
+        assert_eq!(key.decide(1_100, &q, 1).remaining, 5);
+        let d = key.check(1_100, &q, 7);
+        // 4 + 7 > 10; the estimate falls to 3 at offset r with 8 × (250 − r) / 250 < 4, r > 125.
+        assert_eq!(d.retry_after, Some(Duration::from_millis(1_126 - 1_100)));
+        assert!(key.check(1_126, &q, 7).allowed);
+        assert_eq!(key.reset_after(1_126, &q), Duration::from_millis(2_250 - 1_126));
+    }
+
+    #[test]
+    fn warm_up_starts_cold_after_idleness() {
+        let q = quota(10, 1_000, Algorithm::SlidingLog).with_warm_up(Duration::from_millis(1_000), 0.2).expect("valid");
+        let mut key = Key::new(q.algorithm());
+        assert_eq!((0..10).filter(|_| key.check(0, &q, 1).allowed).count(), 2, "cold: a fifth");
+        assert_eq!(key.decide(500, &q, 1).limit, 6, "half way: 2 + 8 / 2");
+        assert_eq!((0..10).filter(|_| key.check(500, &q, 1).allowed).count(), 4);
+        // Still busy (the admissions of 500 are live) and warm: all 10, 4 of them taken.
+        assert_eq!((0..10).filter(|_| key.check(1_200, &q, 1).allowed).count(), 6);
+        // Idle for a window: cold again.
+        assert_eq!((0..10).filter(|_| key.check(2_200, &q, 1).allowed).count(), 2);
     }
 
     #[test]

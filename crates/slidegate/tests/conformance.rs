@@ -7,37 +7,36 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
-use slidegate::reference::SlidingLog;
-use slidegate::{Check, Decision, Limiter, ManualClock, MemoryBackend, MultiDecision, Quota, RedisBackend};
+use slidegate::reference::Key;
+use slidegate::{Algorithm, Check, Decision, Limiter, ManualClock, MemoryBackend, MultiDecision, Quota, RedisBackend};
 use slidegate_testkit::RedisServer;
 
 /// A rule and a timed sequence of requests `(ms since start, cost)`.
 #[derive(Debug, Clone)]
 struct Scenario {
-    limit: u64,
-    window_ms: u64,
+    quota: Quota,
     start_ms: u64,
     requests: Vec<(u64, u64)>,
 }
 
 impl Scenario {
-    fn quota(&self) -> Quota {
-        Quota::new(self.limit, Duration::from_millis(self.window_ms)).expect("valid quota")
-    }
-
     fn reference(&self) -> Vec<Decision> {
-        let mut log = SlidingLog::default();
-        self.requests.iter().map(|&(t, cost)| log.check(self.start_ms + t, self.limit, self.window_ms, cost)).collect()
+        let mut key = Key::new(self.quota.algorithm());
+        self.requests.iter().map(|&(t, cost)| key.check(self.start_ms + t, &self.quota, cost)).collect()
     }
 
     async fn run<B: slidegate::Backend>(&self, limiter: &Limiter<B>, clock: &ManualClock, key: &str) -> Vec<Decision> {
         let mut out = Vec::new();
         for &(t, cost) in &self.requests {
             clock.set_ms(self.start_ms + t);
-            out.push(limiter.check_cost(key, &self.quota(), cost).await.expect("check"));
+            out.push(limiter.check_cost(key, &self.quota, cost).await.expect("check"));
         }
         out
     }
+}
+
+fn quota(limit: u64, window_ms: u64, algorithm: Algorithm) -> Quota {
+    Quota::new(limit, Duration::from_millis(window_ms)).and_then(|q| q.with_algorithm(algorithm)).expect("valid")
 }
 
 struct Backends {
@@ -70,8 +69,8 @@ impl Backends {
         let memory = scenario.run(&self.memory, &self.clock, key).await;
         let redis = scenario.run(&self.redis, &self.clock, key).await;
         for (i, ((e, m), r)) in expected.iter().zip(&memory).zip(&redis).enumerate() {
-            let (limit, window, at) = (scenario.limit, scenario.window_ms, &scenario.requests[..=i]);
-            let context = format!("{limit} per {window} ms, requests (ms, cost) up to #{i}: {at:?}");
+            let (q, at) = (scenario.quota, &scenario.requests[..=i]);
+            let context = format!("{q:?}, requests (ms, cost) up to #{i}: {at:?}");
             assert_eq!(m, e, "memory differs from reference; {context}");
             assert_eq!(r, e, "redis differs from reference; {context}");
         }
@@ -89,8 +88,7 @@ const EPOCH_2026: u64 = 1_795_000_000_000;
 async fn seed_seven_requests_half_a_second_apart() {
     let b = Backends::start().await;
     let s = Scenario {
-        limit: 5,
-        window_ms: 10_000,
+        quota: Quota::new(5, Duration::from_secs(10)).expect("valid"),
         start_ms: EPOCH_2026,
         requests: (0..7).map(|i| (i * 500, 1)).collect(),
     };
@@ -110,7 +108,7 @@ async fn seed_window_edge_double_burst_is_denied() {
         .iter()
         .flat_map(|&(t, n)| std::iter::repeat_n((t, 1), n))
         .collect();
-    let s = Scenario { limit: 100, window_ms: 60_000, start_ms: EPOCH_2026, requests };
+    let s = Scenario { quota: Quota::per_minute(100).expect("valid"), start_ms: EPOCH_2026, requests };
     let d = b.agree(&s, "api").await;
     let admitted = |range: std::ops::Range<usize>| d[range].iter().filter(|d| d.allowed).count();
     assert_eq!(admitted(0..100), 100);
@@ -135,22 +133,89 @@ async fn named_edge_cases_agree() {
         // Long idle, then a burst.
         (3, 100, vec![(0, 3), (10, 1), (1_000_000, 2), (1_000_000, 1), (1_000_001, 1)]),
     ];
+    let algorithms = [
+        Algorithm::SlidingLog,
+        Algorithm::SlidingWindow { buckets: 1 },
+        Algorithm::FixedWindow,
+        Algorithm::Gcra { burst: None },
+    ];
     for (i, (limit, window_ms, requests)) in cases.into_iter().enumerate() {
-        for start_ms in [0, EPOCH_2026] {
-            let s = Scenario { limit, window_ms, start_ms, requests: requests.clone() };
-            b.agree(&s, &format!("case{i}:{start_ms}")).await;
+        for (algorithm, start_ms) in algorithms.iter().flat_map(|&a| [(a, 0), (a, EPOCH_2026)]) {
+            let s = Scenario { quota: quota(limit, window_ms, algorithm), start_ms, requests: requests.clone() };
+            b.agree(&s, &format!("case{i}:{algorithm}:{start_ms}")).await;
         }
     }
 }
 
+#[tokio::test]
+async fn fixed_window_lets_twice_the_limit_through_at_an_edge() {
+    let b = Backends::start().await;
+    let requests = [(59_000, 100), (61_000, 100)].iter().flat_map(|&(t, n)| std::iter::repeat_n((t, 1), n)).collect();
+    let s = Scenario { quota: quota(100, 60_000, Algorithm::FixedWindow), start_ms: 0, requests };
+    let d = b.agree(&s, "edge").await;
+    assert_eq!(d.iter().filter(|d| d.allowed).count(), 200, "200 within two seconds under a limit of 100");
+}
+
+#[tokio::test]
+async fn gcra_bursts_then_paces_and_warm_up_ramps() {
+    let b = Backends::start().await;
+    // 10 per second, burst 5: five at once, then one per 100 ms; retry_after is exact.
+    let gcra = quota(10, 1_000, Algorithm::Gcra { burst: Some(5) });
+    let requests = vec![(0, 1), (0, 1), (0, 1), (0, 2), (0, 1), (99, 1), (100, 1), (100, 1), (250, 2)];
+    let d = b.agree(&Scenario { quota: gcra, start_ms: EPOCH_2026, requests }, "gcra").await;
+    assert_eq!(allowed(&d), [true, true, true, true, false, false, true, false, false]);
+    assert_eq!(d[4].retry_after, Some(Duration::from_millis(100)));
+    // Warm-up on each algorithm: cold at a fifth, full after 1 s of activity, cold after idleness.
+    for algorithm in [
+        Algorithm::SlidingLog,
+        Algorithm::SlidingWindow { buckets: 4 },
+        Algorithm::FixedWindow,
+        Algorithm::Gcra { burst: None },
+    ] {
+        let q = quota(10, 1_000, algorithm).with_warm_up(Duration::from_secs(1), 0.2).expect("valid");
+        let requests: Vec<(u64, u64)> =
+            [0, 500, 900, 1_200, 1_500, 5_000].iter().flat_map(|&t| std::iter::repeat_n((t, 1), 12)).collect();
+        let d = b.agree(&Scenario { quota: q, start_ms: 0, requests }, &format!("warm:{algorithm}")).await;
+        let first = d[..12].iter().filter(|d| d.allowed).count();
+        let after_idle = d[60..].iter().filter(|d| d.allowed).count();
+        assert_eq!((first, after_idle), (2, 2), "{algorithm}: a fifth of 10 when cold");
+        assert!(d[..60].iter().filter(|d| d.allowed).count() > 10, "{algorithm}: ramps up while busy");
+    }
+}
+
+/// Any algorithm, sometimes with a warm-up; windows of 1 ms to 3 s.
+fn quotas() -> impl Strategy<Value = Quota> {
+    let algorithm = prop_oneof![
+        Just(Algorithm::SlidingLog),
+        (1u32..=10).prop_map(|buckets| Algorithm::SlidingWindow { buckets }),
+        Just(Algorithm::FixedWindow),
+        prop::option::of(1u64..=30).prop_map(|burst| Algorithm::Gcra { burst }),
+    ];
+    let warm_up = prop::option::weighted(0.3, (1u64..=3_000, 1u64..=1_000));
+    (1u64..=20, 1u64..=300, 1u64..=10, algorithm, warm_up).prop_filter_map(
+        "the warm-up leaves an idle key room for a permit",
+        |(limit, bucket_ms, buckets, algorithm, warm_up)| {
+            let window_ms = match algorithm {
+                Algorithm::SlidingWindow { buckets } => bucket_ms * u64::from(buckets),
+                _ => bucket_ms * buckets,
+            };
+            let q = quota(limit, window_ms, algorithm);
+            match warm_up {
+                None => Some(q),
+                Some((period, cold)) => q.with_warm_up(Duration::from_millis(period), cold as f64 / 1000.0).ok(),
+            }
+        },
+    )
+}
+
 fn scenarios() -> impl Strategy<Value = Scenario> {
-    (1u64..=20, 1u64..=3_000).prop_flat_map(|(limit, window_ms)| {
+    quotas().prop_flat_map(|quota| {
+        let window_ms = quota.window_ms();
         // Gaps mostly inside the window, sometimes a whole window or more.
         let gap = prop_oneof![4 => 0..=window_ms / 4, 1 => 0..=window_ms * 2];
-        let request = (gap, 1..=limit);
+        let request = (gap, 1..=quota.max_cost());
         prop::collection::vec(request, 1..80).prop_map(move |steps| Scenario {
-            limit,
-            window_ms,
+            quota,
             start_ms: EPOCH_2026,
             requests: timeline(steps),
         })
@@ -186,22 +251,22 @@ fn run_property<S: Strategy>(cases: u32, strategy: &S, agree: &impl AsyncFn(&Bac
 
 #[test]
 fn random_scenarios_agree() {
-    run_property(128, &scenarios(), &async |b, s, n| {
+    run_property(256, &scenarios(), &async |b, s, n| {
         b.agree(&s, &format!("prop{n}")).await;
     });
 }
 
-/// Several limits decided together: `quotas[i] = (limit, window_ms)` on key i; each request
-/// asks `costs[i]` of every key at `t`.
+/// Several limits decided together: key i has `quotas[i]`; each request asks `costs[i]` of
+/// every key at `t`.
 #[derive(Debug, Clone)]
 struct MultiScenario {
-    quotas: Vec<(u64, u64)>,
+    quotas: Vec<Quota>,
     requests: Vec<(u64, Vec<u64>)>,
 }
 
 fn multi_scenarios() -> impl Strategy<Value = MultiScenario> {
-    prop::collection::vec((1u64..=8, 1u64..=2_000), 1..=3).prop_flat_map(|quotas| {
-        let costs: Vec<_> = quotas.iter().map(|&(limit, _)| 1..=limit).collect();
+    prop::collection::vec(quotas(), 1..=3).prop_flat_map(|quotas| {
+        let costs: Vec<_> = quotas.iter().map(|q| 1..=q.max_cost()).collect();
         let request = (0u64..=400, costs);
         prop::collection::vec(request, 1..50)
             .prop_map(move |steps| MultiScenario { quotas: quotas.clone(), requests: timeline(steps) })
@@ -211,19 +276,17 @@ fn multi_scenarios() -> impl Strategy<Value = MultiScenario> {
 impl Backends {
     async fn agree_multi(&self, s: &MultiScenario, case: u32) {
         let keys: Vec<String> = (0..s.quotas.len()).map(|i| format!("multi{case}:{i}")).collect();
-        let quotas: Vec<Quota> =
-            s.quotas.iter().map(|&(l, w)| Quota::new(l, Duration::from_millis(w)).expect("quota")).collect();
-        let mut logs = vec![SlidingLog::default(); s.quotas.len()];
+        let mut models: Vec<Key> = s.quotas.iter().map(|q| Key::new(q.algorithm())).collect();
         for (step, (t, costs)) in s.requests.iter().enumerate() {
             let now = EPOCH_2026 + t;
-            let spec: Vec<(u64, u64, u64)> = s.quotas.iter().zip(costs).map(|(&(l, w), &c)| (l, w, c)).collect();
-            let expected = slidegate::reference::check_all(&mut logs, now, &spec);
+            let spec: Vec<(Quota, u64)> = s.quotas.iter().copied().zip(costs.iter().copied()).collect();
+            let expected = slidegate::reference::check_all(&mut models, now, &spec);
             let checks: Vec<Check<'_>> =
-                keys.iter().zip(&quotas).zip(costs).map(|((k, q), &c)| Check::new(k, *q).with_cost(c)).collect();
+                keys.iter().zip(&s.quotas).zip(costs).map(|((k, q), &c)| Check::new(k, *q).with_cost(c)).collect();
             self.clock.set_ms(now);
             let memory = self.memory.check_all(&checks).await.expect("memory");
-            // With one key, every other step goes through the one-key script: both scripts
-            // must read what the other wrote.
+            // With one key, every other step goes through the one-key path (for a sliding log
+            // without warm-up, the lean script): both scripts must read what the other wrote.
             let redis = if checks.len() == 1 && step % 2 == 1 {
                 let c = checks[0];
                 let d = self.redis.check_cost(c.key, &c.quota, c.cost).await.expect("redis");
@@ -240,5 +303,5 @@ impl Backends {
 
 #[test]
 fn random_multi_limit_scenarios_agree() {
-    run_property(64, &multi_scenarios(), &async |b, s, n| b.agree_multi(&s, n).await);
+    run_property(128, &multi_scenarios(), &async |b, s, n| b.agree_multi(&s, n).await);
 }

@@ -5,7 +5,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use slidegate::{Check, Clock, Error, Limiter, ManualClock, Quota, RedisBackend, SystemClock};
+use slidegate::{Algorithm, Check, Clock, Error, Limiter, ManualClock, Quota, RedisBackend, SystemClock, hash_tag};
 use slidegate_testkit::RedisServer;
 
 /// A backend with a generous deadline: these tests are about semantics on a busy 2-core CI
@@ -176,6 +176,22 @@ async fn sixty_four_tasks_admit_exactly_the_limit() {
     assert_eq!(server.query::<u64>(&["ZCARD", "slidegate:hot"]), 100);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_algorithm_admits_exactly_its_limit_under_sixty_four_tasks() {
+    let server = RedisServer::start();
+    // Redis' clock: an hour's window, so no bucket, refill or window edge can free a permit
+    // while the test runs — except the fixed window's edge, so it runs on a frozen caller's
+    // clock (still 64 tasks racing on one key).
+    let hour = |a| Quota::per_hour(100).and_then(|q| q.with_algorithm(a)).expect("valid");
+    for algorithm in [Algorithm::SlidingWindow { buckets: 6 }, Algorithm::Gcra { burst: None }] {
+        let admitted = admitted_by_tasks(limiter(&server).await, "hot", hour(algorithm), 64, 20).await;
+        assert_eq!(admitted, 100, "{algorithm}: of 1,280 concurrent checks");
+    }
+    let frozen = Limiter::new(backend(&server).await.with_clock(ManualClock::new(1_795_000_000_000)));
+    let admitted = admitted_by_tasks(frozen, "hot", hour(Algorithm::FixedWindow), 64, 20).await;
+    assert_eq!(admitted, 100, "fixed_window: of 1,280 concurrent checks");
+}
+
 /// Runs inside each child process of `four_processes_admit_exactly_the_limit`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a child process of four_processes_admit_exactly_the_limit, which runs it"]
@@ -185,7 +201,8 @@ async fn hammer_child() {
     let limiter = Arc::new(Limiter::new(
         RedisBackend::connect(&url).await.expect("connect").with_timeout(Duration::from_secs(5)),
     ));
-    let q = quota(100, 60_000);
+    let algorithm: Algorithm = std::env::var("SLIDEGATE_HAMMER_ALGORITHM").expect("algorithm").parse().expect("known");
+    let q = quota(100, 60_000).with_algorithm(algorithm).expect("valid");
     // All processes start together, so their checks interleave.
     let now = SystemClock.now_ms();
     tokio::time::sleep(Duration::from_millis(start_at.saturating_sub(now).min(5_000))).await;
@@ -211,6 +228,18 @@ async fn hammer_child() {
 #[test]
 fn four_processes_admit_exactly_the_limit() {
     let server = RedisServer::start();
+    for algorithm in ["sliding_log", "gcra"] {
+        assert_eq!(
+            admitted_by_four_processes(&server, algorithm),
+            100,
+            "{algorithm}: 4 processes × 256 checks, limit 100"
+        );
+    }
+    assert_eq!(server.query::<u64>(&["ZCARD", "slidegate:multi"]), 100);
+}
+
+/// Four child processes check one key 256 times each, all at once; returns the admissions.
+fn admitted_by_four_processes(server: &RedisServer, algorithm: &str) -> u32 {
     let exe = std::env::current_exe().expect("test binary");
     let now = SystemClock.now_ms();
     let children: Vec<_> = (0..4)
@@ -219,6 +248,7 @@ fn four_processes_admit_exactly_the_limit() {
                 .args(["hammer_child", "--exact", "--ignored", "--nocapture", "--test-threads=1"])
                 .env("SLIDEGATE_HAMMER_URL", server.url())
                 .env("SLIDEGATE_HAMMER_START_AT", (now + 1_500).to_string())
+                .env("SLIDEGATE_HAMMER_ALGORITHM", algorithm)
                 .output_async()
         })
         .collect();
@@ -234,8 +264,7 @@ fn four_processes_admit_exactly_the_limit() {
             .unwrap_or_else(|| panic!("no count in child output: {stdout}"));
         total += admitted;
     }
-    assert_eq!(total, 100, "4 processes × 256 checks on one key, limit 100");
-    assert_eq!(server.query::<u64>(&["ZCARD", "slidegate:multi"]), 100);
+    total
 }
 
 trait SpawnOutput {
@@ -270,7 +299,7 @@ async fn bad_input_is_a_typed_error_and_touches_nothing() {
     let server = RedisServer::start();
     let limiter = limiter(&server).await;
     let q = quota(5, 1_000);
-    assert!(matches!(limiter.check_cost("k", &q, 0).await, Err(Error::InvalidCost { cost: 0, limit: 5 })));
+    assert!(matches!(limiter.check_cost("k", &q, 0).await, Err(Error::InvalidCost { cost: 0, max: 5 })));
     assert!(matches!(limiter.check_cost("k", &q, 6).await, Err(Error::InvalidCost { cost: 6, .. })));
     assert!(matches!(limiter.check("", &q).await, Err(Error::EmptyKey)));
     let long = "x".repeat(slidegate::MAX_KEY_LEN + 1);
@@ -372,4 +401,23 @@ async fn on_the_callers_clock_entries_do_not_expire_by_redis_real_time() {
     assert!(!limiter.check_all(&[Check::new("m", q)]).await.expect("second multi").allowed);
     clock.advance(Duration::from_millis(10));
     assert!(limiter.check("k", &q).await.expect("third").allowed);
+}
+
+#[tokio::test]
+async fn keys_in_different_cluster_slots_are_refused_before_sending() {
+    let server = RedisServer::start();
+    let limiter = Limiter::new(backend(&server).await.with_cluster_slot_check(true));
+    let (per_second, per_day) = (quota(1, 1_000), quota(100, 86_400_000));
+    let apart = [Check::new("user:42:sms", per_second), Check::new("user:42:login", per_day)];
+    let e = limiter.check_all(&apart).await.expect_err("different slots");
+    assert!(matches!(&e, Error::CrossSlot { first, .. } if first == "slidegate:user:42:sms"), "{e}");
+    assert!(e.to_string().contains("hash_tag"), "the message says how to fix it: {e}");
+    assert_eq!(server.query::<u64>(&["DBSIZE"]), 0, "nothing was sent");
+    let (sms, login) = (hash_tag("user:42", "sms"), hash_tag("user:42", "login"));
+    let tagged = [
+        Check::new(&sms, per_second),
+        Check::new(&login, per_day.with_algorithm(Algorithm::Gcra { burst: None }).expect("valid")),
+    ];
+    assert!(limiter.check_all(&tagged).await.expect("one slot").allowed);
+    assert!(!limiter.check_all(&tagged).await.expect("one slot").allowed, "the per-second limit holds");
 }

@@ -1,7 +1,8 @@
-//! The Redis backend: one sorted set per key and one atomic Lua script per decision.
+//! The Redis backend: one key per limited key and algorithm, one atomic Lua script per decision.
 //!
-//! Scripts live beside this file (`sliding_log.lua`, `inspect.lua`), each opening with its
-//! KEYS/ARGV contract. They run by `EVALSHA`; when Redis answers `NOSCRIPT` (after a restart, a
+//! Scripts live beside this file, each opening with its KEYS/ARGV contract: `sliding_log.lua`
+//! (the hot path: one sliding-log key without warm-up), `check.lua` (every algorithm, one key or
+//! an atomic group) and `inspect.lua`. They run by `EVALSHA`; when Redis answers `NOSCRIPT` (after a restart, a
 //! failover or `SCRIPT FLUSH`) the same call is sent once more as `EVAL` with the body, which
 //! also puts the script back in Redis' cache. Callers never see that error.
 
@@ -13,7 +14,7 @@ use std::time::Duration;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::{Cmd, ErrorKind, FromRedisValue, ServerErrorKind};
 
-use crate::{Backend, Check, Clock, Decision, Error, KeyState, MultiDecision, Quota};
+use crate::{Algorithm, Backend, Check, Clock, Decision, Error, KeyState, MultiDecision, Quota};
 
 /// The deadline of one backend call unless set otherwise: a sick Redis must not hold requests.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
@@ -37,7 +38,7 @@ impl LuaScript {
 
 struct Scripts {
     sliding_log: LuaScript,
-    sliding_log_multi: LuaScript,
+    check: LuaScript,
     inspect: LuaScript,
 }
 
@@ -45,7 +46,7 @@ fn scripts() -> &'static Scripts {
     static SCRIPTS: std::sync::OnceLock<Scripts> = std::sync::OnceLock::new();
     SCRIPTS.get_or_init(|| Scripts {
         sliding_log: LuaScript::new(include_str!("sliding_log.lua")),
-        sliding_log_multi: LuaScript::new(include_str!("sliding_log_multi.lua")),
+        check: LuaScript::new(include_str!("check.lua")),
         inspect: LuaScript::new(include_str!("inspect.lua")),
     })
 }
@@ -55,6 +56,7 @@ struct Config {
     prefix: String,
     clock: Option<Arc<dyn Clock>>,
     timeout: Duration,
+    one_slot: bool,
 }
 
 /// Makes sorted-set members unique per admission across every client of one Redis: a random
@@ -94,9 +96,11 @@ fn push_base62(out: &mut String, mut n: u64, min_digits: usize) {
     }
 }
 
-/// Sliding-log limiting on Redis (standalone; any [`ConnectionLike`] connection).
+/// Rate limiting on Redis (standalone; any [`ConnectionLike`] connection).
 ///
-/// Cheap to clone: clones share the connection. Keys in Redis are `<prefix>:<key>`.
+/// Cheap to clone: clones share the connection. Keys in Redis are `<prefix>:<key>` for the
+/// sliding log and `<prefix>.<algorithm>:<key>` for the others ([`RedisBackend::redis_key`]), so
+/// each algorithm keeps its own state of a key.
 ///
 /// ```no_run
 /// use slidegate::{Limiter, Quota, RedisBackend};
@@ -151,7 +155,12 @@ where
     pub fn with_connection(conn: C) -> Self {
         Self {
             conn,
-            config: Arc::new(Config { prefix: DEFAULT_PREFIX.to_owned(), clock: None, timeout: DEFAULT_TIMEOUT }),
+            config: Arc::new(Config {
+                prefix: DEFAULT_PREFIX.to_owned(),
+                clock: None,
+                timeout: DEFAULT_TIMEOUT,
+                one_slot: false,
+            }),
             members: Arc::new(Members::new()),
         }
     }
@@ -181,25 +190,43 @@ where
         self
     }
 
-    /// The Redis key that holds `key`'s state.
-    pub fn redis_key(&self, key: &str) -> String {
+    /// Refuses, with [`Error::CrossSlot`] and before sending anything, a multi-limit check whose
+    /// Redis keys do not share one Cluster slot — as a Redis Cluster would, but typed and early.
+    /// Standalone Redis does not need it; turn it on to catch keys that will not work once the
+    /// same code runs against a Cluster.
+    #[must_use]
+    pub fn with_cluster_slot_check(mut self, on: bool) -> Self {
+        Arc::make_mut(&mut self.config).one_slot = on;
+        self
+    }
+
+    /// The Redis key that holds `key`'s state under `algorithm`: `<prefix>:<key>` for the
+    /// sliding log, `<prefix>.sw:<key>`, `<prefix>.fw:<key>` and `<prefix>.gcra:<key>` for the
+    /// sliding window, the fixed window and the GCRA. The key goes last, so a hash tag in it
+    /// (`{user:42}:sms`) decides the Cluster slot of all of them.
+    pub fn redis_key(&self, key: &str, algorithm: Algorithm) -> String {
         let prefix = &self.config.prefix;
-        if prefix.is_empty() {
-            key.to_owned()
-        } else {
-            let mut k = String::with_capacity(prefix.len() + 1 + key.len());
-            k.push_str(prefix);
+        let tag = match algorithm {
+            Algorithm::SlidingLog => "",
+            Algorithm::SlidingWindow { .. } => ".sw",
+            Algorithm::FixedWindow => ".fw",
+            Algorithm::Gcra { .. } => ".gcra",
+        };
+        let mut k = String::with_capacity(prefix.len() + tag.len() + 1 + key.len());
+        k.push_str(prefix);
+        k.push_str(tag);
+        if !k.is_empty() {
             k.push(':');
-            k.push_str(key);
-            k
         }
+        k.push_str(key);
+        k
     }
 
     /// Loads the scripts into Redis' cache (`SCRIPT LOAD`). Optional: a missing script is
     /// loaded on first use anyway.
     pub async fn load_scripts(&self) -> Result<(), Error> {
         let s = scripts();
-        for script in [&s.sliding_log, &s.sliding_log_multi, &s.inspect] {
+        for script in [&s.sliding_log, &s.check, &s.inspect] {
             let mut cmd = redis::cmd("SCRIPT");
             cmd.arg("LOAD").arg(script.body);
             let _: String = self.query(&cmd).await?;
@@ -232,14 +259,14 @@ where
     async fn run_script<T: FromRedisValue>(
         &self,
         script: &LuaScript,
-        keys: &[&str],
+        keys: &[(&str, Algorithm)],
         args: impl Fn(&mut Cmd) + Send + Sync,
     ) -> Result<T, Error> {
         let build = |verb: &str, script_ref: &str| {
             let mut cmd = redis::cmd(verb);
             cmd.arg(script_ref).arg(keys.len());
-            for key in keys {
-                cmd.arg(self.redis_key(key));
+            for &(key, algorithm) in keys {
+                cmd.arg(self.redis_key(key, algorithm));
             }
             args(&mut cmd);
             cmd
@@ -264,7 +291,7 @@ where
         let room = limit - cost;
         let blocking_index = -i64::try_from(room).unwrap_or(i64::MAX) - 1;
         let reply: Vec<i64> = self
-            .run_script(&scripts().sliding_log, &[key], |cmd| {
+            .run_script(&scripts().sliding_log, &[(key, Algorithm::SlidingLog)], |cmd| {
                 cmd.arg(id.as_str());
                 match now {
                     Some(now) => cmd.arg(now),
@@ -284,34 +311,43 @@ where
         }
     }
 
-    /// One run of the multi-key sliding-log script over `checks` (one key each).
-    async fn sliding_log_multi(&self, checks: &[Check<'_>]) -> Result<MultiDecision, Error> {
+    /// One run of `check.lua` over `checks`: decided and recorded all or nothing, or, with
+    /// `record == false`, only looked at.
+    async fn check_script(&self, checks: &[Check<'_>], record: bool) -> Result<MultiDecision, Error> {
         let (member, now) = (self.members.next(), self.now_arg());
-        let keys: Vec<&str> = checks.iter().map(|c| c.key).collect();
+        let keys: Vec<(&str, Algorithm)> = checks.iter().map(|c| (c.key, c.quota.algorithm())).collect();
         let reply: Vec<i64> = self
-            .run_script(&scripts().sliding_log_multi, &keys, |cmd| {
+            .run_script(&scripts().check, &keys, |cmd| {
                 cmd.arg(member.as_str());
                 match now {
                     Some(now) => cmd.arg(now),
                     None => cmd.arg(""),
                 };
+                cmd.arg(if record { "1" } else { "0" });
                 for c in checks {
-                    cmd.arg(c.quota.limit()).arg(c.quota.window_ms()).arg(c.cost);
+                    let q = &c.quota;
+                    let (code, param) = match q.algorithm() {
+                        Algorithm::SlidingLog => ("l", 0),
+                        Algorithm::SlidingWindow { buckets } => ("w", u64::from(buckets)),
+                        Algorithm::FixedWindow => ("f", 0),
+                        Algorithm::Gcra { .. } => ("g", q.burst()),
+                    };
+                    let (period, cold) = q.warm_up().map_or((0, 0), |w| (w.period_ms(), w.cold_permille()));
+                    cmd.arg(code).arg(q.limit()).arg(q.window_ms()).arg(c.cost).arg(param).arg(period).arg(cold);
                 }
             })
             .await?;
         let (Some(&admitted), Some(per_key)) = (reply.first(), reply.get(1..)) else {
             return Err(unexpected(&reply));
         };
-        if per_key.len() != 4 * checks.len() {
+        if per_key.len() != 5 * checks.len() {
             return Err(unexpected(&reply));
         }
-        let decisions = checks
-            .iter()
-            .zip(per_key.chunks_exact(4))
-            .map(|(c, r)| {
-                let limit = c.quota.limit();
-                let remaining = u64::try_from(r[1]).map_err(|_| unexpected(&reply))?;
+        let decisions = per_key
+            .chunks_exact(5)
+            .map(|r| {
+                let number = |v: i64| u64::try_from(v).map_err(|_| unexpected(&reply));
+                let (remaining, limit) = (number(r[1])?, number(r[4])?);
                 Ok(match (admitted, r[0]) {
                     (1, _) => Decision::allowed(limit, remaining, ms(r[2])),
                     (0, 0) => Decision::denied(limit, remaining, ms(r[2]), ms(r[3])),
@@ -337,17 +373,36 @@ where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
     async fn check(&self, key: &str, quota: &Quota, cost: u64) -> Result<Decision, Error> {
-        self.sliding_log(key, quota, cost).await
+        if quota.algorithm() == Algorithm::SlidingLog && quota.warm_up().is_none() {
+            return self.sliding_log(key, quota, cost).await;
+        }
+        let group = self.check_script(&[Check { key, quota: *quota, cost }], true).await?;
+        group.decisions.into_iter().next().ok_or_else(|| unexpected(&[]))
     }
 
     async fn check_all(&self, checks: &[Check<'_>]) -> Result<MultiDecision, Error> {
-        self.sliding_log_multi(checks).await
+        if self.config.one_slot {
+            let mut keys = checks.iter().map(|c| self.redis_key(c.key, c.quota.algorithm()));
+            if let Some(first) = keys.next() {
+                let slot = crate::key_slot(&first);
+                if let Some(other) = keys.find(|k| crate::key_slot(k) != slot) {
+                    return Err(Error::CrossSlot { first, other });
+                }
+            }
+        }
+        self.check_script(checks, true).await
     }
 
     async fn inspect(&self, key: &str, quota: &Quota) -> Result<KeyState, Error> {
+        if quota.algorithm() != Algorithm::SlidingLog {
+            // A zero-cost look: what is used of the (effective) limit now.
+            let group = self.check_script(&[Check { key, quota: *quota, cost: 0 }], false).await?;
+            let d = group.decisions.first().ok_or_else(|| unexpected(&[]))?;
+            return Ok(KeyState { count: d.limit - d.remaining, oldest_ms: None, reset_after: d.reset_after });
+        }
         let (window, now) = (quota.window_ms(), self.now_arg());
         let reply: Vec<i64> = self
-            .run_script(&scripts().inspect, &[key], |cmd| {
+            .run_script(&scripts().inspect, &[(key, Algorithm::SlidingLog)], |cmd| {
                 cmd.arg(window);
                 if let Some(now) = now {
                     cmd.arg(now);
@@ -366,7 +421,14 @@ where
 
     async fn reset(&self, key: &str) -> Result<(), Error> {
         let mut cmd = redis::cmd("DEL");
-        cmd.arg(self.redis_key(key));
+        for algorithm in [
+            Algorithm::SlidingLog,
+            Algorithm::SlidingWindow { buckets: 1 },
+            Algorithm::FixedWindow,
+            Algorithm::Gcra { burst: None },
+        ] {
+            cmd.arg(self.redis_key(key, algorithm));
+        }
         let _: i64 = self.query(&cmd).await?;
         Ok(())
     }
