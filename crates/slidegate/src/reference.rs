@@ -462,6 +462,34 @@ mod tests {
         assert_eq!(key.reset_after(1_126, &q), Duration::from_millis(2_250 - 1_126));
     }
 
+    proptest::proptest! {
+        /// The documented error bound: when the sliding window counter admits, the rolling
+        /// window holds at most the limit plus the count of the partly expired bucket.
+        #[test]
+        fn sliding_window_overshoots_by_at_most_the_weighted_bucket(
+            buckets in 1u32..=10,
+            bucket_ms in 1u64..=200,
+            limit in 1u64..=30,
+            steps in proptest::collection::vec((0u64..=100, 1u64..=3), 1..200),
+        ) {
+            let window = bucket_ms * u64::from(buckets);
+            let q = quota(limit, window, Algorithm::SlidingWindow { buckets });
+            let mut key = Key::new(q.algorithm());
+            let (mut now, mut admitted) = (0, Vec::new());
+            for (gap, cost) in steps {
+                now += gap;
+                let cost = cost.min(limit);
+                let State::Window(counts) = &key.state else { unreachable!() };
+                let weighted = (now / bucket_ms).checked_sub(u64::from(buckets)).and_then(|i| counts.get(&i)).copied().unwrap_or(0);
+                if key.check(now, &q, cost).allowed {
+                    admitted.extend(std::iter::repeat_n(now, cost as usize));
+                    let in_window = admitted.iter().filter(|&&t| now < t + window).count() as u64;
+                    proptest::prop_assert!(in_window <= limit + weighted, "{in_window} > {limit} + {weighted} at {now}");
+                }
+            }
+        }
+    }
+
     #[test]
     fn warm_up_starts_cold_after_idleness() {
         let q = quota(10, 1_000, Algorithm::SlidingLog).with_warm_up(Duration::from_millis(1_000), 0.2).expect("valid");

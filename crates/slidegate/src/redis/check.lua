@@ -19,7 +19,9 @@
 -- Cluster     every key of one call must hash to one slot (the caller checks).
 --
 -- Numbers are Lua doubles: every value here stays below 2^53, where they are exact integers,
--- and numbers are formatted with %d before they are stored.
+-- and numbers are formatted with %d before they are stored. The code is one flat loop per
+-- phase, not a function per algorithm: Redis runs the whole chunk on every call, and defining
+-- closures each time cost more than the decision itself (measured: BENCHMARKS.md).
 local id, now_s, record = ARGV[1], ARGV[2], ARGV[3] == '1'
 -- Expiry runs on Redis' clock; a caller's clock gets a minute of slack (see sliding_log.lua).
 local ttl_slack = 60000
@@ -29,11 +31,7 @@ if now_s == '' then
   now_s = t[1] .. string.sub('00000' .. t[2], -6, -4)
 end
 local now = tonumber(now_s)
-local floor, ceil, max, min = math.floor, math.ceil, math.max, math.min
-
-local function int(x)
-  return string.format('%d', x)
-end
+local floor, ceil, max, min, fmt = math.floor, math.ceil, math.max, math.min, string.format
 
 -- The effective limit: a warm-up ramps from cold/1000 of the limit to all of it over `period`
 -- ms from `since`, the first admission after the key was idle. A key with no recorded start
@@ -52,227 +50,135 @@ local function effective(c, since)
   return max(1, floor(c.limit * f / 1000))
 end
 
-local function warm_start(c)
-  return c.period > 0 and c.idle
-end
-
-local log = {}
-function log.eval(c)
-  local key, marker, since = c.key, 0, nil
-  if c.period > 0 then
-    local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
-    if first[2] == '-inf' then
-      marker, since = 1, tonumber(string.sub(first[1], 3))
-    end
-  end
-  c.edge = now - c.window
-  local n = redis.call('ZCARD', key) - marker
-  local live = 0
-  if n > 0 then
-    live = redis.call('ZCOUNT', key, '(' .. int(c.edge), '+inf')
-  end
-  c.idle, c.live, c.marker = live == 0, live, marker
-  local limit = effective(c, since)
-  c.limit_out = limit
-  if live + c.cost <= limit then
-    c.fits, c.remaining, c.reset = 1, limit - live - c.cost, c.window
-    return
-  end
-  -- The k-th oldest live entry must leave; the marker and expired entries come first.
-  local at = marker + (n - live) + (live + c.cost - limit) - 1
-  local blocking = redis.call('ZRANGE', key, at, at, 'WITHSCORES')
-  c.fits, c.remaining, c.retry = 0, max(limit - live, 0), tonumber(blocking[2]) + c.window - now
-end
-function log.reset(c)
-  if c.live == 0 then
-    return 0
-  end
-  return tonumber(redis.call('ZRANGE', c.key, -1, -1, 'WITHSCORES')[2]) + c.window - now
-end
-function log.commit(c)
-  local key = c.key
-  redis.call('ZREMRANGEBYSCORE', key, '(-inf', int(c.edge))
-  if warm_start(c) then
-    if c.marker == 1 then
-      redis.call('ZREMRANGEBYSCORE', key, '-inf', '-inf')
-    end
-    redis.call('ZADD', key, '-inf', '0:' .. now_s)
-  end
-  local member = now_s .. ':' .. id
-  if c.cost == 1 then
-    redis.call('ZADD', key, now_s, member)
-  else
-    local args = {}
-    for j = 1, c.cost do
-      args[2 * j - 1] = now_s
-      args[2 * j] = member .. ':' .. j
-    end
-    redis.call('ZADD', key, unpack(args))
-  end
-  redis.call('PEXPIRE', key, c.window + ttl_slack)
-end
-
-local window = {}
-function window.eval(c)
-  local n = c.param
-  local b = c.window / n
-  local j, r = floor(now / b), now % b
-  local counts, since = {}, nil
-  local h = redis.call('HGETALL', c.key)
-  for i = 1, #h, 2 do
-    if h[i] == 's' then
-      since = tonumber(h[i + 1])
-    else
-      counts[tonumber(h[i])] = tonumber(h[i + 1])
-    end
-  end
-  local full, newest = 0, nil
-  for i, count in pairs(counts) do
-    if i > j - n and i <= j then
-      full = full + count
-    end
-    if i >= j - n and count > 0 and (not newest or i > newest) then
-      newest = i
-    end
-  end
-  c.n, c.b, c.j, c.counts, c.newest, c.idle = n, b, j, counts, newest, newest == nil
-  local limit = effective(c, since)
-  c.limit_out = limit
-  -- The oldest bucket, partly out of the window, counts for its share still inside.
-  local estimate = full + floor((counts[j - n] or 0) * (b - r) / b)
-  if estimate + c.cost <= limit then
-    c.fits, c.remaining, c.reset = 1, limit - estimate - c.cost, (j + n + 1) * b - now
-    return
-  end
-  c.fits, c.remaining = 0, max(limit - estimate, 0)
-  -- The first instant the estimate is <= room. In bucket k the full buckets sum to `full`
-  -- (later buckets are empty) and the weighted one, count `old`, contributes
-  -- floor(old * (b - r) / b), which is <= left iff r > b * (old - left - 1) / old.
-  local room = c.limit_out - c.cost
-  for k = j, j + n + 1 do
-    if k > j then
-      full = full - (counts[k - n] or 0)
-    end
-    local old, left = counts[k - n] or 0, room - full
-    if left >= 0 then
-      local r0 = 0
-      if k == j then
-        r0 = r
-      end
-      if old > left then
-        r0 = max(r0, floor(b * (old - left - 1) / old) + 1)
-      end
-      if r0 < b then
-        c.retry = k * b + r0 - now
-        return
-      end
-    end
-  end
-end
-function window.reset(c)
-  if not c.newest then
-    return 0
-  end
-  return (c.newest + c.n + 1) * c.b - now
-end
-function window.commit(c)
-  local key, j = c.key, c.j
-  redis.call('HINCRBY', key, int(j), c.cost)
-  local stale = {}
-  for i in pairs(c.counts) do
-    if i < j - c.n then
-      stale[#stale + 1] = int(i)
-    end
-  end
-  if #stale > 0 then
-    redis.call('HDEL', key, unpack(stale))
-  end
-  if warm_start(c) then
-    redis.call('HSET', key, 's', now_s)
-  end
-  redis.call('PEXPIRE', key, int((j + c.n + 1) * c.b - now + ttl_slack))
-end
-
-local fixed = {}
-function fixed.eval(c)
-  local w = c.window
-  local j = floor(now / w)
-  local h = redis.call('HMGET', c.key, 'i', 'n', 's')
-  local index, count = tonumber(h[1]), 0
-  if index == j then
-    count = tonumber(h[2])
-  end
-  c.j, c.count, c.idle = j, count, index == nil or index + 1 < j
-  local limit = effective(c, tonumber(h[3]))
-  c.limit_out = limit
-  local reset = (j + 1) * w - now
-  if count + c.cost <= limit then
-    c.fits, c.remaining, c.reset = 1, limit - count - c.cost, reset
-  else
-    c.fits, c.remaining, c.retry = 0, max(limit - count, 0), reset
-  end
-end
-function fixed.reset(c)
-  if c.count == 0 then
-    return 0
-  end
-  return (c.j + 1) * c.window - now
-end
-function fixed.commit(c)
-  local key = c.key
-  redis.call('HSET', key, 'i', int(c.j), 'n', int(c.count + c.cost))
-  -- Under warm-up the previous window tells whether the key was idle: keep it a window longer.
-  local ends = c.j + 1
-  if warm_start(c) then
-    redis.call('HSET', key, 's', now_s)
-  end
-  if c.period > 0 then
-    ends = ends + 1
-  end
-  redis.call('PEXPIRE', key, int(ends * c.window - now + ttl_slack))
-end
-
-local gcra = {}
-function gcra.eval(c)
-  local h = redis.call('HMGET', c.key, 't', 's')
-  local tat, now_us = tonumber(h[1]) or 0, now * 1000
-  local tau = c.param * floor(c.window * 1000 / c.limit)
-  c.idle = tat <= now_us
-  local limit = effective(c, tonumber(h[2]))
-  -- While warming up, each permit costs window / effective limit.
-  local te = floor(c.window * 1000 / limit)
-  local base = max(tat, now_us)
-  c.base, c.new, c.now_us, c.limit_out = base, base + c.cost * te, now_us, floor(tau / te)
-  if c.new - now_us <= tau then
-    c.fits, c.remaining, c.reset = 1, floor((now_us + tau - c.new) / te), ceil((c.new - now_us) / 1000)
-  else
-    c.fits, c.remaining = 0, floor(max(now_us + tau - base, 0) / te)
-    c.retry = ceil((c.new - tau - now_us) / 1000)
-  end
-end
-function gcra.reset(c)
-  return ceil((c.base - c.now_us) / 1000)
-end
-function gcra.commit(c)
-  local key = c.key
-  redis.call('HSET', key, 't', int(c.new))
-  if warm_start(c) then
-    redis.call('HSET', key, 's', now_s)
-  end
-  redis.call('PEXPIRE', key, int(ceil((c.new - c.now_us) / 1000) + ttl_slack))
-end
-
-local algorithms = {l = log, w = window, f = fixed, g = gcra}
-
+-- Phase 1: evaluate every check, writing nothing. Each sets fits, remaining and limit_out, and
+-- reset (admitted) or retry (denied), and keeps what phase 2 needs.
 local checks, admitted = {}, 1
 for i = 1, #KEYS do
   local a = 3 + 7 * (i - 1)
   local c = {
-    key = KEYS[i], algo = algorithms[ARGV[a + 1]], limit = tonumber(ARGV[a + 2]),
-    window = tonumber(ARGV[a + 3]), cost = tonumber(ARGV[a + 4]), param = tonumber(ARGV[a + 5]),
-    period = tonumber(ARGV[a + 6]), cold = tonumber(ARGV[a + 7]), retry = -1,
+    key = KEYS[i], alg = ARGV[a + 1], limit = tonumber(ARGV[a + 2]), window = tonumber(ARGV[a + 3]),
+    cost = tonumber(ARGV[a + 4]), param = tonumber(ARGV[a + 5]), period = tonumber(ARGV[a + 6]),
+    cold = tonumber(ARGV[a + 7]), retry = -1,
   }
-  c.algo.eval(c)
+  local key, alg = c.key, c.alg
+  if alg == 'l' then
+    -- Sliding log.
+    local marker, since = 0, nil
+    if c.period > 0 then
+      local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+      if first[2] == '-inf' then
+        marker, since = 1, tonumber(string.sub(first[1], 3))
+      end
+    end
+    c.edge = now - c.window
+    local n = redis.call('ZCARD', key) - marker
+    local live = 0
+    if n > 0 then
+      live = redis.call('ZCOUNT', key, '(' .. fmt('%d', c.edge), '+inf')
+    end
+    c.idle, c.live, c.marker = live == 0, live, marker
+    local limit = effective(c, since)
+    c.limit_out = limit
+    if live + c.cost <= limit then
+      c.fits, c.remaining, c.reset = 1, limit - live - c.cost, c.window
+    else
+      -- The k-th oldest live entry must leave; the marker and expired entries come first.
+      local at = marker + (n - live) + (live + c.cost - limit) - 1
+      local blocking = redis.call('ZRANGE', key, at, at, 'WITHSCORES')
+      c.fits, c.remaining, c.retry = 0, max(limit - live, 0), tonumber(blocking[2]) + c.window - now
+    end
+  elseif alg == 'w' then
+    -- Sliding window counter.
+    local n = c.param
+    local b = c.window / n
+    local j, r = floor(now / b), now % b
+    local counts, since = {}, nil
+    local h = redis.call('HGETALL', key)
+    for f = 1, #h, 2 do
+      if h[f] == 's' then
+        since = tonumber(h[f + 1])
+      else
+        counts[tonumber(h[f])] = tonumber(h[f + 1])
+      end
+    end
+    local full, newest = 0, nil
+    for k, count in pairs(counts) do
+      if k > j - n and k <= j then
+        full = full + count
+      end
+      if k >= j - n and count > 0 and (not newest or k > newest) then
+        newest = k
+      end
+    end
+    c.n, c.b, c.j, c.counts, c.newest, c.idle = n, b, j, counts, newest, newest == nil
+    local limit = effective(c, since)
+    c.limit_out = limit
+    -- The oldest bucket, partly out of the window, counts for its share still inside.
+    local estimate = full + floor((counts[j - n] or 0) * (b - r) / b)
+    if estimate + c.cost <= limit then
+      c.fits, c.remaining, c.reset = 1, limit - estimate - c.cost, (j + n + 1) * b - now
+    else
+      c.fits, c.remaining = 0, max(limit - estimate, 0)
+      -- The first instant the estimate is <= room. In bucket k the full buckets sum to `full`
+      -- (later buckets are empty) and the weighted one, count `old`, adds
+      -- floor(old * (b - r) / b), which is <= left iff r > b * (old - left - 1) / old.
+      local room = limit - c.cost
+      for k = j, j + n + 1 do
+        if k > j then
+          full = full - (counts[k - n] or 0)
+        end
+        local old, left = counts[k - n] or 0, room - full
+        if left >= 0 then
+          local r0 = 0
+          if k == j then
+            r0 = r
+          end
+          if old > left then
+            r0 = max(r0, floor(b * (old - left - 1) / old) + 1)
+          end
+          if r0 < b then
+            c.retry = k * b + r0 - now
+            break
+          end
+        end
+      end
+    end
+  elseif alg == 'f' then
+    -- Fixed window.
+    local w = c.window
+    local j = floor(now / w)
+    local h = redis.call('HMGET', key, 'i', 'n', 's')
+    local index, count = tonumber(h[1]), 0
+    if index == j then
+      count = tonumber(h[2])
+    end
+    c.j, c.count, c.idle = j, count, index == nil or index + 1 < j
+    local limit = effective(c, tonumber(h[3]))
+    c.limit_out = limit
+    local reset = (j + 1) * w - now
+    if count + c.cost <= limit then
+      c.fits, c.remaining, c.reset = 1, limit - count - c.cost, reset
+    else
+      c.fits, c.remaining, c.retry = 0, max(limit - count, 0), reset
+    end
+  else
+    -- GCRA.
+    local h = redis.call('HMGET', key, 't', 's')
+    local tat, now_us = tonumber(h[1]) or 0, now * 1000
+    local tau = c.param * floor(c.window * 1000 / c.limit)
+    c.idle = tat <= now_us
+    local limit = effective(c, tonumber(h[2]))
+    -- While warming up, each permit costs window / effective limit.
+    local te = floor(c.window * 1000 / limit)
+    local base = max(tat, now_us)
+    c.base, c.new, c.now_us, c.limit_out = base, base + c.cost * te, now_us, floor(tau / te)
+    if c.new - now_us <= tau then
+      c.fits, c.remaining, c.reset = 1, floor((now_us + tau - c.new) / te), ceil((c.new - now_us) / 1000)
+    else
+      c.fits, c.remaining = 0, floor(max(now_us + tau - base, 0) / te)
+      c.retry = ceil((c.new - tau - now_us) / 1000)
+    end
+  end
   if c.fits == 0 then
     admitted = 0
   end
@@ -282,12 +188,88 @@ if not record then
   admitted = 0
 end
 
+-- Phase 2: record every check, or report each one's state without writing.
 local out = {admitted}
 for i, c in ipairs(checks) do
+  local key, alg = c.key, c.alg
+  local warm_start = c.period > 0 and c.idle
   if admitted == 1 then
-    c.algo.commit(c)
+    if alg == 'l' then
+      redis.call('ZREMRANGEBYSCORE', key, '(-inf', fmt('%d', c.edge))
+      if warm_start then
+        if c.marker == 1 then
+          redis.call('ZREMRANGEBYSCORE', key, '-inf', '-inf')
+        end
+        redis.call('ZADD', key, '-inf', '0:' .. now_s)
+      end
+      local member = now_s .. ':' .. id
+      if c.cost == 1 then
+        redis.call('ZADD', key, now_s, member)
+      else
+        local args = {}
+        for j = 1, c.cost do
+          args[2 * j - 1] = now_s
+          args[2 * j] = member .. ':' .. j
+        end
+        redis.call('ZADD', key, unpack(args))
+      end
+      redis.call('PEXPIRE', key, c.window + ttl_slack)
+    elseif alg == 'w' then
+      local j = c.j
+      redis.call('HINCRBY', key, fmt('%d', j), c.cost)
+      local stale = {}
+      for k in pairs(c.counts) do
+        if k < j - c.n then
+          stale[#stale + 1] = fmt('%d', k)
+        end
+      end
+      if #stale > 0 then
+        redis.call('HDEL', key, unpack(stale))
+      end
+      if warm_start then
+        redis.call('HSET', key, 's', now_s)
+      end
+      redis.call('PEXPIRE', key, fmt('%d', (j + c.n + 1) * c.b - now + ttl_slack))
+    elseif alg == 'f' then
+      -- Under warm-up the previous window tells whether the key was idle: keep it a window longer.
+      local ends = c.j + 1
+      if c.period > 0 then
+        ends = ends + 1
+      end
+      if warm_start then
+        redis.call('HSET', key, 'i', fmt('%d', c.j), 'n', fmt('%d', c.count + c.cost), 's', now_s)
+      else
+        redis.call('HSET', key, 'i', fmt('%d', c.j), 'n', fmt('%d', c.count + c.cost))
+      end
+      redis.call('PEXPIRE', key, fmt('%d', ends * c.window - now + ttl_slack))
+    else
+      if warm_start then
+        redis.call('HSET', key, 't', fmt('%d', c.new), 's', now_s)
+      else
+        redis.call('HSET', key, 't', fmt('%d', c.new))
+      end
+      redis.call('PEXPIRE', key, fmt('%d', ceil((c.new - c.now_us) / 1000) + ttl_slack))
+    end
   else
-    c.reset = c.algo.reset(c)
+    -- Until the key holds nothing, as it stands (no write).
+    if alg == 'l' then
+      c.reset = 0
+      if c.live > 0 then
+        c.reset = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2]) + c.window - now
+      end
+    elseif alg == 'w' then
+      c.reset = 0
+      if c.newest then
+        c.reset = (c.newest + c.n + 1) * c.b - now
+      end
+    elseif alg == 'f' then
+      c.reset = 0
+      if c.count > 0 then
+        c.reset = (c.j + 1) * c.window - now
+      end
+    else
+      c.reset = ceil((c.base - c.now_us) / 1000)
+    end
     if c.fits == 1 then
       c.remaining = c.remaining + c.cost
     end
