@@ -95,6 +95,12 @@ impl RedisServer {
                 .is_ok()
     }
 
+    /// Kills the server at once (`SIGKILL`, like `kill -9`): no shutdown, no goodbye to clients.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     /// The server's port on 127.0.0.1.
     pub fn port(&self) -> u16 {
         self.port
@@ -150,4 +156,111 @@ pub fn free_port() -> u16 {
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .expect("a free loopback port")
+}
+
+/// A local Redis Cluster of real processes: `masters` masters with `replicas` replicas each,
+/// created with `redis-cli --cluster create`, every node on a free loopback port (and a free
+/// cluster-bus port), killed when dropped.
+#[derive(Debug)]
+pub struct RedisCluster {
+    nodes: Vec<RedisServer>,
+}
+
+/// How long a new cluster may take to agree that every slot is served.
+const CLUSTER_DEADLINE: Duration = Duration::from_secs(30);
+
+impl RedisCluster {
+    /// Starts and creates the cluster; returns once every node reports `cluster_state:ok`.
+    ///
+    /// # Panics
+    /// When `redis-server` or `redis-cli` is missing or the cluster does not form in time.
+    pub fn start(masters: usize, replicas: usize) -> Self {
+        // A failover needs the replicas to notice a dead master: one second, not fifteen.
+        let nodes: Vec<RedisServer> = (0..masters * (1 + replicas))
+            .map(|_| {
+                let bus = free_port().to_string();
+                RedisServer::start_with(&[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-node-timeout",
+                    "1000",
+                    "--cluster-port",
+                    &bus,
+                ])
+            })
+            .collect();
+        let mut create = Command::new("redis-cli");
+        create.arg("--cluster").arg("create");
+        for n in &nodes {
+            create.arg(format!("127.0.0.1:{}", n.port()));
+        }
+        let out = create
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run redis-cli: {e}"));
+        assert!(out.status.success(), "redis-cli --cluster create: {}", String::from_utf8_lossy(&out.stdout));
+        let cluster = Self { nodes };
+        let started = Instant::now();
+        while !cluster.is_ok() {
+            assert!(started.elapsed() < CLUSTER_DEADLINE, "the cluster did not reach cluster_state:ok");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        cluster
+    }
+
+    /// Whether every live node reports `cluster_state:ok` and every live replica's link to its
+    /// master is up (a replica that never synced would refuse to fail over: its data looks
+    /// too old).
+    pub fn is_ok(&self) -> bool {
+        self.nodes.iter().filter(|n| n.ping()).all(|n| {
+            let cluster = redis::cmd("CLUSTER").arg("INFO").query::<String>(&mut n.conn());
+            let replication = redis::cmd("INFO").arg("replication").query::<String>(&mut n.conn());
+            cluster.is_ok_and(|i| i.contains("cluster_state:ok"))
+                && replication.is_ok_and(|r| r.contains("role:master") || r.contains("master_link_status:up"))
+        })
+    }
+
+    /// The nodes' URLs, masters and replicas.
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
+    }
+
+    /// Every node.
+    pub fn nodes(&self) -> &[RedisServer] {
+        &self.nodes
+    }
+
+    /// The node that serves `slot` as master now (asked of a live node, `CLUSTER SLOTS`).
+    ///
+    /// # Panics
+    /// When no live node answers or no master serves the slot.
+    pub fn master_of(&self, slot: u16) -> &RedisServer {
+        let node = self.nodes.iter().find(|n| n.ping()).expect("a live node");
+        // Each range: [first slot, last slot, [master host, master port, id, …], replicas…].
+        let ranges =
+            redis::cmd("CLUSTER").arg("SLOTS").query::<Vec<redis::Value>>(&mut node.conn()).expect("CLUSTER SLOTS");
+        let int = |v: &redis::Value| match v {
+            redis::Value::Int(i) => u16::try_from(*i).ok(),
+            _ => None,
+        };
+        let port = ranges
+            .iter()
+            .find_map(|range| {
+                let redis::Value::Array(range) = range else { return None };
+                let (first, last) = (int(range.first()?)?, int(range.get(1)?)?);
+                let redis::Value::Array(master) = range.get(2)? else { return None };
+                (first..=last).contains(&slot).then(|| int(master.get(1)?)).flatten()
+            })
+            .expect("slot served");
+        self.nodes.iter().find(|n| n.port() == port).expect("a node of ours")
+    }
+
+    /// Kills the node on `port` (`SIGKILL`).
+    pub fn kill(&mut self, port: u16) {
+        if let Some(n) = self.nodes.iter_mut().find(|n| n.port() == port) {
+            n.kill();
+        }
+    }
 }

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::FailurePolicy;
+
 /// The answer to "may this key spend `cost` permits now?".
 ///
 /// A denial is a decision, not an error: errors are infrastructure failures.
@@ -19,22 +21,32 @@ pub struct Decision {
     /// For a denial: how long until enough admissions have left the window for this same
     /// request to succeed. `None` when allowed.
     pub retry_after: Option<Duration>,
+    /// Set when the backend could not answer and this decision was made by a failure policy
+    /// instead (see [`crate::Limiter::with_failure_policy`]).
+    pub degraded: Option<FailurePolicy>,
 }
 
 impl Decision {
     /// An admission; `remaining` is what is left after it.
     pub fn allowed(limit: u64, remaining: u64, reset_after: Duration) -> Self {
-        Self { allowed: true, limit, remaining, reset_after, retry_after: None }
+        Self { allowed: true, limit, remaining, reset_after, retry_after: None, degraded: None }
     }
 
     /// A check that fit but was not charged because another limit of its group denied.
     pub fn held(limit: u64, remaining: u64, reset_after: Duration) -> Self {
-        Self { allowed: false, limit, remaining, reset_after, retry_after: None }
+        Self { allowed: false, limit, remaining, reset_after, retry_after: None, degraded: None }
+    }
+
+    /// The same decision, marked as made by `policy` because the backend could not answer.
+    #[must_use]
+    pub fn degraded_by(mut self, policy: FailurePolicy) -> Self {
+        self.degraded = Some(policy);
+        self
     }
 
     /// A denial that recorded nothing.
     pub fn denied(limit: u64, remaining: u64, reset_after: Duration, retry_after: Duration) -> Self {
-        Self { allowed: false, limit, remaining, reset_after, retry_after: Some(retry_after) }
+        Self { allowed: false, limit, remaining, reset_after, retry_after: Some(retry_after), degraded: None }
     }
 }
 

@@ -65,6 +65,9 @@ pub enum Error {
         /// A Redis key in another slot.
         other: String,
     },
+    /// The circuit breaker is open (the backend kept failing) and no failure policy applies.
+    #[error("the backend's circuit is open after repeated failures")]
+    CircuitOpen,
     /// The backend did not answer within its deadline.
     #[error("backend did not answer within {0:?}")]
     Timeout(Duration),
@@ -76,4 +79,17 @@ pub enum Error {
     /// same name, a proxy in between).
     #[error("unexpected reply from backend: {0}")]
     UnexpectedReply(String),
+}
+
+impl Error {
+    /// Whether this is the backend failing (unreachable, slow, broken) rather than the caller's
+    /// mistake: the errors a failure policy answers for.
+    pub fn is_backend_failure(&self) -> bool {
+        match self {
+            Self::Timeout(_) | Self::UnexpectedReply(_) | Self::CircuitOpen => true,
+            #[cfg(feature = "redis")]
+            Self::Redis(_) => true,
+            _ => false,
+        }
+    }
 }

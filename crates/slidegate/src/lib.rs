@@ -36,6 +36,8 @@
 //! - [`memory`]: [`MemoryBackend`], the embedded, sharded, self-sweeping default.
 //! - `redis` (feature `redis`): [`RedisBackend`], sorted sets and one Lua script per decision.
 //! - [`limiter`]: [`Limiter`], the front door that validates input once.
+//! - [`resilience`]: [`FailurePolicy`], [`CircuitBreaker`] and [`NearCache`]: what the limiter
+//!   does when the backend fails, and how it spares the backend keys already over their limit.
 //! - [`clock`]: [`Clock`]; [`SystemClock`], the TSC-fast [`MonotonicClock`], and [`ManualClock`]
 //!   for tests.
 //! - [`slot`]: Redis Cluster slots and the [`hash_tag`] helper for atomic multi-limit checks.
@@ -51,6 +53,7 @@ pub mod quota;
 #[cfg(feature = "redis")]
 pub mod redis;
 pub mod reference;
+pub mod resilience;
 pub mod slot;
 
 pub use backend::{Backend, Check};
@@ -62,6 +65,7 @@ pub use memory::MemoryBackend;
 pub use quota::{Algorithm, MAX_LIMIT, MAX_WINDOW, Quota, WarmUp};
 #[cfg(feature = "redis")]
 pub use redis::RedisBackend;
+pub use resilience::{CircuitBreaker, FailurePolicy, NearCache};
 pub use slot::{hash_tag, key_slot};
 
 /// The README's examples, compiled as doctests so they stay true.

@@ -1,6 +1,11 @@
-//! The front door: validates input once, then asks the backend.
+//! The front door: validates input once, answers keys known to be over their limit from the
+//! near-cache, asks the backend, and applies the failure policy when the backend cannot answer.
 
-use crate::{Backend, Check, Decision, Error, KeyState, MemoryBackend, MultiDecision, Quota};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::resilience::{CircuitBreaker, NearCache, strictest};
+use crate::{Backend, Check, Decision, Error, FailurePolicy, KeyState, MemoryBackend, MultiDecision, Quota};
 
 /// The most checks one multi-limit check may hold.
 pub const MAX_CHECKS: usize = 16;
@@ -27,9 +32,31 @@ pub const MAX_KEY_LEN: usize = 512;
 /// assert_eq!(d.remaining, 4);
 /// # Ok::<(), slidegate::Error>(()) }).unwrap();
 /// ```
+///
+/// In production, over Redis:
+///
+/// ```no_run
+/// # #[cfg(feature = "redis")] async fn run() -> Result<(), slidegate::Error> {
+/// use slidegate::{FailurePolicy, Limiter, RedisBackend};
+///
+/// let limiter = Limiter::new(RedisBackend::connect("redis://127.0.0.1:6379").await?)
+///     .with_failure_policy(FailurePolicy::local(0.25)?) // Redis down: a quarter of each limit, locally
+///     .with_near_cache(100_000); // keys over their limit are answered without a round trip
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Default)]
 pub struct Limiter<B = MemoryBackend> {
     backend: B,
+    guard: Option<Arc<Guard>>,
+    near_cache: Option<Arc<NearCache>>,
+}
+
+/// Failure handling: the default policy, the breaker, and the local limiter of `Local`.
+#[derive(Debug)]
+struct Guard {
+    policy: Option<FailurePolicy>,
+    breaker: CircuitBreaker,
+    local: MemoryBackend,
 }
 
 impl Limiter<MemoryBackend> {
@@ -40,9 +67,57 @@ impl Limiter<MemoryBackend> {
 }
 
 impl<B: Backend> Limiter<B> {
-    /// A limiter over `backend`.
+    /// A limiter over `backend`. Backend errors are returned as they are until a failure policy
+    /// or a circuit breaker is set.
     pub fn new(backend: B) -> Self {
-        Self { backend }
+        Self { backend, guard: None, near_cache: None }
+    }
+
+    /// Answers with `policy` — for every quota that has none of its own
+    /// ([`Quota::with_failure_policy`]) — when the backend errs or misses its deadline, and
+    /// behind a circuit breaker ([`crate::resilience::DEFAULT_BREAKER_FAILURES`] consecutive
+    /// failures open it for [`crate::resilience::DEFAULT_BREAKER_OPEN_FOR`]) so that a dead
+    /// backend costs microseconds, not a deadline, per request. Such decisions carry
+    /// [`Decision::degraded`].
+    #[must_use]
+    pub fn with_failure_policy(self, policy: FailurePolicy) -> Self {
+        let breaker = self
+            .guard
+            .as_ref()
+            .map_or_else(CircuitBreaker::default, |g| CircuitBreaker::new(g.breaker.failures(), g.breaker.open_for()));
+        self.guarded(Some(policy), breaker)
+    }
+
+    /// The circuit breaker's settings: open after `failures` consecutive failures, probe after
+    /// `open_for`. Without a failure policy an open circuit answers [`Error::CircuitOpen`].
+    #[must_use]
+    pub fn with_circuit_breaker(self, failures: u32, open_for: Duration) -> Self {
+        let policy = self.guard.as_ref().and_then(|g| g.policy);
+        self.guarded(policy, CircuitBreaker::new(failures, open_for))
+    }
+
+    fn guarded(mut self, policy: Option<FailurePolicy>, breaker: CircuitBreaker) -> Self {
+        self.guard = Some(Arc::new(Guard { policy, breaker, local: MemoryBackend::new() }));
+        self
+    }
+
+    /// Remembers up to `capacity` keys the backend denied and answers them locally until their
+    /// `retry_after` (see [`NearCache`]): under a flood on one key, one backend call per
+    /// `retry_after` instead of one per request.
+    #[must_use]
+    pub fn with_near_cache(mut self, capacity: usize) -> Self {
+        self.near_cache = Some(Arc::new(NearCache::new(capacity)));
+        self
+    }
+
+    /// Whether the circuit breaker is open (the backend is not being called).
+    pub fn circuit_open(&self) -> bool {
+        self.guard.as_ref().is_some_and(|g| g.breaker.is_open())
+    }
+
+    /// The near-cache, when enabled.
+    pub fn near_cache(&self) -> Option<&NearCache> {
+        self.near_cache.as_deref()
     }
 
     /// Decides one permit of `quota` for `key`.
@@ -54,7 +129,36 @@ impl<B: Backend> Limiter<B> {
     pub async fn check_cost(&self, key: &str, quota: &Quota, cost: u64) -> Result<Decision, Error> {
         validate_key(key)?;
         quota.validate_cost(cost)?;
-        self.backend.check(key, quota, cost).await
+        if let Some(d) = self.near_cache.as_ref().and_then(|c| c.get(key, quota, cost)) {
+            return Ok(d);
+        }
+        let Some(guard) = &self.guard else {
+            let d = self.backend.check(key, quota, cost).await?;
+            self.remember(key, quota, cost, &d);
+            return Ok(d);
+        };
+        let policy = quota.failure_policy().or(guard.policy);
+        if !guard.breaker.allow() {
+            return guard.single(policy, key, quota, cost, Error::CircuitOpen);
+        }
+        match self.backend.check(key, quota, cost).await {
+            Ok(d) => {
+                guard.breaker.succeeded();
+                self.remember(key, quota, cost, &d);
+                Ok(d)
+            }
+            Err(e) if e.is_backend_failure() => {
+                guard.breaker.failed();
+                guard.single(policy, key, quota, cost, e)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn remember(&self, key: &str, quota: &Quota, cost: u64, d: &Decision) {
+        if let (Some(cache), false) = (&self.near_cache, d.allowed) {
+            cache.remember(key, quota, cost, d);
+        }
     }
 
     /// Decides several limits together, all or nothing, in one backend round trip: "10 per
@@ -71,7 +175,25 @@ impl<B: Backend> Limiter<B> {
                 return Err(Error::DuplicateKey { key: c.key.to_owned() });
             }
         }
-        self.backend.check_all(checks).await
+        let Some(guard) = &self.guard else {
+            return self.backend.check_all(checks).await;
+        };
+        // One policy answers for the group: the strictest of its checks'.
+        let policy = strictest(checks.iter().filter_map(|c| c.quota.failure_policy().or(guard.policy)));
+        if !guard.breaker.allow() {
+            return guard.group(policy, checks, Error::CircuitOpen);
+        }
+        match self.backend.check_all(checks).await {
+            Ok(d) => {
+                guard.breaker.succeeded();
+                Ok(d)
+            }
+            Err(e) if e.is_backend_failure() => {
+                guard.breaker.failed();
+                guard.group(policy, checks, e)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// What `key` holds under `quota` now, without changing it.
@@ -83,12 +205,68 @@ impl<B: Backend> Limiter<B> {
     /// Forgets every admission of `key`.
     pub async fn reset(&self, key: &str) -> Result<(), Error> {
         validate_key(key)?;
+        if let Some(cache) = &self.near_cache {
+            cache.forget(key);
+        }
         self.backend.reset(key).await
     }
 
     /// The backend.
     pub fn backend(&self) -> &B {
         &self.backend
+    }
+}
+
+impl Guard {
+    /// One check's answer by `policy` when the backend could not give it (`error`).
+    fn single(
+        &self,
+        policy: Option<FailurePolicy>,
+        key: &str,
+        quota: &Quota,
+        cost: u64,
+        error: Error,
+    ) -> Result<Decision, Error> {
+        let policy = policy.ok_or(error)?;
+        let (limit, open_for) = (quota.limit(), self.breaker.open_for());
+        let d = match policy {
+            FailurePolicy::FailOpen => Decision::allowed(limit, limit - cost, Duration::ZERO),
+            FailurePolicy::FailClosed => Decision::denied(limit, 0, Duration::ZERO, open_for),
+            FailurePolicy::Local { share_permille } => {
+                let local = quota.share(share_permille);
+                if cost > local.max_cost() {
+                    Decision::denied(local.limit(), local.limit(), Duration::ZERO, quota.window())
+                } else {
+                    self.local.check_now(key, &local, cost)
+                }
+            }
+        };
+        Ok(d.degraded_by(policy))
+    }
+
+    /// A group's answer by `policy` when the backend could not give it (`error`).
+    fn group(&self, policy: Option<FailurePolicy>, checks: &[Check<'_>], error: Error) -> Result<MultiDecision, Error> {
+        let policy = policy.ok_or(error)?;
+        let decisions = match policy {
+            FailurePolicy::Local { share_permille } => {
+                let local: Vec<Check<'_>> =
+                    checks.iter().map(|c| Check { quota: c.quota.share(share_permille), ..*c }).collect();
+                if local.iter().all(|c| c.cost <= c.quota.max_cost()) {
+                    self.local.check_all_now(&local).decisions
+                } else {
+                    let window = |c: &Check<'_>| c.quota.window();
+                    local
+                        .iter()
+                        .map(|c| Decision::denied(c.quota.limit(), c.quota.limit(), Duration::ZERO, window(c)))
+                        .collect()
+                }
+            }
+            _ => {
+                let one = |c: &Check<'_>| self.single(Some(policy), c.key, &c.quota, c.cost, Error::CircuitOpen);
+                checks.iter().map(one).collect::<Result<Vec<_>, Error>>()?
+            }
+        };
+        Ok(MultiDecision::new(decisions.into_iter().map(|d| d.degraded_by(policy)).collect()))
     }
 }
 

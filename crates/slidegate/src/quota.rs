@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::Error;
+use crate::{Error, FailurePolicy};
 
 /// The largest `limit` a quota accepts.
 pub const MAX_LIMIT: u64 = 1_000_000_000;
@@ -154,6 +154,7 @@ pub struct Quota {
     window_ms: u64,
     algorithm: Algorithm,
     warm_up: Option<WarmUp>,
+    failure_policy: Option<FailurePolicy>,
 }
 
 impl Quota {
@@ -166,7 +167,7 @@ impl Quota {
             return Err(Error::InvalidWindow { window });
         }
         let window_ms = u64::try_from(window.as_millis()).map_err(|_| Error::InvalidWindow { window })?;
-        Ok(Self { limit, window_ms, algorithm: Algorithm::SlidingLog, warm_up: None })
+        Ok(Self { limit, window_ms, algorithm: Algorithm::SlidingLog, warm_up: None, failure_policy: None })
     }
 
     /// `limit` permits per rolling second.
@@ -202,6 +203,32 @@ impl Quota {
         // In range by the two checks above.
         let (period_ms, cold_permille) = (period.as_millis() as u64, (cold_fraction * 1000.0).round() as u64);
         Self { warm_up: Some(WarmUp { period_ms, cold_permille }), ..self }.validated()
+    }
+
+    /// The same quota, answered by `policy` when the backend fails (overriding the limiter's
+    /// default; see [`crate::Limiter::with_failure_policy`]).
+    #[must_use]
+    pub fn with_failure_policy(mut self, policy: FailurePolicy) -> Self {
+        self.failure_policy = Some(policy);
+        self
+    }
+
+    /// The quota's own failure policy, if it has one.
+    pub fn failure_policy(&self) -> Option<FailurePolicy> {
+        self.failure_policy
+    }
+
+    /// This quota with `permille` thousandths of its limit (and of a GCRA's burst), at least 1:
+    /// what one instance enforces alone under [`FailurePolicy::Local`]. Falls back to a plain
+    /// sliding log when the algorithm's parameters do not fit the smaller limit.
+    pub fn share(&self, permille: u16) -> Self {
+        let scale = |n: u64| (n * u64::from(permille) / 1000).max(1);
+        let mut algorithm = self.algorithm;
+        if let Algorithm::Gcra { burst: Some(b) } = &mut algorithm {
+            *b = scale(*b);
+        }
+        let scaled = Self { limit: scale(self.limit), algorithm, ..*self };
+        scaled.validated().unwrap_or(Self { algorithm: Algorithm::SlidingLog, warm_up: None, ..scaled })
     }
 
     fn validated(self) -> Result<Self, Error> {

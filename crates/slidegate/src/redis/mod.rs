@@ -12,6 +12,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClientBuilder;
+use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, ErrorKind, FromRedisValue, ServerErrorKind};
 
 use crate::{Algorithm, Backend, Check, Clock, Decision, Error, KeyState, MultiDecision, Quota};
@@ -142,6 +144,33 @@ impl RedisBackend<ConnectionManager> {
         let conn = ConnectionManager::new_with_config(client, config).await?;
         let backend = Self::with_connection(conn);
         // Loading runs once, at start: it gets the connection's deadline, not a decision's.
+        backend.clone().with_timeout(CONNECT_TIMEOUT).load_scripts().await?;
+        Ok(backend)
+    }
+}
+
+/// How long the Cluster client waits for one node's answer before it treats the node as gone
+/// and refreshes its view of the cluster. Without it, redis-rs left requests to a killed master
+/// hanging for minutes (measured); the backend's own deadline still bounds every call.
+const CLUSTER_RESPONSE_TIMEOUT: Duration = Duration::from_millis(500);
+
+impl RedisBackend<ClusterConnection> {
+    /// Connects to a Redis Cluster through any of its nodes (`redis://host:port` each), and
+    /// loads the scripts on every master. Redirections (`MOVED`, `ASK`), topology refreshes and
+    /// failovers are followed by the client; every call keeps its deadline. Multi-limit checks
+    /// must name keys of one slot ([`crate::hash_tag`]); others fail early with
+    /// [`Error::CrossSlot`].
+    pub async fn connect_cluster(urls: &[&str]) -> Result<Self, Error> {
+        let client = ClusterClientBuilder::new(urls.to_vec())
+            .connection_timeout(CONNECT_TIMEOUT)
+            .response_timeout(CLUSTER_RESPONSE_TIMEOUT)
+            .overall_response_timeout(None)
+            .retries(2)
+            .build()?;
+        let conn = tokio::time::timeout(CONNECT_TIMEOUT, client.get_async_connection())
+            .await
+            .map_err(|_| Error::Timeout(CONNECT_TIMEOUT))??;
+        let backend = Self::with_connection(conn).with_cluster_slot_check(true);
         backend.clone().with_timeout(CONNECT_TIMEOUT).load_scripts().await?;
         Ok(backend)
     }
@@ -420,16 +449,20 @@ where
     }
 
     async fn reset(&self, key: &str) -> Result<(), Error> {
-        let mut cmd = redis::cmd("DEL");
-        for algorithm in [
+        let keys = [
             Algorithm::SlidingLog,
             Algorithm::SlidingWindow { buckets: 1 },
             Algorithm::FixedWindow,
             Algorithm::Gcra { burst: None },
-        ] {
-            cmd.arg(self.redis_key(key, algorithm));
+        ]
+        .map(|algorithm| self.redis_key(key, algorithm));
+        // On a Cluster the four keys may live in four slots: one DEL each.
+        let groups: Vec<&[String]> = if self.config.one_slot { keys.chunks(1).collect() } else { vec![&keys] };
+        for group in groups {
+            let mut cmd = redis::cmd("DEL");
+            cmd.arg(group);
+            let _: i64 = self.query(&cmd).await?;
         }
-        let _: i64 = self.query(&cmd).await?;
         Ok(())
     }
 }

