@@ -15,7 +15,7 @@ use axum::routing::{MethodRouter, get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use slidegate::{Algorithm, Check, Decision, Quota};
+use slidegate::{Algorithm, Check, Decision, FailurePolicy, Quota};
 
 use crate::app::{App, Live};
 use crate::config::{AlgorithmSpec, INLINE_RULE, parse_duration};
@@ -96,6 +96,7 @@ impl From<slidegate::Error> for ApiError {
             E::UnknownAlgorithm(_) => Self::bad_request("unknown_algorithm", message),
             E::CheckCount { .. } => Self::bad_request("invalid_checks", message),
             E::DuplicateKey { .. } => Self::bad_request("duplicate_key", message),
+            E::CrossSlot { .. } => Self::bad_request("cross_slot", message),
             E::Timeout(_) => {
                 ::metrics::counter!(metrics::BACKEND_ERRORS, "kind" => "timeout").increment(1);
                 Self::new(StatusCode::SERVICE_UNAVAILABLE, "backend_timeout", message)
@@ -219,6 +220,10 @@ struct DecisionBody<'a> {
     remaining: u64,
     reset_after_ms: u128,
     retry_after_ms: Option<u128>,
+    /// The backend could not answer; a failure policy did.
+    degraded: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    policy: Option<&'static str>,
 }
 
 impl<'a> DecisionBody<'a> {
@@ -230,6 +235,8 @@ impl<'a> DecisionBody<'a> {
             remaining: d.remaining,
             reset_after_ms: d.reset_after.as_millis(),
             retry_after_ms: d.retry_after.map(|r| r.as_millis()),
+            degraded: d.degraded.is_some(),
+            policy: d.degraded.map(FailurePolicy::as_str),
         }
     }
 }
@@ -319,15 +326,18 @@ async fn check(State(app): State<Arc<App>>, body: Result<Bytes, BytesRejection>)
 }
 
 /// Counts a decision of `rule` with the counters of the snapshot that resolved it.
-fn count(live: &Live, rule: &str, allowed: bool) {
+fn count(live: &Live, rule: &str, d: &Decision) {
     if let Some(c) = live.counters(rule) {
-        c.count(allowed);
+        c.count(d.allowed);
+    }
+    if let Some(policy) = d.degraded {
+        metrics::count_degraded(rule, policy);
     }
 }
 
 async fn check_one(app: &App, live: &Live, r: Resolved) -> Result<Response, ApiError> {
     let d = app.timed(app.limiter.check_cost(&r.key, &r.quota, r.cost)).await?;
-    count(live, &r.policy, d.allowed);
+    count(live, &r.policy, &d);
     let headers = rate_limit_headers(&[(&r.policy, &r.quota, &d)], d.retry_after);
     Ok((headers, Json(DecisionBody::new(&r.policy, &d))).into_response())
 }
@@ -335,8 +345,8 @@ async fn check_one(app: &App, live: &Live, r: Resolved) -> Result<Response, ApiE
 async fn check_many(app: &App, live: &Live, resolved: &[Resolved]) -> Result<Response, ApiError> {
     let checks: Vec<Check<'_>> = resolved.iter().map(|r| Check::new(&r.key, r.quota).with_cost(r.cost)).collect();
     let group = app.timed(app.limiter.check_all(&checks)).await?;
-    for r in resolved {
-        count(live, &r.policy, group.allowed);
+    for (r, d) in resolved.iter().zip(&group.decisions) {
+        count(live, &r.policy, d);
     }
     let items: Vec<_> = resolved.iter().zip(&group.decisions).map(|(r, d)| (r.policy.as_str(), &r.quota, d)).collect();
     let headers = rate_limit_headers(&items, group.retry_after());
@@ -447,7 +457,10 @@ async fn reset_key(
     Ok(Json(json!({"rule": rule, "key": backend_key, "reset": true})))
 }
 
-async fn render_metrics() -> impl IntoResponse {
+async fn render_metrics(State(app): State<Arc<App>>) -> impl IntoResponse {
+    ::metrics::gauge!(metrics::CIRCUIT_OPEN).set(if app.limiter.circuit_open() { 1.0 } else { 0.0 });
+    let cached = app.limiter.near_cache().map_or(0, slidegate::NearCache::len);
+    ::metrics::gauge!(metrics::NEAR_CACHE_KEYS).set(cached as f64);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], metrics::handle().render())
 }
 

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, PoisonError, RwLock};
 
 use ::metrics::Histogram;
-use slidegate::{Limiter, MemoryBackend, RedisBackend};
+use slidegate::Limiter;
 use tracing::{info, warn};
 
 use crate::backend::AnyBackend;
@@ -57,21 +57,13 @@ pub struct App {
 impl App {
     /// Connects the backend `config` names and builds the state.
     pub async fn start(config: Config, config_path: Option<PathBuf>) -> Result<Self, slidegate::Error> {
-        let backend = match &config.backend.redis {
-            None => AnyBackend::Memory(MemoryBackend::new()),
-            Some(url) => AnyBackend::Redis(
-                RedisBackend::connect(url)
-                    .await?
-                    .with_prefix(config.backend.prefix.clone())
-                    .with_timeout(config.backend.timeout),
-            ),
-        };
+        let backend = AnyBackend::connect(&config.backend).await?;
         // Install the recorder before the first decision, or its counts would be lost.
         let _ = metrics::handle();
         ::metrics::gauge!(metrics::RULES).set(config.rules.len() as f64);
         Ok(Self {
             backend_seconds: ::metrics::histogram!(metrics::BACKEND_SECONDS, "backend" => backend.name()),
-            limiter: Limiter::new(backend),
+            limiter: backend.limiter(&config.backend),
             live: RwLock::new(Arc::new(Live::new(config.rules, config.admin_token))),
             config_path,
             backend_config: config.backend,

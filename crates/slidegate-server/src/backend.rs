@@ -1,6 +1,11 @@
-//! The backend chosen at start: the embedded memory backend or Redis.
+//! The backend chosen at start: the embedded memory backend, Redis, or a Redis Cluster.
 
-use slidegate::{Backend, Check, Decision, Error, KeyState, MemoryBackend, MultiDecision, Quota, RedisBackend};
+use slidegate::{
+    Backend, Check, Decision, Error, KeyState, Limiter, MemoryBackend, MultiDecision, Quota, RedisBackend,
+    RedisClusterBackend,
+};
+
+use crate::config::BackendConfig;
 
 /// One of the library's backends, picked by configuration.
 #[derive(Debug, Clone)]
@@ -9,14 +14,43 @@ pub enum AnyBackend {
     Memory(MemoryBackend),
     /// Redis: one limit across every instance that shares it.
     Redis(RedisBackend),
+    /// A Redis Cluster: the same, spread over its masters.
+    Cluster(RedisClusterBackend),
 }
 
 impl AnyBackend {
-    /// `memory` or `redis`, for logs, metrics and `/readyz`.
+    /// Connects what `config` names: a cluster, a Redis, or (neither) the memory backend.
+    pub async fn connect(config: &BackendConfig) -> Result<Self, Error> {
+        if !config.redis_cluster.is_empty() {
+            let nodes: Vec<&str> = config.redis_cluster.iter().map(String::as_str).collect();
+            let backend = RedisBackend::connect_cluster(&nodes).await?;
+            return Ok(Self::Cluster(backend.with_prefix(config.prefix.clone()).with_timeout(config.timeout)));
+        }
+        Ok(match &config.redis {
+            None => Self::Memory(MemoryBackend::new()),
+            Some(url) => Self::Redis(
+                RedisBackend::connect(url).await?.with_prefix(config.prefix.clone()).with_timeout(config.timeout),
+            ),
+        })
+    }
+
+    /// The limiter a service runs over this backend: a shared backend gets `config`'s failure
+    /// policy, its circuit breaker and the near-cache; the memory backend cannot fail and is
+    /// local already, so it gets neither.
+    pub fn limiter(self, config: &BackendConfig) -> Limiter<Self> {
+        if matches!(self, Self::Memory(_)) {
+            return Limiter::new(self);
+        }
+        let limiter = Limiter::new(self).with_failure_policy(config.failure_policy);
+        if config.near_cache > 0 { limiter.with_near_cache(config.near_cache) } else { limiter }
+    }
+
+    /// `memory`, `redis` or `redis_cluster`, for logs, metrics and `/readyz`.
     pub fn name(&self) -> &'static str {
         match self {
             Self::Memory(_) => "memory",
             Self::Redis(_) => "redis",
+            Self::Cluster(_) => "redis_cluster",
         }
     }
 
@@ -25,6 +59,7 @@ impl AnyBackend {
         match self {
             Self::Memory(_) => Ok(()),
             Self::Redis(r) => r.ping().await,
+            Self::Cluster(r) => r.ping().await,
         }
     }
 }
@@ -37,6 +72,7 @@ impl Backend for AnyBackend {
         match self {
             Self::Memory(b) => b.check(key, quota, cost).await,
             Self::Redis(b) => Box::pin(b.check(key, quota, cost)).await,
+            Self::Cluster(b) => Box::pin(b.check(key, quota, cost)).await,
         }
     }
 
@@ -44,6 +80,7 @@ impl Backend for AnyBackend {
         match self {
             Self::Memory(b) => b.check_all(checks).await,
             Self::Redis(b) => Box::pin(b.check_all(checks)).await,
+            Self::Cluster(b) => Box::pin(b.check_all(checks)).await,
         }
     }
 
@@ -51,6 +88,7 @@ impl Backend for AnyBackend {
         match self {
             Self::Memory(b) => b.inspect(key, quota).await,
             Self::Redis(b) => Box::pin(b.inspect(key, quota)).await,
+            Self::Cluster(b) => Box::pin(b.inspect(key, quota)).await,
         }
     }
 
@@ -58,6 +96,7 @@ impl Backend for AnyBackend {
         match self {
             Self::Memory(b) => b.reset(key).await,
             Self::Redis(b) => Box::pin(b.reset(key)).await,
+            Self::Cluster(b) => Box::pin(b.reset(key)).await,
         }
     }
 }

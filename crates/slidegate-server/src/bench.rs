@@ -15,8 +15,11 @@ use crate::backend::AnyBackend;
 /// What to load and how hard.
 #[derive(Debug, Clone)]
 pub struct BenchOptions {
-    /// `memory`, `redis://host:port` or `http://host:port` (a running `slidegate serve`).
+    /// `memory`, `redis://host:port`, `redis-cluster://host:port,host:port…` or
+    /// `http://host:port` (a running `slidegate serve`).
     pub target: String,
+    /// With a library target: a near-cache of this many denied keys (0: none).
+    pub near_cache: usize,
     /// Distinct keys, drawn uniformly (1 = one hot key).
     pub keys: u64,
     /// Decisions in flight.
@@ -98,11 +101,20 @@ struct Allowed {
 /// Runs the load and returns what it measured.
 pub async fn run(options: BenchOptions) -> anyhow::Result<Report> {
     let keys: Arc<Vec<String>> = Arc::new((0..options.keys.max(1)).map(|i| format!("bench:{i}")).collect());
+    let library = |backend: AnyBackend| {
+        let limiter = Limiter::new(backend);
+        Target::Library(if options.near_cache > 0 { limiter.with_near_cache(options.near_cache) } else { limiter })
+    };
     let target = if options.target == "memory" {
-        Target::Library(Limiter::new(AnyBackend::Memory(MemoryBackend::new())))
+        library(AnyBackend::Memory(MemoryBackend::new()))
     } else if options.target.starts_with("redis://") {
         let backend = RedisBackend::connect(&options.target).await.context("connecting to Redis")?;
-        Target::Library(Limiter::new(AnyBackend::Redis(backend.with_timeout(Duration::from_secs(2)))))
+        library(AnyBackend::Redis(backend.with_timeout(Duration::from_secs(2))))
+    } else if let Some(nodes) = options.target.strip_prefix("redis-cluster://") {
+        let urls: Vec<String> = nodes.split(',').map(|n| format!("redis://{n}")).collect();
+        let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+        let backend = RedisBackend::connect_cluster(&urls).await.context("connecting to the Redis Cluster")?;
+        library(AnyBackend::Cluster(backend.with_timeout(Duration::from_secs(2))))
     } else if options.target.starts_with("http://") {
         let url = format!("{}/v1/check", options.target.trim_end_matches('/'));
         let q = &options.quota;
@@ -122,7 +134,10 @@ pub async fn run(options: BenchOptions) -> anyhow::Result<Report> {
             .build()?;
         Target::Http { client, url, bodies }
     } else {
-        anyhow::bail!("--target must be `memory`, `redis://…` or `http://…`, got {:?}", options.target);
+        anyhow::bail!(
+            "--target must be `memory`, `redis://…`, `redis-cluster://…` or `http://…`, got {:?}",
+            options.target
+        );
     };
     let target = Arc::new(target);
 

@@ -10,11 +10,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
-use slidegate::{Algorithm, Quota};
+use slidegate::{Algorithm, FailurePolicy, Quota};
 use toml::Spanned;
 
 /// The per-call backend deadline when the file does not set one.
 pub const DEFAULT_TIMEOUT: Duration = slidegate::redis::DEFAULT_TIMEOUT;
+
+/// Denied keys the near-cache holds unless `[backend] near_cache` says otherwise.
+pub const DEFAULT_NEAR_CACHE: usize = 100_000;
 
 /// A name reserved for checks that carry their own limit instead of naming a rule.
 pub const INLINE_RULE: &str = "inline";
@@ -58,8 +61,14 @@ pub struct Config {
 /// The `[backend]` table.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BackendConfig {
-    /// A Redis URL; `None` for the embedded memory backend.
+    /// A Redis URL; `None` (and no cluster) for the embedded memory backend.
     pub redis: Option<String>,
+    /// Redis Cluster nodes to start from; when set, the Cluster backend is used.
+    pub redis_cluster: Vec<String>,
+    /// What answers when the backend fails, for rules without a policy of their own.
+    pub failure_policy: FailurePolicy,
+    /// Denied keys remembered to answer locally until their `retry_after` (0: none).
+    pub near_cache: usize,
     /// Key namespace in Redis.
     pub prefix: String,
     /// Deadline of each backend call.
@@ -68,7 +77,14 @@ pub struct BackendConfig {
 
 impl Default for BackendConfig {
     fn default() -> Self {
-        Self { redis: None, prefix: slidegate::redis::DEFAULT_PREFIX.to_owned(), timeout: DEFAULT_TIMEOUT }
+        Self {
+            redis: None,
+            redis_cluster: Vec::new(),
+            prefix: slidegate::redis::DEFAULT_PREFIX.to_owned(),
+            timeout: DEFAULT_TIMEOUT,
+            failure_policy: FailurePolicy::FailOpen,
+            near_cache: DEFAULT_NEAR_CACHE,
+        }
     }
 }
 
@@ -133,6 +149,10 @@ struct FileSpec {
 #[serde(deny_unknown_fields)]
 struct BackendSpec {
     redis: Option<Spanned<String>>,
+    redis_cluster: Option<Spanned<Vec<String>>>,
+    failure_policy: Option<Spanned<String>>,
+    local_share: Option<Spanned<f64>>,
+    near_cache: Option<Spanned<usize>>,
     prefix: Option<Spanned<String>>,
     timeout: Option<Spanned<String>>,
 }
@@ -148,6 +168,8 @@ struct RuleSpec {
     burst: Option<Spanned<u64>>,
     warm_up: Option<Spanned<String>>,
     cold_fraction: Option<Spanned<f64>>,
+    failure_policy: Option<Spanned<String>>,
+    local_share: Option<Spanned<f64>>,
     #[serde(default)]
     tiers: BTreeMap<Spanned<String>, TierSpec>,
 }
@@ -227,6 +249,24 @@ impl Config {
             check_redis_url(url.get_ref()).map_err(|m| at(url.span(), format!("backend.redis: {m}")))?;
             backend.redis = Some(url.into_inner());
         }
+        if let Some(nodes) = b.redis_cluster {
+            if nodes.get_ref().is_empty() {
+                return Err(at(nodes.span(), "backend.redis_cluster: list at least one node".into()));
+            }
+            for url in nodes.get_ref() {
+                check_redis_url(url).map_err(|m| at(nodes.span(), format!("backend.redis_cluster: {m}")))?;
+            }
+            if backend.redis.is_some() {
+                return Err(at(nodes.span(), "backend.redis_cluster: give either `redis` or `redis_cluster`".into()));
+            }
+            backend.redis_cluster = nodes.into_inner();
+        }
+        if let Some(policy) = failure_policy(b.failure_policy.as_ref(), b.local_share.as_ref(), "backend", &at)? {
+            backend.failure_policy = policy;
+        }
+        if let Some(n) = b.near_cache {
+            backend.near_cache = n.into_inner();
+        }
         if let Some(prefix) = b.prefix {
             if prefix.get_ref().contains(['{', '}']) {
                 return Err(at(prefix.span(), "backend.prefix: must not contain `{` or `}` (hash tags)".into()));
@@ -285,6 +325,8 @@ impl Config {
                 let (name, span) = span_of(&e);
                 at(span, format!("{}: {e}", field(name)))
             })?;
+            let policy =
+                failure_policy(r.failure_policy.as_ref(), r.local_share.as_ref(), &format!("rules[{i}]"), &at)?;
             let mut tiers = BTreeMap::new();
             for (name, tier) in r.tiers {
                 let tf = |f: &str| format!("{}.{}.{f}", field("tiers"), name.get_ref());
@@ -300,7 +342,10 @@ impl Config {
                 let tq = Quota::new(limit, window)
                     .and_then(|tq| spec.apply(tq))
                     .map_err(|e| at(span, format!("{}: {e}", tf("limit"))))?;
-                tiers.insert(name.into_inner(), tq);
+                tiers.insert(name.into_inner(), policy.map_or(tq, |p| tq.with_failure_policy(p)));
+            }
+            if let Some(p) = policy {
+                quota = quota.with_failure_policy(p);
             }
             let name = r.name.into_inner();
             rules.insert(name.clone(), Arc::new(Rule { name, quota, tiers }));
@@ -308,6 +353,41 @@ impl Config {
 
         Ok(Self { admin_token: spec.admin_token.map(Spanned::into_inner), backend, rules: Rules(rules) })
     }
+}
+
+/// A `failure_policy` (with `local_share` beside it for `local`) under `table`, if set.
+fn failure_policy(
+    policy: Option<&Spanned<String>>,
+    share: Option<&Spanned<f64>>,
+    table: &str,
+    at: &impl Fn(std::ops::Range<usize>, String) -> ConfigError,
+) -> Result<Option<FailurePolicy>, ConfigError> {
+    let Some(policy) = policy else {
+        return match share {
+            Some(s) => Err(at(s.span(), format!("{table}.local_share: needs failure_policy = \"local\""))),
+            None => Ok(None),
+        };
+    };
+    let parsed = match (policy.get_ref().as_str(), share) {
+        ("fail_open", None) => FailurePolicy::FailOpen,
+        ("fail_closed", None) => FailurePolicy::FailClosed,
+        ("local", Some(s)) => {
+            FailurePolicy::local(*s.get_ref()).map_err(|e| at(s.span(), format!("{table}.local_share: {e}")))?
+        }
+        ("local", None) => {
+            return Err(at(policy.span(), format!("{table}.failure_policy: \"local\" needs local_share (e.g. 0.25)")));
+        }
+        ("fail_open" | "fail_closed", Some(s)) => {
+            return Err(at(s.span(), format!("{table}.local_share: applies to failure_policy = \"local\" only")));
+        }
+        (other, _) => {
+            return Err(at(
+                policy.span(),
+                format!("{table}.failure_policy: {other:?} is not one of \"fail_open\", \"fail_closed\", \"local\""),
+            ));
+        }
+    };
+    Ok(Some(parsed))
 }
 
 /// Rule and tier names appear in Redis keys and headers: keep them plain.
@@ -422,6 +502,53 @@ tiers = { vip = { limit = 100 } }
                 .starts_with("rules.toml:6:17: rules[0].cold_fraction:")
         );
         assert!(error(&format!("{rule}warm_up = \"soon\"\n")).starts_with("rules.toml:5:11: rules[0].warm_up:"));
+        assert!(
+            error(&format!("{rule}failure_policy = \"retry\"\n"))
+                .contains("rules[0].failure_policy: \"retry\" is not one of")
+        );
+        assert!(error(&format!("{rule}failure_policy = \"local\"\n")).contains("needs local_share"));
+        assert!(
+            error("[backend]\nfailure_policy = \"local\"\nlocal_share = 0\n")
+                .starts_with("rules.toml:3:15: backend.local_share:")
+        );
+        assert!(error("[backend]\nlocal_share = 0.5\n").contains("needs failure_policy"));
+        assert!(
+            error("[backend]\nredis = \"redis://a\"\nredis_cluster = [\"redis://b\"]\n")
+                .contains("either `redis` or `redis_cluster`")
+        );
+        assert!(error("[backend]\nredis_cluster = [\"b:1\"]\n").contains("backend.redis_cluster"));
+    }
+
+    #[test]
+    fn failure_policies_default_per_backend_and_override_per_rule() {
+        let text = r#"
+[backend]
+redis_cluster = ["redis://127.0.0.1:7000", "redis://127.0.0.1:7001"]
+failure_policy = "local"
+local_share = 0.25
+near_cache = 0
+
+[[rules]]
+name = "payments"
+limit = 5
+window = "1m"
+failure_policy = "fail_closed"
+tiers = { vip = { limit = 50 } }
+
+[[rules]]
+name = "search"
+limit = 100
+window = "1m"
+"#;
+        let c = Config::parse(text, "rules.toml").expect("valid");
+        assert_eq!(c.backend.redis_cluster.len(), 2);
+        assert_eq!(c.backend.failure_policy, FailurePolicy::Local { share_permille: 250 });
+        assert_eq!(c.backend.near_cache, 0);
+        let payments = c.rules.get("payments").expect("payments");
+        assert_eq!(payments.quota.failure_policy(), Some(FailurePolicy::FailClosed));
+        assert_eq!(payments.quota_for(Some("vip")).and_then(|q| q.failure_policy()), Some(FailurePolicy::FailClosed));
+        assert_eq!(c.rules.get("search").expect("search").quota.failure_policy(), None, "the backend's default");
+        assert_eq!(Config::default().backend.failure_policy, FailurePolicy::FailOpen, "fail_open when unset");
     }
 
     #[test]

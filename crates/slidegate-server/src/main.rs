@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use slidegate::{Algorithm, Limiter, MemoryBackend, Quota, RedisBackend};
+use slidegate::{Algorithm, Quota};
 use slidegate_server::backend::AnyBackend;
 use slidegate_server::bench::{self, BenchOptions};
 use slidegate_server::config::{Config, parse_duration};
@@ -40,8 +40,11 @@ enum Command {
         #[arg(long, default_value = "127.0.0.1:8080")]
         http: SocketAddr,
         /// Redis URL: use the Redis backend (otherwise the file's, or the embedded memory backend).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "redis_cluster")]
         redis: Option<String>,
+        /// Redis Cluster nodes, comma-separated: use the Cluster backend.
+        #[arg(long, value_delimiter = ',')]
+        redis_cluster: Vec<String>,
     },
     /// Decide once and print the decision; exit code 0 admitted, 1 denied, 2 error.
     Check {
@@ -72,7 +75,8 @@ enum Command {
     },
     /// Generate load against a server or a backend and report throughput and latency.
     Bench {
-        /// `http://host:port` (a running server), `memory`, or `redis://host:port`.
+        /// `http://host:port` (a running server), `memory`, `redis://host:port`, or
+        /// `redis-cluster://host:port,host:port`.
         #[arg(long, default_value = "memory")]
         target: String,
         /// Distinct keys, uniformly drawn (1 = one hot key).
@@ -96,6 +100,9 @@ enum Command {
         /// Against a server: check this rule instead of an inline quota.
         #[arg(long)]
         rule: Option<String>,
+        /// Against a backend: a near-cache of this many denied keys (0: none).
+        #[arg(long, default_value_t = 0)]
+        near_cache: usize,
         /// Print one JSON object instead of the table.
         #[arg(long)]
         json: bool,
@@ -130,8 +137,8 @@ fn main() -> ExitCode {
 
 async fn run(command: Command) -> anyhow::Result<ExitCode> {
     match command {
-        Command::Serve { config, http, redis } => {
-            server::serve(ServeOptions { config, http, redis }).await?;
+        Command::Serve { config, http, redis, redis_cluster } => {
+            server::serve(ServeOptions { config, http, redis, redis_cluster }).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Check { rule, key, cost, tier, limit, window, config, redis } => {
@@ -153,17 +160,15 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
                 }
                 (None, None) => anyhow::bail!("give --rule or --limit and --window"),
             };
-            let backend = match redis.or(config.backend.redis) {
-                Some(url) => AnyBackend::Redis(
-                    RedisBackend::connect(&url)
-                        .await?
-                        .with_prefix(config.backend.prefix)
-                        .with_timeout(config.backend.timeout),
-                ),
-                None => AnyBackend::Memory(MemoryBackend::new()),
-            };
-            // The same key layout as the server's, so a check here and there share state.
-            let d = Limiter::new(backend).check_cost(&format!("{name}:{{{key}}}"), &quota, cost).await?;
+            let mut backend_config = config.backend;
+            if let Some(url) = redis {
+                (backend_config.redis, backend_config.redis_cluster) = (Some(url), Vec::new());
+            }
+            // The same key layout as the server's, so a check here and there share state; one
+            // decision has no use for a near-cache.
+            backend_config.near_cache = 0;
+            let limiter = AnyBackend::connect(&backend_config).await?.limiter(&backend_config);
+            let d = limiter.check_cost(&format!("{name}:{{{key}}}"), &quota, cost).await?;
             println!(
                 "{}",
                 serde_json::json!({
@@ -173,11 +178,20 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             );
             Ok(if d.allowed { ExitCode::SUCCESS } else { ExitCode::from(1) })
         }
-        Command::Bench { target, keys, concurrency, duration, limit, window, algorithm, rule, json } => {
+        Command::Bench { target, keys, concurrency, duration, limit, window, algorithm, rule, near_cache, json } => {
             let algorithm: Algorithm = algorithm.parse()?;
             let quota = Quota::new(limit, window)?.with_algorithm(algorithm)?;
-            let report =
-                bench::run(BenchOptions { target, keys, concurrency, duration, quota, rule, progress: !json }).await?;
+            let report = bench::run(BenchOptions {
+                target,
+                keys,
+                concurrency,
+                duration,
+                quota,
+                rule,
+                near_cache,
+                progress: !json,
+            })
+            .await?;
             if json {
                 println!("{}", serde_json::to_string(&report)?);
             } else {

@@ -17,6 +17,17 @@ pub const HTTP_SECONDS: &str = "slidegate_http_request_seconds";
 pub const RULES: &str = "slidegate_rules";
 /// Rules file reloads by result (`ok` / `failed`).
 pub const RELOADS: &str = "slidegate_config_reloads_total";
+/// Decisions a failure policy made because the backend could not, by rule and policy.
+pub const DEGRADED: &str = "slidegate_degraded_decisions_total";
+/// 1 while the backend's circuit breaker is open (the backend is not being called).
+pub const CIRCUIT_OPEN: &str = "slidegate_circuit_open";
+/// Keys the near-cache holds as denied.
+pub const NEAR_CACHE_KEYS: &str = "slidegate_near_cache_keys";
+
+/// Counts one degraded decision (rare: a label lookup per call is fine here).
+pub fn count_degraded(rule: &str, policy: slidegate::FailurePolicy) {
+    metrics::counter!(DEGRADED, "rule" => rule.to_owned(), "policy" => policy.as_str()).increment(1);
+}
 
 /// The process-wide recorder, installed on first use (the facade allows one per process).
 pub fn handle() -> PrometheusHandle {

@@ -23,8 +23,10 @@ pub struct ServeOptions {
     pub config: Option<PathBuf>,
     /// Where to listen for HTTP.
     pub http: SocketAddr,
-    /// A Redis URL overriding the file's `[backend] redis`.
+    /// A Redis URL overriding the file's backend.
     pub redis: Option<String>,
+    /// Redis Cluster nodes overriding the file's backend.
+    pub redis_cluster: Vec<String>,
 }
 
 /// Loads the configuration, connects the backend, and serves until SIGINT or SIGTERM.
@@ -35,9 +37,19 @@ pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
     };
     if let Some(url) = options.redis {
         check_redis_url(&url).map_err(|m| anyhow::anyhow!("--redis: {m}"))?;
-        config.backend.redis = Some(url);
+        (config.backend.redis, config.backend.redis_cluster) = (Some(url), Vec::new());
     }
-    let where_ = config.backend.redis.clone().unwrap_or_else(|| "embedded".to_owned());
+    if !options.redis_cluster.is_empty() {
+        for url in &options.redis_cluster {
+            check_redis_url(url).map_err(|m| anyhow::anyhow!("--redis-cluster: {m}"))?;
+        }
+        (config.backend.redis, config.backend.redis_cluster) = (None, options.redis_cluster);
+    }
+    let where_ = match (&config.backend.redis, &config.backend.redis_cluster) {
+        (Some(url), _) => url.clone(),
+        (None, nodes) if !nodes.is_empty() => nodes.join(","),
+        _ => "embedded".to_owned(),
+    };
     let app = App::start(config, options.config.clone())
         .await
         .with_context(|| format!("connecting the backend ({where_})"))?;

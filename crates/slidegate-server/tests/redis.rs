@@ -91,18 +91,124 @@ async fn sigterm_lets_requests_in_flight_finish_then_exits_zero() {
 }
 
 #[tokio::test]
-async fn readyz_says_when_redis_is_gone_and_checks_fail_with_503() {
+async fn with_redis_gone_each_rule_s_failure_policy_answers_and_says_so() {
     let redis = RedisServer::start();
-    let server = Slidegate::serve(&["--redis", &redis.url()]);
+    let rules = RulesFile::new(&format!(
+        r#"
+[backend]
+redis = "{}"
+
+[[rules]]
+name = "open"
+limit = 5
+window = "1m"
+
+[[rules]]
+name = "closed"
+limit = 5
+window = "1m"
+failure_policy = "fail_closed"
+
+[[rules]]
+name = "local"
+limit = 8
+window = "1m"
+failure_policy = "local"
+local_share = 0.25
+"#,
+        redis.url()
+    ));
+    let server = Slidegate::serve(&["--config", rules.arg()]);
     let client = reqwest::Client::new();
     assert_eq!(client.get(server.url("/readyz")).send().await.expect("readyz").status(), 200);
+    let (_, _, v) = check(&client, &server, &json!({"rule": "open", "key": "k"})).await;
+    assert_eq!((v["degraded"].as_bool(), v.get("policy")), (Some(false), None), "{v}");
     drop(redis);
     let r = client.get(server.url("/readyz")).send().await.expect("readyz");
     assert_eq!(r.status(), 503);
-    let (status, _, v) = check(&client, &server, &json!({"key": "k", "limit": 5, "window": "1s"})).await;
-    assert_eq!(status, 503);
-    assert!(matches!(v["error"]["code"].as_str(), Some("backend_unavailable" | "backend_timeout")), "{v}");
+    let started = Instant::now();
+    let (status, _, v) = check(&client, &server, &json!({"rule": "open", "key": "k"})).await;
+    assert!(started.elapsed() < Duration::from_secs(1), "answered without waiting on the dead Redis");
+    assert_eq!((status, v["allowed"].as_bool(), v["degraded"].as_bool()), (200, Some(true), Some(true)), "{v}");
+    assert_eq!(v["policy"], "fail_open", "the backend's default policy");
+    let (status, headers, v) = check(&client, &server, &json!({"rule": "closed", "key": "k"})).await;
+    assert_eq!((status, v["allowed"].as_bool(), v["policy"].as_str()), (200, Some(false), Some("fail_closed")), "{v}");
+    assert!(headers.contains_key("retry-after"));
+    let mut local = Vec::new();
+    for _ in 0..4 {
+        let (_, _, v) = check(&client, &server, &json!({"rule": "local", "key": "k"})).await;
+        assert_eq!(v["policy"], "local", "{v}");
+        local.push(v["allowed"].as_bool().expect("decision"));
+    }
+    assert_eq!(local, [true, true, false, false], "a quarter of 8, decided in this process");
+    // Enough failures have opened the circuit; the metrics say so.
+    let page = client.get(server.url("/metrics")).send().await.expect("metrics").text().await.expect("text");
+    assert!(page.contains("slidegate_circuit_open 1"), "{page}");
+    assert!(page.contains(r#"slidegate_degraded_decisions_total{rule="closed",policy="fail_closed"} 1"#), "{page}");
     assert_eq!(client.get(server.url("/healthz")).send().await.expect("healthz").status(), 200, "the process is up");
+}
+
+#[tokio::test]
+async fn the_near_cache_spares_redis_the_requests_of_a_key_over_its_limit() {
+    let redis = RedisServer::start();
+    let server = Slidegate::serve(&["--redis", &redis.url()]);
+    let client = reqwest::Client::new();
+    let body = json!({"key": "attacker", "limit": 3, "window": "1m"});
+    let mut allowed = Vec::new();
+    for _ in 0..200 {
+        let (_, _, v) = check(&client, &server, &body).await;
+        allowed.push(v["allowed"].as_bool().expect("decision"));
+    }
+    assert_eq!(allowed.iter().filter(|a| **a).count(), 3);
+    let stats: String = redis.query(&["INFO", "commandstats"]);
+    let calls = |cmd: &str| -> u64 {
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("cmdstat_{cmd}:calls=")))
+            .and_then(|rest| rest.split(',').next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    // 3 admissions and the first denial; the other 196 were answered from the near-cache.
+    assert_eq!(calls("evalsha") + calls("eval"), 4, "{stats}");
+}
+
+#[tokio::test]
+async fn a_redis_cluster_backend_serves_and_refuses_cross_slot_groups() {
+    let cluster = slidegate_testkit::RedisCluster::start(3, 0);
+    let nodes: Vec<String> = cluster.urls().iter().map(|u| format!("{u:?}")).collect();
+    let rules = RulesFile::new(&format!(
+        "[backend]\nredis_cluster = [{}]\n\n[[rules]]\nname = \"per_second\"\nlimit = 1\nwindow = \"1s\"\n\n[[rules]]\nname = \"per_day\"\nlimit = 100\nwindow = \"1d\"\nalgorithm = \"gcra\"\n",
+        nodes.join(", ")
+    ));
+    let server = Slidegate::serve(&["--config", rules.arg()]);
+    let client = reqwest::Client::new();
+    let v: Value = client.get(server.url("/readyz")).send().await.expect("readyz").json().await.expect("json");
+    assert_eq!(v["backend"], "redis_cluster", "{v}");
+    for algorithm in ["sliding_log", "sliding_window", "fixed_window", "gcra"] {
+        let body = json!({"key": "u1", "limit": 2, "window": "1h", "algorithm": algorithm});
+        let seen: Vec<bool> = {
+            let mut seen = Vec::new();
+            for _ in 0..3 {
+                let (status, _, v) = check(&client, &server, &body).await;
+                assert_eq!(status, 200, "{v}");
+                seen.push(v["allowed"].as_bool().expect("decision"));
+            }
+            seen
+        };
+        assert_eq!(seen, [true, true, false], "{algorithm}");
+    }
+    // Two keys of one rule hash to different slots: no atomic group on a cluster.
+    let group = json!({"checks": [{"key": "a", "limit": 5, "window": "1m"}, {"key": "b", "limit": 5, "window": "1m"}]});
+    let (status, _, v) = check(&client, &server, &group).await;
+    assert_eq!((status, v["error"]["code"].as_str()), (400, Some("cross_slot")), "{v}");
+    // Several rules on one key: `<rule>:{<key>}` shares the key's hash tag, so atomic on a
+    // cluster too.
+    let one_key = json!({"checks": [{"rule": "per_day", "key": "a"}, {"rule": "per_second", "key": "a"}]});
+    let (status, _, v) = check(&client, &server, &one_key).await;
+    assert_eq!((status, v["allowed"].as_bool()), (200, Some(true)), "{v}");
+    let (_, _, v) = check(&client, &server, &one_key).await;
+    assert_eq!((v["allowed"].as_bool(), v["denied_by"].as_u64()), (Some(false), Some(1)), "{v}");
+    assert_eq!(v["results"][0]["remaining"], 99, "the per-day limit was not charged: {v}");
 }
 
 #[test]

@@ -19,7 +19,7 @@ const ALGORITHMS: [Algorithm; 4] = [
     Algorithm::Gcra { burst: None },
 ];
 
-async fn connect(cluster: &RedisCluster) -> RedisBackend<redis::cluster_async::ClusterConnection> {
+async fn connect(cluster: &RedisCluster) -> slidegate::RedisClusterBackend {
     let urls = cluster.urls();
     let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
     RedisBackend::connect_cluster(&urls).await.expect("connect").with_timeout(Duration::from_secs(2))

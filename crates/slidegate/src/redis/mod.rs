@@ -13,7 +13,10 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
-use redis::cluster_async::ClusterConnection;
+pub use redis::cluster_async::ClusterConnection;
+
+/// The Redis backend over a Redis Cluster ([`RedisBackend::connect_cluster`]).
+pub type RedisClusterBackend = RedisBackend<ClusterConnection>;
 use redis::{Cmd, ErrorKind, FromRedisValue, ServerErrorKind};
 
 use crate::{Algorithm, Backend, Check, Clock, Decision, Error, KeyState, MultiDecision, Quota};
