@@ -2,13 +2,13 @@
 //! is a 4xx with `{"error": {"code", "message"}}`, never a 500.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use ::metrics::Histogram;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, PathRejection};
 use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
-use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, get, post};
@@ -16,6 +16,7 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use slidegate::{Algorithm, Check, Decision, FailurePolicy, Quota};
+use slidegate_tower::rate_limit_headers;
 
 use crate::app::{App, Live};
 use crate::config::{AlgorithmSpec, INLINE_RULE, parse_duration};
@@ -248,64 +249,6 @@ struct MultiBody<'a> {
     denied_by: Option<usize>,
     retry_after_ms: Option<u128>,
     results: Vec<DecisionBody<'a>>,
-}
-
-/// Whole seconds, rounded up: a client that waits this long is never early.
-fn ceil_secs(d: Duration) -> u64 {
-    d.as_millis().div_ceil(1000).try_into().unwrap_or(u64::MAX)
-}
-
-/// `RateLimit-Policy` and `RateLimit` (draft-ietf-httpapi-ratelimit-headers-09/-10 structured
-/// fields, one list member per policy) and, on a denial, `Retry-After`.
-fn rate_limit_headers(items: &[(&str, &Quota, &Decision)], retry_after: Option<Duration>) -> HeaderMap {
-    let (mut policy, mut state) = (String::with_capacity(40 * items.len()), String::with_capacity(40 * items.len()));
-    for (i, (name, q, d)) in items.iter().enumerate() {
-        if i > 0 {
-            policy.push_str(", ");
-            state.push_str(", ");
-        }
-        for (out, a, b, c, d) in [
-            (&mut policy, ";q=", q.limit(), ";w=", ceil_secs(q.window()).max(1)),
-            (&mut state, ";r=", d.remaining, ";t=", ceil_secs(d.retry_after.unwrap_or(d.reset_after))),
-        ] {
-            out.push('"');
-            out.push_str(name);
-            out.push('"');
-            out.push_str(a);
-            push_u64(out, b);
-            out.push_str(c);
-            push_u64(out, d);
-        }
-    }
-    let mut headers = HeaderMap::with_capacity(3);
-    let mut put = |name: &'static str, value: String| {
-        if let Ok(v) = HeaderValue::try_from(value) {
-            headers.insert(HeaderName::from_static(name), v);
-        }
-    };
-    put("ratelimit-policy", policy);
-    put("ratelimit", state);
-    if let Some(r) = retry_after {
-        let mut secs = String::new();
-        push_u64(&mut secs, ceil_secs(r).max(1));
-        put("retry-after", secs);
-    }
-    headers
-}
-
-/// Appends `n` in decimal, without the formatting machinery (this runs on every request).
-fn push_u64(out: &mut String, mut n: u64) {
-    let mut digits = [0u8; 20];
-    let mut i = digits.len();
-    loop {
-        i -= 1;
-        digits[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.extend(digits[i..].iter().map(|&d| char::from(d)));
 }
 
 async fn check(State(app): State<Arc<App>>, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {

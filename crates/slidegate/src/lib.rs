@@ -67,8 +67,3 @@ pub use quota::{Algorithm, MAX_LIMIT, MAX_WINDOW, Quota, WarmUp};
 pub use redis::{RedisBackend, RedisClusterBackend};
 pub use resilience::{CircuitBreaker, FailurePolicy, NearCache};
 pub use slot::{hash_tag, key_slot};
-
-/// The README's examples, compiled as doctests so they stay true.
-#[cfg(all(doctest, feature = "redis"))]
-#[doc = include_str!("../../../README.md")]
-pub struct ReadmeDoctests;

@@ -1,0 +1,54 @@
+//! Rate limit any tower service — axum, tonic, hyper — with one limit across every instance:
+//! a [`RateLimitLayer`] over a [`slidegate::Limiter`] (in memory, or Redis for many instances)
+//! with per-route [`Rule`]s, keys from the client IP (proxy-aware, never trusting forwarding
+//! headers by default), a header, the authenticated user or any closure, tiers and costs per
+//! request, `429 Too Many Requests` with `Retry-After` and the IETF `RateLimit` headers, shadow
+//! mode, failure policies and metrics.
+//!
+//! ```
+//! use std::net::SocketAddr;
+//! use axum::{Router, routing::{get, post}};
+//! use slidegate::{Limiter, Quota};
+//! use slidegate_tower::{PeerIp, RateLimitLayer, Rule};
+//!
+//! # fn build() -> Result<(), Box<dyn std::error::Error>> {
+//! let limits = RateLimitLayer::new(Limiter::in_memory())
+//!     .rule(Rule::new("login", Quota::per_minute(5)?)?.route("/login").key(PeerIp::behind(["10.0.0.0/8"])?))
+//!     .rule(Rule::new("search", Quota::per_second(10)?)?.route("/search"));
+//! let app = Router::new()
+//!     .route("/login", post(|| async { "welcome" }))
+//!     .route("/search", get(|| async { "results" }))
+//!     .layer(limits)
+//!     .into_make_service_with_connect_info::<SocketAddr>();
+//! # let _ = app; Ok(()) }
+//! ```
+//!
+//! # Layout
+//!
+//! - [`layer`]: [`RateLimitLayer`], the rules and what a request's decision is.
+//! - [`service`]: [`RateLimit`], the service: 429 or the inner response, with headers.
+//! - [`rule`]: [`Rule`], routes, key, tiers, cost.
+//! - [`key`]: [`KeyExtractor`] and the built-in keys: [`PeerIp`] (with [`TrustedProxies`]),
+//!   [`Header`], [`Extension`], [`Route`].
+//! - [`headers`]: the RateLimit header values, shared with the slidegate service.
+//! - [`error`]: [`Error`], for settings that cannot work.
+
+pub mod error;
+pub mod headers;
+pub mod key;
+pub mod layer;
+pub mod rule;
+pub mod service;
+
+pub use error::Error;
+pub use headers::{ceil_secs, rate_limit_headers};
+pub use key::{Extension, Header, KeyExtractor, PeerIp, Route, TrustedProxies};
+pub use layer::RateLimitLayer;
+pub use rule::Rule;
+pub use service::{RateLimit, RateLimitBody};
+
+/// The README's examples (library, algorithms, middleware), compiled as doctests here, the one
+/// crate that sees all of them, so they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;
