@@ -11,6 +11,7 @@ use tracing::{info, warn};
 
 use crate::backend::AnyBackend;
 use crate::config::{BackendConfig, Config, ConfigError, INLINE_RULE, Rules};
+use crate::envoy::{EnvoyConfig, EnvoyConfigError};
 use crate::metrics::{self, DecisionCounters};
 
 /// What a reload may change: the rules and the admin token. The backend is fixed at start.
@@ -49,14 +50,22 @@ pub struct App {
     /// Decides.
     pub limiter: Limiter<AnyBackend>,
     live: RwLock<Arc<Live>>,
+    envoy: RwLock<Arc<EnvoyConfig>>,
+    envoy_dir: Option<PathBuf>,
+    envoy_headers: bool,
     config_path: Option<PathBuf>,
     backend_config: BackendConfig,
     backend_seconds: Histogram,
 }
 
 impl App {
-    /// Connects the backend `config` names and builds the state.
-    pub async fn start(config: Config, config_path: Option<PathBuf>) -> Result<Self, slidegate::Error> {
+    /// Connects the backend `config` names, loads the Envoy configuration directory (when
+    /// given) and builds the state.
+    pub async fn start(config: Config, config_path: Option<PathBuf>) -> Result<Self, StartError> {
+        let envoy = match &config.envoy_config {
+            Some(dir) => EnvoyConfig::load_dir(dir)?,
+            None => EnvoyConfig::default(),
+        };
         let backend = AnyBackend::connect(&config.backend).await?;
         // Install the recorder before the first decision, or its counts would be lost.
         let _ = metrics::handle();
@@ -65,6 +74,9 @@ impl App {
             backend_seconds: ::metrics::histogram!(metrics::BACKEND_SECONDS, "backend" => backend.name()),
             limiter: backend.limiter(&config.backend),
             live: RwLock::new(Arc::new(Live::new(config.rules, config.admin_token))),
+            envoy: RwLock::new(Arc::new(envoy)),
+            envoy_dir: config.envoy_config,
+            envoy_headers: config.envoy_response_headers,
             config_path,
             backend_config: config.backend,
         })
@@ -73,6 +85,35 @@ impl App {
     /// The configuration in force now.
     pub fn live(&self) -> Arc<Live> {
         Arc::clone(&self.live.read().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// The Envoy configuration in force now.
+    pub fn envoy(&self) -> Arc<EnvoyConfig> {
+        Arc::clone(&self.envoy.read().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Whether gRPC answers carry envoyproxy/ratelimit's `x-ratelimit-*` headers.
+    pub fn envoy_headers(&self) -> bool {
+        self.envoy_headers
+    }
+
+    /// The Envoy configuration directory, when the service has one.
+    pub fn envoy_dir(&self) -> Option<&PathBuf> {
+        self.envoy_dir.as_ref()
+    }
+
+    /// Reads the Envoy configuration directory again and, if every file is valid, puts it in
+    /// force. An invalid file changes nothing.
+    pub fn reload_envoy(&self) -> Result<usize, EnvoyConfigError> {
+        let Some(dir) = &self.envoy_dir else { return Ok(0) };
+        let result = EnvoyConfig::load_dir(dir);
+        let outcome = if result.is_ok() { "ok" } else { "failed" };
+        ::metrics::counter!(metrics::RELOADS, "result" => outcome, "file" => "envoy").increment(1);
+        let config = result?;
+        let domains = config.len();
+        *self.envoy.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(config);
+        info!(dir = %dir.display(), domains, "envoy configuration reloaded");
+        Ok(domains)
     }
 
     /// Runs one backend call, recording its duration.
@@ -108,4 +149,15 @@ impl App {
         info!(path = %path.display(), rules, "rules reloaded");
         Ok(rules)
     }
+}
+
+/// Why the service could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The backend could not be reached.
+    #[error(transparent)]
+    Backend(#[from] slidegate::Error),
+    /// The Envoy configuration directory is invalid.
+    #[error(transparent)]
+    Envoy(#[from] EnvoyConfigError),
 }

@@ -11,12 +11,18 @@ use serde::Serialize;
 use slidegate::{Limiter, MemoryBackend, Quota, RedisBackend};
 
 use crate::backend::AnyBackend;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 
 /// What to load and how hard.
 #[derive(Debug, Clone)]
 pub struct BenchOptions {
-    /// `memory`, `redis://host:port`, `redis-cluster://host:port,host:port…` or
-    /// `http://host:port` (a running `slidegate serve`).
+    /// `memory`, `redis://host:port`, `redis-cluster://host:port,host:port…`,
+    /// `http://host:port` (a running `slidegate serve`) or `grpc://host:port` (its Envoy
+    /// rate limit service, domain [`GRPC_DOMAIN`]).
     pub target: String,
     /// With a library target: a near-cache of this many denied keys (0: none).
     pub near_cache: usize,
@@ -68,8 +74,18 @@ const MAX_PER_WORKER: u64 = 50_000_000;
 
 enum Target {
     Library(Limiter<AnyBackend>),
-    Http { client: reqwest::Client, url: String, bodies: Vec<String> },
+    Http {
+        client: reqwest::Client,
+        url: String,
+        bodies: Vec<String>,
+    },
+    /// The Envoy rate limit service: domain `bench`, one descriptor `key` = the key.
+    Grpc(RateLimitServiceClient<tonic::transport::Channel>),
 }
+
+/// The domain `slidegate bench` asks a gRPC target about; its config must have a descriptor
+/// `key` with a limit, e.g. `bench/envoy/bench.yaml`.
+pub const GRPC_DOMAIN: &str = "bench";
 
 impl Target {
     /// One decision: `Ok(allowed)`.
@@ -87,6 +103,18 @@ impl Target {
                 let body = response.bytes().await?;
                 anyhow::ensure!(status.is_success(), "HTTP {status}");
                 Ok(serde_json::from_slice::<Allowed>(&body)?.allowed)
+            }
+            Self::Grpc(client) => {
+                let request = RateLimitRequest {
+                    domain: GRPC_DOMAIN.to_owned(),
+                    descriptors: vec![RateLimitDescriptor {
+                        entries: vec![Entry { key: "key".to_owned(), value: keys[key_index].clone() }],
+                        ..RateLimitDescriptor::default()
+                    }],
+                    hits_addend: 0,
+                };
+                let response = client.clone().should_rate_limit(request).await?.into_inner();
+                Ok(response.overall_code == Code::Ok as i32)
             }
         }
     }
@@ -115,6 +143,9 @@ pub async fn run(options: BenchOptions) -> anyhow::Result<Report> {
         let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
         let backend = RedisBackend::connect_cluster(&urls).await.context("connecting to the Redis Cluster")?;
         library(AnyBackend::Cluster(backend.with_timeout(Duration::from_secs(2))))
+    } else if let Some(addr) = options.target.strip_prefix("grpc://") {
+        let client = RateLimitServiceClient::connect(format!("http://{addr}")).await.context("connecting over gRPC")?;
+        Target::Grpc(client)
     } else if options.target.starts_with("http://") {
         let url = format!("{}/v1/check", options.target.trim_end_matches('/'));
         let q = &options.quota;
@@ -135,7 +166,7 @@ pub async fn run(options: BenchOptions) -> anyhow::Result<Report> {
         Target::Http { client, url, bodies }
     } else {
         anyhow::bail!(
-            "--target must be `memory`, `redis://…`, `redis-cluster://…` or `http://…`, got {:?}",
+            "--target must be `memory`, `redis://…`, `redis-cluster://…`, `http://…` or `grpc://…`, got {:?}",
             options.target
         );
     };

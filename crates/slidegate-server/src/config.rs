@@ -56,6 +56,12 @@ pub struct Config {
     pub backend: BackendConfig,
     /// The named rules.
     pub rules: Rules,
+    /// Where to serve the Envoy rate limit service (gRPC), if at all.
+    pub grpc: Option<std::net::SocketAddr>,
+    /// A directory of envoyproxy/ratelimit YAML files.
+    pub envoy_config: Option<std::path::PathBuf>,
+    /// Add envoyproxy/ratelimit's `x-ratelimit-*` headers to gRPC answers.
+    pub envoy_response_headers: bool,
 }
 
 /// The `[backend]` table.
@@ -139,6 +145,9 @@ impl Rules {
 #[serde(deny_unknown_fields)]
 struct FileSpec {
     admin_token: Option<Spanned<String>>,
+    grpc: Option<Spanned<String>>,
+    envoy_config: Option<Spanned<String>>,
+    envoy_response_headers: Option<bool>,
     #[serde(default)]
     backend: BackendSpec,
     #[serde(default)]
@@ -351,7 +360,20 @@ impl Config {
             rules.insert(name.clone(), Arc::new(Rule { name, quota, tiers }));
         }
 
-        Ok(Self { admin_token: spec.admin_token.map(Spanned::into_inner), backend, rules: Rules(rules) })
+        let grpc = match spec.grpc {
+            Some(addr) => Some(
+                addr.get_ref().parse().map_err(|e| at(addr.span(), format!("grpc: {e} (e.g. \"127.0.0.1:8081\")")))?,
+            ),
+            None => None,
+        };
+        Ok(Self {
+            admin_token: spec.admin_token.map(Spanned::into_inner),
+            backend,
+            rules: Rules(rules),
+            grpc,
+            envoy_config: spec.envoy_config.map(|d| d.into_inner().into()),
+            envoy_response_headers: spec.envoy_response_headers.unwrap_or(false),
+        })
     }
 }
 

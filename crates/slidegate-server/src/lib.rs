@@ -1,5 +1,6 @@
 //! The slidegate service: the library's decisions behind an HTTP/JSON API, configured by a
-//! rules file, observed through Prometheus metrics; plus the `check` and `bench` commands.
+//! rules file, observed through Prometheus metrics, and the Envoy rate limit service over gRPC;
+//! plus the `check` and `bench` commands.
 //!
 //! # Layout
 //!
@@ -8,6 +9,7 @@
 //! - [`app`]: the shared state — limiter and live rules, swapped whole on reload.
 //! - [`api`]: the HTTP routes, JSON bodies, RateLimit headers and error answers.
 //! - [`server`]: `serve` — bind, graceful shutdown, rules-file watching and SIGHUP.
+//! - [`envoy`]: the Envoy rate limit service (gRPC) and envoyproxy/ratelimit's YAML files.
 //! - [`metrics`]: metric names and the Prometheus recorder.
 //! - [`bench`]: the load generator.
 
@@ -16,5 +18,6 @@ pub mod app;
 pub mod backend;
 pub mod bench;
 pub mod config;
+pub mod envoy;
 pub mod metrics;
 pub mod server;

@@ -45,6 +45,15 @@ enum Command {
         /// Redis Cluster nodes, comma-separated: use the Cluster backend.
         #[arg(long, value_delimiter = ',')]
         redis_cluster: Vec<String>,
+        /// Serve the Envoy rate limit service (gRPC) on this address.
+        #[arg(long)]
+        grpc: Option<SocketAddr>,
+        /// A directory of envoyproxy/ratelimit YAML files (reloaded when they change).
+        #[arg(long)]
+        envoy_config: Option<PathBuf>,
+        /// Add envoyproxy/ratelimit's x-ratelimit-* headers to gRPC answers.
+        #[arg(long)]
+        envoy_response_headers: bool,
     },
     /// Decide once and print the decision; exit code 0 admitted, 1 denied, 2 error.
     Check {
@@ -137,8 +146,10 @@ fn main() -> ExitCode {
 
 async fn run(command: Command) -> anyhow::Result<ExitCode> {
     match command {
-        Command::Serve { config, http, redis, redis_cluster } => {
-            server::serve(ServeOptions { config, http, redis, redis_cluster }).await?;
+        Command::Serve { config, http, redis, redis_cluster, grpc, envoy_config, envoy_response_headers } => {
+            let options =
+                ServeOptions { config, http, redis, redis_cluster, grpc, envoy_config, envoy_response_headers };
+            server::serve(options).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Check { rule, key, cost, tier, limit, window, config, redis } => {

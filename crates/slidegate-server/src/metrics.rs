@@ -21,6 +21,16 @@ pub const RELOADS: &str = "slidegate_config_reloads_total";
 pub const DEGRADED: &str = "slidegate_degraded_decisions_total";
 /// 1 while the backend's circuit breaker is open (the backend is not being called).
 pub const CIRCUIT_OPEN: &str = "slidegate_circuit_open";
+/// gRPC (Envoy) hits by domain and descriptor key, as envoyproxy/ratelimit counts them.
+pub const ENVOY_TOTAL_HITS: &str = "slidegate_envoy_total_hits";
+/// gRPC hits over the limit.
+pub const ENVOY_OVER_LIMIT: &str = "slidegate_envoy_over_limit";
+/// gRPC hits within the limit with 80% or more of it used.
+pub const ENVOY_NEAR_LIMIT: &str = "slidegate_envoy_near_limit";
+/// gRPC hits within the limit.
+pub const ENVOY_WITHIN_LIMIT: &str = "slidegate_envoy_within_limit";
+/// gRPC hits over a shadow-mode limit (answered OK).
+pub const ENVOY_SHADOW_MODE: &str = "slidegate_envoy_shadow_mode";
 /// Keys the near-cache holds as denied.
 pub const NEAR_CACHE_KEYS: &str = "slidegate_near_cache_keys";
 

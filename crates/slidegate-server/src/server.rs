@@ -12,6 +12,8 @@ use tracing::{error, info};
 
 use crate::app::App;
 use crate::config::{Config, check_redis_url};
+use crate::envoy::EnvoyRateLimit;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 
 /// How often the rules file is looked at for changes.
 const WATCH_INTERVAL: Duration = Duration::from_millis(250);
@@ -27,6 +29,12 @@ pub struct ServeOptions {
     pub redis: Option<String>,
     /// Redis Cluster nodes overriding the file's backend.
     pub redis_cluster: Vec<String>,
+    /// Where to serve the Envoy rate limit service (gRPC), overriding the file's `grpc`.
+    pub grpc: Option<SocketAddr>,
+    /// A directory of envoyproxy/ratelimit YAML files, overriding the file's `envoy_config`.
+    pub envoy_config: Option<PathBuf>,
+    /// Add `x-ratelimit-*` headers to gRPC answers.
+    pub envoy_response_headers: bool,
 }
 
 /// Loads the configuration, connects the backend, and serves until SIGINT or SIGTERM.
@@ -45,6 +53,19 @@ pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
         }
         (config.backend.redis, config.backend.redis_cluster) = (None, options.redis_cluster);
     }
+    if let Some(addr) = options.grpc {
+        config.grpc = Some(addr);
+    }
+    if let Some(dir) = options.envoy_config {
+        config.envoy_config = Some(dir);
+    } else if let (Some(dir), Some(file)) = (&config.envoy_config, &options.config) {
+        // A relative directory in the rules file is relative to the file.
+        if dir.is_relative() {
+            config.envoy_config = Some(file.parent().unwrap_or(std::path::Path::new(".")).join(dir));
+        }
+    }
+    config.envoy_response_headers |= options.envoy_response_headers;
+    let grpc = config.grpc;
     let where_ = match (&config.backend.redis, &config.backend.redis_cluster) {
         (Some(url), _) => url.clone(),
         (None, nodes) if !nodes.is_empty() => nodes.join(","),
@@ -61,8 +82,40 @@ pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
         app.limiter.backend().name(),
         app.live().rules.len()
     );
+    // One signal stops both servers.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        let _ = stop_tx.send(true);
+    });
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|stop| *stop).await;
+    };
+    let grpc_server = match grpc {
+        Some(addr) => {
+            let listener = TcpListener::bind(addr).await.with_context(|| format!("binding {addr} (gRPC)"))?;
+            info!(
+                "slidegate serving Envoy rate limit gRPC on {}, {} domains",
+                listener.local_addr()?,
+                app.envoy().len()
+            );
+            let service = RateLimitServiceServer::new(EnvoyRateLimit::new(Arc::clone(&app)));
+            let incoming = tonic::transport::server::TcpIncoming::from(listener);
+            let shutdown = stopped(stop_rx.clone());
+            Some(tokio::spawn(async move {
+                tonic::transport::Server::builder()
+                    .add_service(service)
+                    .serve_with_incoming_shutdown(incoming, shutdown)
+                    .await
+            }))
+        }
+        None => None,
+    };
     let watcher = tokio::spawn(watch_config(Arc::clone(&app)));
-    let result = run(app, listener, shutdown_signal()).await;
+    let result = run(app, listener, stopped(stop_rx)).await;
+    if let Some(g) = grpc_server {
+        g.await.context("gRPC server task")?.context("gRPC server")?;
+    }
     watcher.abort();
     info!("slidegate stopped");
     result
@@ -87,24 +140,54 @@ async fn shutdown_signal() {
     }
 }
 
-/// Reloads the rules file when its content changes or on SIGHUP.
+/// Reloads the rules file and the Envoy configuration directory when their content changes,
+/// and both on SIGHUP.
 async fn watch_config(app: Arc<App>) {
     use tokio::signal::unix::{SignalKind, signal};
-    let Some(path) = app.config_path().cloned() else { return };
+    let (path, dir) = (app.config_path().cloned(), app.envoy_dir().cloned());
+    if path.is_none() && dir.is_none() {
+        return;
+    }
     let mut hup = signal(SignalKind::hangup()).expect("SIGHUP handler");
-    let mut seen = tokio::fs::read(&path).await.ok();
+    let read = async |path: &Option<PathBuf>| match path {
+        Some(p) => tokio::fs::read(p).await.ok(),
+        None => None,
+    };
+    let (mut seen_file, mut seen_dir) = (read(&path).await, dir.as_deref().map(snapshot));
     loop {
         let forced = tokio::select! {
             _ = hup.recv() => true,
             () = tokio::time::sleep(WATCH_INTERVAL) => false,
         };
-        let now = tokio::fs::read(&path).await.ok();
-        if !forced && now == seen {
-            continue;
+        let (file_now, dir_now) = (read(&path).await, dir.as_deref().map(snapshot));
+        if path.is_some() && (forced || file_now != seen_file) {
+            seen_file = file_now;
+            if let Err(e) = app.reload() {
+                error!("rules file not reloaded, the previous rules stay in force: {e}");
+            }
         }
-        seen = now;
-        if let Err(e) = app.reload() {
-            error!("rules file not reloaded, the previous rules stay in force: {e}");
+        if dir.is_some() && (forced || dir_now != seen_dir) {
+            seen_dir = dir_now;
+            if let Err(e) = app.reload_envoy() {
+                error!("envoy configuration not reloaded, the previous one stays in force: {e}");
+            }
         }
     }
+}
+
+/// The names and contents of a directory's YAML files, to notice any change.
+fn snapshot(dir: &std::path::Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut files: Vec<(PathBuf, Vec<u8>)> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
+        .map(|p| {
+            let content = std::fs::read(&p).unwrap_or_default();
+            (p, content)
+        })
+        .collect();
+    files.sort();
+    files
 }

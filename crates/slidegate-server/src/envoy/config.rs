@@ -1,0 +1,421 @@
+//! envoyproxy/ratelimit's configuration files, loaded as they are: a `domain` and a tree of
+//! `descriptors` (`key`, optional `value`, `rate_limit`, nested `descriptors`), with
+//! `unlimited`, `shadow_mode`, `replaces`, `detailed_metric` and trailing-`*` wildcard values.
+//! One extension: `rate_limit.algorithm` (default `sliding_log`, exact), which envoyproxy's own
+//! service would not know.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Deserialize;
+use slidegate::{Algorithm, Quota};
+
+/// A configuration directory that cannot be used, with the file and why.
+#[derive(Debug, thiserror::Error)]
+#[error("{path}: {message}")]
+pub struct EnvoyConfigError {
+    /// The file (or directory).
+    pub path: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileSpec {
+    domain: String,
+    #[serde(default)]
+    descriptors: Vec<DescriptorSpec>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DescriptorSpec {
+    key: String,
+    value: Option<String>,
+    rate_limit: Option<RateLimitSpec>,
+    #[serde(default)]
+    descriptors: Vec<DescriptorSpec>,
+    #[serde(default)]
+    shadow_mode: bool,
+    #[serde(default)]
+    detailed_metric: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RateLimitSpec {
+    name: Option<String>,
+    #[serde(default)]
+    replaces: Vec<ReplacesSpec>,
+    unit: Option<String>,
+    requests_per_unit: Option<u64>,
+    #[serde(default)]
+    unlimited: bool,
+    algorithm: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReplacesSpec {
+    name: String,
+}
+
+/// A time unit of envoyproxy/ratelimit, with the window it stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unit {
+    /// 1 s.
+    Second,
+    /// 60 s.
+    Minute,
+    /// 1 h.
+    Hour,
+    /// 24 h.
+    Day,
+    /// 7 days.
+    Week,
+    /// 30 days, as envoyproxy/ratelimit counts it.
+    Month,
+    /// 365 days.
+    Year,
+}
+
+impl Unit {
+    fn parse(s: &str) -> Option<Self> {
+        Some(match s.to_ascii_lowercase().as_str() {
+            "second" => Self::Second,
+            "minute" => Self::Minute,
+            "hour" => Self::Hour,
+            "day" => Self::Day,
+            "week" => Self::Week,
+            "month" => Self::Month,
+            "year" => Self::Year,
+            _ => return None,
+        })
+    }
+
+    /// The window.
+    pub fn window(self) -> Duration {
+        Duration::from_secs(match self {
+            Self::Second => 1,
+            Self::Minute => 60,
+            Self::Hour => 3_600,
+            Self::Day => 86_400,
+            Self::Week => 7 * 86_400,
+            Self::Month => 30 * 86_400,
+            Self::Year => 365 * 86_400,
+        })
+    }
+}
+
+/// A descriptor's limit.
+#[derive(Debug, Clone)]
+pub struct Limit {
+    /// `requests_per_unit` per `unit`; `None` when `requests_per_unit` is 0 (everything over).
+    pub quota: Option<Quota>,
+    /// As configured.
+    pub requests_per_unit: u64,
+    /// As configured.
+    pub unit: Unit,
+    /// Never limited (still counted in metrics).
+    pub unlimited: bool,
+    /// The limit's name, for `replaces`.
+    pub name: Option<String>,
+    /// Names of limits this one replaces when both apply to one request.
+    pub replaces: Vec<String>,
+}
+
+/// One node of a domain's descriptor tree.
+#[derive(Debug, Default)]
+pub struct Node {
+    /// The limit of a descriptor that ends here.
+    pub limit: Option<Limit>,
+    /// Decide and count, but answer OK.
+    pub shadow_mode: bool,
+    /// Metrics by the request's own values instead of the configured path.
+    pub detailed_metric: bool,
+    /// The configured path (`key_value.key`), for metrics.
+    pub stat_key: String,
+    children: Level,
+}
+
+#[derive(Debug, Default)]
+struct Level {
+    /// `key_value` → node.
+    exact: HashMap<String, Node>,
+    /// `key_prefix` (a value ending in `*`, without it) → node, in file order.
+    wildcard: Vec<(String, Node)>,
+    /// `key` (no value: any value, each counted apart) → node.
+    any: HashMap<String, Node>,
+}
+
+/// Every domain's descriptor tree.
+#[derive(Debug, Default)]
+pub struct EnvoyConfig {
+    domains: HashMap<String, Level>,
+}
+
+impl EnvoyConfig {
+    /// Loads every `*.yaml` / `*.yml` file of `dir` (one domain each).
+    pub fn load_dir(dir: &Path) -> Result<Self, EnvoyConfigError> {
+        let err = |path: &Path, message: String| EnvoyConfigError { path: path.display().to_string(), message };
+        let mut files: Vec<_> = std::fs::read_dir(dir)
+            .map_err(|e| err(dir, e.to_string()))?
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
+            .collect();
+        files.sort();
+        let mut config = Self::default();
+        for file in files {
+            let text = std::fs::read_to_string(&file).map_err(|e| err(&file, e.to_string()))?;
+            config.add(&text).map_err(|m| err(&file, m))?;
+        }
+        Ok(config)
+    }
+
+    /// Adds one file's domain.
+    pub fn add(&mut self, yaml: &str) -> Result<(), String> {
+        let spec: FileSpec = serde_yaml_ng::from_str(yaml).map_err(|e| e.to_string())?;
+        if spec.domain.is_empty() {
+            return Err("domain must not be empty".into());
+        }
+        if self.domains.contains_key(&spec.domain) {
+            return Err(format!("duplicate domain {:?}", spec.domain));
+        }
+        let level = build_level(spec.descriptors, "")?;
+        self.domains.insert(spec.domain, level);
+        Ok(())
+    }
+
+    /// The node of the limit that applies to a descriptor (`(key, value)` entries) of `domain`,
+    /// as envoyproxy/ratelimit finds it: entry by entry, `key_value` first, then a wildcard
+    /// value, then the bare `key`; a limit applies only when it is reached at the last entry.
+    pub fn find(&self, domain: &str, entries: &[(&str, &str)]) -> Option<&Node> {
+        let mut level = self.domains.get(domain)?;
+        for (i, (key, value)) in entries.iter().enumerate() {
+            let key_value = format!("{key}_{value}");
+            let node = level
+                .exact
+                .get(&key_value)
+                .or_else(|| {
+                    level.wildcard.iter().find(|(prefix, _)| key_value.starts_with(prefix.as_str())).map(|(_, n)| n)
+                })
+                .or_else(|| level.any.get(*key))?;
+            if i + 1 == entries.len() {
+                return node.limit.is_some().then_some(node);
+            }
+            level = &node.children;
+        }
+        None
+    }
+
+    /// The number of domains.
+    pub fn len(&self) -> usize {
+        self.domains.len()
+    }
+
+    /// Whether no domain is loaded.
+    pub fn is_empty(&self) -> bool {
+        self.domains.is_empty()
+    }
+}
+
+fn build_level(specs: Vec<DescriptorSpec>, parent: &str) -> Result<Level, String> {
+    let mut level = Level::default();
+    for d in specs {
+        if d.key.is_empty() {
+            return Err("descriptor key must not be empty".into());
+        }
+        let segment = match &d.value {
+            Some(v) => format!("{}_{v}", d.key),
+            None => d.key.clone(),
+        };
+        let stat_key = if parent.is_empty() { segment.clone() } else { format!("{parent}.{segment}") };
+        let limit = d.rate_limit.map(|r| build_limit(r, &stat_key)).transpose()?;
+        let node = Node {
+            limit,
+            shadow_mode: d.shadow_mode,
+            detailed_metric: d.detailed_metric,
+            children: build_level(d.descriptors, &stat_key)?,
+            stat_key,
+        };
+        let duplicate = match &d.value {
+            Some(v) if v.ends_with('*') => {
+                let prefix = format!("{}_{}", d.key, v.trim_end_matches('*'));
+                level.wildcard.push((prefix, node));
+                false
+            }
+            Some(v) => level.exact.insert(format!("{}_{v}", d.key), node).is_some(),
+            None => level.any.insert(d.key.clone(), node).is_some(),
+        };
+        if duplicate {
+            return Err(format!("duplicate descriptor {segment:?}"));
+        }
+    }
+    Ok(level)
+}
+
+fn build_limit(r: RateLimitSpec, at: &str) -> Result<Limit, String> {
+    let bad = |m: String| format!("descriptor {at:?}: {m}");
+    let unit_name = r.unit.as_deref().unwrap_or(if r.unlimited { "second" } else { "" });
+    let unit = Unit::parse(unit_name)
+        .ok_or_else(|| bad(format!("unit {unit_name:?} is not one of second, minute, hour, day, week, month, year")))?;
+    let requests_per_unit = match (r.requests_per_unit, r.unlimited) {
+        (Some(n), _) => n,
+        (None, true) => 0,
+        (None, false) => return Err(bad("rate_limit needs requests_per_unit (or unlimited: true)".into())),
+    };
+    let quota = if r.unlimited || requests_per_unit == 0 {
+        None
+    } else {
+        let algorithm: Algorithm =
+            r.algorithm.as_deref().unwrap_or("sliding_log").parse().map_err(|e| bad(format!("{e}")))?;
+        let q = Quota::new(requests_per_unit, unit.window()).and_then(|q| q.with_algorithm(algorithm));
+        Some(q.map_err(|e| bad(e.to_string()))?)
+    };
+    Ok(Limit {
+        quota,
+        requests_per_unit,
+        unit,
+        unlimited: r.unlimited,
+        name: r.name,
+        replaces: r.replaces.into_iter().map(|x| x.name).collect(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The examples of envoyproxy/ratelimit's README, typed in from its text.
+    const MONGO: &str = "
+domain: mongo_cps
+descriptors:
+  - key: database
+    value: users
+    rate_limit:
+      unit: second
+      requests_per_unit: 500
+
+  - key: database
+    value: default
+    rate_limit:
+      unit: second
+      requests_per_unit: 500
+";
+
+    const MESSAGING: &str = include_str!("../../tests/fixtures/envoy/messaging.yaml");
+
+    const EDGE: &str = "
+domain: edge_proxy_per_ip
+descriptors:
+  - key: remote_address
+    rate_limit:
+      unit: second
+      requests_per_unit: 10
+
+  # Black list IP
+  - key: remote_address
+    value: 50.0.0.5
+    rate_limit:
+      unit: second
+      requests_per_unit: 0
+";
+
+    const WILDCARD_AND_UNLIMITED: &str = "
+domain: wildcard
+descriptors:
+  - key: path
+    value: /foo*
+    rate_limit:
+      unit: minute
+      requests_per_unit: 20
+  - key: path
+    value: /health
+    rate_limit:
+      unlimited: true
+  - key: client_id
+    value: noisy
+    shadow_mode: true
+    detailed_metric: true
+    rate_limit:
+      name: noisy
+      unit: hour
+      requests_per_unit: 10
+      algorithm: gcra
+  - key: client_id
+    rate_limit:
+      name: clients
+      replaces:
+        - name: noisy
+      unit: hour
+      requests_per_unit: 100
+";
+
+    fn config() -> EnvoyConfig {
+        let mut c = EnvoyConfig::default();
+        for yaml in [MONGO, MESSAGING, EDGE, WILDCARD_AND_UNLIMITED] {
+            c.add(yaml).expect("valid");
+        }
+        c
+    }
+
+    fn limit(c: &EnvoyConfig, domain: &str, entries: &[(&str, &str)]) -> Option<(u64, Unit, String)> {
+        c.find(domain, entries)
+            .and_then(|n| n.limit.as_ref().map(|l| (l.requests_per_unit, l.unit, n.stat_key.clone())))
+    }
+
+    #[test]
+    fn the_readme_examples_produce_their_limits() {
+        let c = config();
+        assert_eq!(c.len(), 4);
+        assert_eq!(
+            limit(&c, "mongo_cps", &[("database", "users")]),
+            Some((500, Unit::Second, "database_users".into()))
+        );
+        assert_eq!(limit(&c, "mongo_cps", &[("database", "other")]), None, "no limit for unknown values");
+        let marketing = [("message_type", "marketing"), ("to_number", "2061111111")];
+        assert_eq!(limit(&c, "messaging", &marketing), Some((5, Unit::Day, "message_type_marketing.to_number".into())));
+        assert_eq!(limit(&c, "messaging", &[("to_number", "2061111111")]), Some((100, Unit::Day, "to_number".into())));
+        assert_eq!(limit(&c, "messaging", &[("message_type", "marketing")]), None, "a limit applies at the last entry");
+        assert_eq!(limit(&c, "edge_proxy_per_ip", &[("remote_address", "10.0.0.1")]).map(|l| l.0), Some(10));
+        let blocked = c.find("edge_proxy_per_ip", &[("remote_address", "50.0.0.5")]).and_then(|n| n.limit.as_ref());
+        assert!(
+            blocked.is_some_and(|l| l.requests_per_unit == 0 && l.quota.is_none()),
+            "a value is more specific than any value"
+        );
+        assert_eq!(limit(&c, "nope", &[("database", "users")]), None);
+    }
+
+    #[test]
+    fn wildcards_unlimited_shadow_and_replaces_load() {
+        let c = config();
+        assert_eq!(limit(&c, "wildcard", &[("path", "/foo/bar")]).map(|l| l.0), Some(20));
+        assert_eq!(limit(&c, "wildcard", &[("path", "/bar")]), None);
+        let health = c.find("wildcard", &[("path", "/health")]).and_then(|n| n.limit.as_ref()).expect("limit");
+        assert!(health.unlimited && health.quota.is_none());
+        let noisy = c.find("wildcard", &[("client_id", "noisy")]).expect("node");
+        assert!(noisy.shadow_mode && noisy.detailed_metric);
+        let q = noisy.limit.as_ref().and_then(|l| l.quota).expect("quota");
+        assert_eq!((q.limit(), q.algorithm().as_str()), (10, "gcra"));
+        let clients = c.find("wildcard", &[("client_id", "x")]).and_then(|n| n.limit.as_ref()).expect("limit");
+        assert_eq!(clients.replaces, ["noisy"]);
+    }
+
+    #[test]
+    fn bad_files_say_what_is_wrong() {
+        let err = |yaml: &str| EnvoyConfig::default().add(yaml).expect_err("invalid");
+        assert!(err("domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: fortnight\n      requests_per_unit: 1\n").contains("fortnight"));
+        assert!(
+            err("domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n")
+                .contains("requests_per_unit")
+        );
+        assert!(err("domain: d\ndescriptors:\n  - key: k\n    colour: red\n").contains("colour"));
+        assert!(err("domain: \"\"\n").contains("domain"));
+        assert!(err("domain: d\ndescriptors:\n  - key: k\n  - key: k\n").contains("duplicate"));
+        let mut c = config();
+        assert!(c.add(MONGO).is_err_and(|e| e.contains("duplicate domain")));
+    }
+}

@@ -1,0 +1,298 @@
+//! The Envoy rate limit service of the real binary, driven by a tonic gRPC client, with
+//! envoyproxy/ratelimit YAML files, on the memory backend and on a real redis-server.
+
+mod support;
+
+use std::time::Duration;
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, rate_limit::Unit};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::google::protobuf::UInt64Value;
+use slidegate_testkit::RedisServer;
+use support::Slidegate;
+use tonic::transport::Channel;
+
+const MESSAGING: &str = include_str!("fixtures/envoy/messaging.yaml");
+
+const EDGE: &str = "
+domain: edge
+descriptors:
+  - key: path
+    value: /foo*
+    rate_limit:
+      unit: minute
+      requests_per_unit: 2
+  - key: path
+    value: /health
+    rate_limit:
+      unlimited: true
+  - key: client
+    value: trial
+    shadow_mode: true
+    rate_limit:
+      name: trial
+      unit: hour
+      requests_per_unit: 1
+  - key: user
+    rate_limit:
+      unit: minute
+      requests_per_unit: 10
+  - key: plan
+    rate_limit:
+      name: plan
+      replaces:
+        - name: trial
+      unit: hour
+      requests_per_unit: 1000
+  - key: bulk
+    rate_limit:
+      unit: minute
+      requests_per_unit: 1
+      algorithm: gcra
+";
+
+/// A config directory with the given files, and a server serving it over gRPC.
+struct Envoy {
+    server: Slidegate,
+    client: RateLimitServiceClient<Channel>,
+    dir: tempdir::Dir,
+}
+
+mod tempdir {
+    /// A scratch directory removed on drop.
+    pub(crate) struct Dir(pub(crate) std::path::PathBuf);
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+impl Envoy {
+    async fn start(files: &[(&str, &str)], extra: &[&str]) -> Self {
+        let dir = std::env::temp_dir().join(format!(
+            "slidegate-envoy-{}-{}",
+            std::process::id(),
+            slidegate_testkit::free_port()
+        ));
+        std::fs::create_dir_all(&dir).expect("dir");
+        for (name, text) in files {
+            std::fs::write(dir.join(name), text).expect("write");
+        }
+        let port = slidegate_testkit::free_port();
+        let grpc = format!("127.0.0.1:{port}");
+        let mut args = vec!["--grpc", &grpc, "--envoy-config", dir.to_str().expect("utf-8")];
+        args.extend_from_slice(extra);
+        let server = Slidegate::serve(&args);
+        let client = RateLimitServiceClient::connect(format!("http://{grpc}")).await.expect("connect");
+        Self { server, client, dir: tempdir::Dir(dir) }
+    }
+
+    async fn ask(&mut self, domain: &str, descriptors: &[&[(&str, &str)]], hits: u32) -> RateLimitResponse {
+        self.client.should_rate_limit(request(domain, descriptors, hits)).await.expect("answer").into_inner()
+    }
+}
+
+/// A descriptor's entries, `(key, value)`.
+type Descriptor<'a> = &'a [(&'a str, &'a str)];
+
+fn request(domain: &str, descriptors: &[&[(&str, &str)]], hits: u32) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: domain.to_owned(),
+        descriptors: descriptors
+            .iter()
+            .map(|entries| RateLimitDescriptor {
+                entries: entries.iter().map(|(k, v)| Entry { key: (*k).to_owned(), value: (*v).to_owned() }).collect(),
+                ..RateLimitDescriptor::default()
+            })
+            .collect(),
+        hits_addend: hits,
+    }
+}
+
+fn codes(r: &RateLimitResponse) -> (i32, Vec<i32>) {
+    (r.overall_code, r.statuses.iter().map(|s| s.code).collect())
+}
+
+const OK: i32 = Code::Ok as i32;
+const OVER: i32 = Code::OverLimit as i32;
+
+#[tokio::test]
+async fn nested_descriptors_get_the_most_specific_limit_with_full_statuses() {
+    let mut e = Envoy::start(&[("messaging.yaml", MESSAGING)], &[]).await;
+    let marketing: &[(&str, &str)] = &[("message_type", "marketing"), ("to_number", "2061111111")];
+    for i in 0..5 {
+        let r = e.ask("messaging", &[marketing], 0).await;
+        assert_eq!(codes(&r), (OK, vec![OK]), "#{i}");
+        let s = &r.statuses[0];
+        let limit = s.current_limit.as_ref().expect("current limit");
+        assert_eq!((limit.requests_per_unit, limit.unit, s.limit_remaining), (5, Unit::Day as i32, 4 - i));
+    }
+    let r = e.ask("messaging", &[marketing], 0).await;
+    assert_eq!(codes(&r), (OVER, vec![OVER]));
+    let reset = r.statuses[0].duration_until_reset.expect("until reset");
+    assert!((86_390..=86_400).contains(&reset.seconds), "the first message leaves a day after it was sent: {reset:?}");
+    // The same number without the marketing type is the 100-per-day limit, counted apart.
+    let r = e.ask("messaging", &[&[("to_number", "2061111111")]], 0).await;
+    assert_eq!((codes(&r), r.statuses[0].limit_remaining), ((OK, vec![OK]), 99));
+    // Each number has its own counter.
+    let other: &[(&str, &str)] = &[("message_type", "marketing"), ("to_number", "2062222222")];
+    assert_eq!(codes(&e.ask("messaging", &[other], 0).await), (OK, vec![OK]));
+}
+
+#[tokio::test]
+async fn wildcard_unlimited_shadow_replaces_and_hits_addend() {
+    let mut e = Envoy::start(&[("edge.yaml", EDGE)], &["--envoy-response-headers"]).await;
+    let foo: &[(&str, &str)] = &[("path", "/foo/bar")];
+    assert_eq!(codes(&e.ask("edge", &[foo], 0).await), (OK, vec![OK]));
+    assert_eq!(
+        codes(&e.ask("edge", &[&[("path", "/foo/baz")]], 0).await),
+        (OK, vec![OK]),
+        "each value its own counter"
+    );
+    assert_eq!(codes(&e.ask("edge", &[foo], 0).await), (OK, vec![OK]));
+    let r = e.ask("edge", &[foo], 0).await;
+    assert_eq!(codes(&r), (OVER, vec![OVER]));
+    let headers: Vec<(&str, &str)> =
+        r.response_headers_to_add.iter().map(|h| (h.key.as_str(), h.value.as_str())).collect();
+    assert!(
+        headers.contains(&("x-ratelimit-limit", "2, 2;w=60")) && headers.contains(&("x-ratelimit-remaining", "0")),
+        "{headers:?}"
+    );
+    // Unlimited: always OK, remaining at its maximum; no limit at all: OK, nothing set.
+    let r = e.ask("edge", &[&[("path", "/health")], &[("path", "/elsewhere")]], 0).await;
+    assert_eq!(codes(&r), (OK, vec![OK, OK]));
+    assert_eq!((r.statuses[0].limit_remaining, r.statuses[1].current_limit.is_none()), (u32::MAX, true));
+    // Shadow: counted, answered OK.
+    let trial: &[(&str, &str)] = &[("client", "trial")];
+    for _ in 0..3 {
+        assert_eq!(codes(&e.ask("edge", &[trial], 0).await).0, OK);
+    }
+    // `plan` replaces the `trial` limit in a request that has both: only plan's applies.
+    let r = e.ask("edge", &[trial, &[("plan", "gold")]], 0).await;
+    assert_eq!(codes(&r), (OK, vec![OK, OK]));
+    assert!(r.statuses[0].current_limit.is_none(), "replaced");
+    // hits_addend is the cost, from the request or from the descriptor.
+    let user: &[(&str, &str)] = &[("user", "ada")];
+    let r = e.ask("edge", &[user], 7).await;
+    assert_eq!((codes(&r), r.statuses[0].limit_remaining), ((OK, vec![OK]), 3));
+    assert_eq!(codes(&e.ask("edge", &[user], 4).await), (OVER, vec![OVER]), "7 + 4 > 10: refused whole");
+    let mut one = request("edge", &[user], 0);
+    one.descriptors[0].hits_addend = Some(UInt64Value { value: 3 });
+    let r = e.client.should_rate_limit(one).await.expect("answer").into_inner();
+    assert_eq!((codes(&r), r.statuses[0].limit_remaining), ((OK, vec![OK]), 0), "the denial consumed nothing");
+    // More hits than the limit could ever hold.
+    assert_eq!(codes(&e.ask("edge", &[&[("bulk", "x")]], 2).await), (OVER, vec![OVER]));
+}
+
+#[tokio::test]
+async fn an_over_limit_request_charges_none_of_its_descriptors() {
+    let mut e = Envoy::start(&[("edge.yaml", EDGE)], &[]).await;
+    let (user, foo): (Descriptor<'_>, Descriptor<'_>) = (&[("user", "bob")], &[("path", "/foo")]);
+    for _ in 0..2 {
+        assert_eq!(codes(&e.ask("edge", &[user, foo], 0).await), (OK, vec![OK, OK]));
+    }
+    let r = e.ask("edge", &[user, foo], 0).await;
+    assert_eq!(codes(&r), (OVER, vec![OK, OVER]), "the path limit is over; the user one would fit");
+    assert_eq!(r.statuses[0].limit_remaining, 8, "and was not charged");
+    assert_eq!(e.ask("edge", &[user], 0).await.statuses[0].limit_remaining, 7);
+}
+
+#[tokio::test]
+async fn malformed_requests_get_envoyproxy_ratelimit_s_answers() {
+    let mut e = Envoy::start(&[("messaging.yaml", MESSAGING)], &[]).await;
+    let err = e.client.should_rate_limit(request("", &[&[("a", "b")]], 0)).await.expect_err("no domain");
+    assert_eq!((err.code(), err.message()), (tonic::Code::Unknown, "rate limit domain must not be empty"));
+    let err = e.client.should_rate_limit(request("messaging", &[], 0)).await.expect_err("no descriptors");
+    assert_eq!((err.code(), err.message()), (tonic::Code::Unknown, "rate limit descriptor list must not be empty"));
+    let r = e.ask("no-such-domain", &[&[("a", "b")]], 0).await;
+    assert_eq!(codes(&r), (OK, vec![OK]), "an unknown domain limits nothing");
+    assert!(r.statuses[0].current_limit.is_none());
+}
+
+#[tokio::test]
+async fn metrics_and_hot_reload_of_the_config_directory() {
+    let mut e = Envoy::start(&[("messaging.yaml", MESSAGING)], &[]).await;
+    let number: &[(&str, &str)] = &[("to_number", "1")];
+    e.ask("messaging", &[number], 0).await;
+    let page = reqwest::get(e.server.url("/metrics")).await.expect("metrics").text().await.expect("text");
+    assert!(page.contains(r#"slidegate_envoy_total_hits{domain="messaging",key="to_number"} 1"#), "{page}");
+    assert!(page.contains(r#"slidegate_envoy_within_limit{domain="messaging",key="to_number"} 1"#), "{page}");
+    // Lower the limit to 1 a day: the next request is over.
+    std::fs::write(e.dir.0.join("messaging.yaml"), MESSAGING.replace("requests_per_unit: 100", "requests_per_unit: 1"))
+        .expect("write");
+    let mut reloaded = false;
+    for _ in 0..40 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if e.ask("messaging", &[&[("to_number", "probe")]], 0).await.statuses[0]
+            .current_limit
+            .as_ref()
+            .is_some_and(|l| l.requests_per_unit == 1)
+        {
+            reloaded = true;
+            break;
+        }
+    }
+    assert!(reloaded, "the new limit is in force: {}", e.server.log_text());
+    // A broken file is refused; the previous configuration stays.
+    std::fs::write(
+        e.dir.0.join("broken.yaml"),
+        "domain: x\ndescriptors: [{key: k, rate_limit: {unit: fortnight, requests_per_unit: 1}}]\n",
+    )
+    .expect("write");
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(e.server.log_text().contains("fortnight"), "the error is logged");
+    assert_eq!(
+        e.ask("messaging", &[number], 0).await.statuses[0].current_limit.as_ref().map(|l| l.requests_per_unit),
+        Some(1)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixty_four_grpc_clients_on_redis_get_exactly_requests_per_unit() {
+    let redis = RedisServer::start();
+    let config =
+        "domain: api\ndescriptors:\n  - key: tenant\n    rate_limit:\n      unit: hour\n      requests_per_unit: 100\n";
+    let e = Envoy::start(&[("api.yaml", config)], &["--redis", &redis.url()]).await;
+    let tasks: Vec<_> = (0..64)
+        .map(|_| {
+            let mut client = e.client.clone();
+            tokio::spawn(async move {
+                let mut ok = 0;
+                for _ in 0..4 {
+                    let r =
+                        client.should_rate_limit(request("api", &[&[("tenant", "acme")]], 0)).await.expect("answer");
+                    ok += usize::from(r.into_inner().overall_code == OK);
+                }
+                ok
+            })
+        })
+        .collect();
+    let mut ok = 0;
+    for t in tasks {
+        ok += t.await.expect("client");
+    }
+    assert_eq!(ok, 100, "256 requests from 64 gRPC clients, 100 per hour");
+    assert_eq!(redis.query::<u64>(&["ZCARD", "slidegate:api:{tenant_acme}"]), 100);
+}
+
+#[tokio::test]
+async fn on_a_redis_cluster_descriptors_in_different_slots_are_decided_in_order() {
+    let cluster = slidegate_testkit::RedisCluster::start(3, 0);
+    let nodes = cluster.urls().join(",");
+    let mut e = Envoy::start(&[("edge.yaml", EDGE)], &["--redis-cluster", &nodes]).await;
+    let (user, foo): (Descriptor<'_>, Descriptor<'_>) = (&[("user", "bob")], &[("path", "/foo")]);
+    assert_ne!(slidegate::key_slot("slidegate:edge:{user_bob}"), slidegate::key_slot("slidegate:edge:{path_/foo}"));
+    for _ in 0..2 {
+        assert_eq!(codes(&e.ask("edge", &[foo, user], 0).await), (OK, vec![OK, OK]));
+    }
+    // The path limit (first) is over: the user descriptor after it is not charged.
+    let r = e.ask("edge", &[foo, user], 0).await;
+    assert_eq!((codes(&r), r.statuses[1].limit_remaining), ((OVER, vec![OVER, OK]), 8));
+    // With the user first, it is charged before the path limit denies: not atomic across slots.
+    let r = e.ask("edge", &[user, foo], 0).await;
+    assert_eq!((codes(&r), r.statuses[0].limit_remaining), ((OVER, vec![OK, OVER]), 7));
+}
