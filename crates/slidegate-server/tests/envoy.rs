@@ -117,12 +117,39 @@ fn codes(r: &RateLimitResponse) -> (i32, Vec<i32>) {
     (r.overall_code, r.statuses.iter().map(|s| s.code).collect())
 }
 
+/// Runs `case` against a server on the memory backend, then on a real redis-server.
+async fn on_both_backends(case: impl AsyncFn(&[&str])) {
+    case(&[]).await;
+    let redis = RedisServer::start();
+    let url = redis.url();
+    case(&["--redis", &url]).await;
+}
+
+#[tokio::test]
+async fn nested_descriptors_get_the_most_specific_limit_with_full_statuses_on_memory_and_redis() {
+    on_both_backends(nested_descriptors_get_the_most_specific_limit_with_full_statuses).await;
+}
+
+#[tokio::test]
+async fn wildcard_unlimited_shadow_replaces_and_hits_addend_on_memory_and_redis() {
+    on_both_backends(wildcard_unlimited_shadow_replaces_and_hits_addend).await;
+}
+
+#[tokio::test]
+async fn an_over_limit_request_charges_none_of_its_descriptors_on_memory_and_redis() {
+    on_both_backends(an_over_limit_request_charges_none_of_its_descriptors).await;
+}
+
+#[tokio::test]
+async fn malformed_requests_get_envoyproxy_ratelimit_s_answers_on_memory_and_redis() {
+    on_both_backends(malformed_requests_get_envoyproxy_ratelimit_s_answers).await;
+}
+
 const OK: i32 = Code::Ok as i32;
 const OVER: i32 = Code::OverLimit as i32;
 
-#[tokio::test]
-async fn nested_descriptors_get_the_most_specific_limit_with_full_statuses() {
-    let mut e = Envoy::start(&[("messaging.yaml", MESSAGING)], &[]).await;
+async fn nested_descriptors_get_the_most_specific_limit_with_full_statuses(extra: &[&str]) {
+    let mut e = Envoy::start(&[("messaging.yaml", MESSAGING)], extra).await;
     let marketing: &[(&str, &str)] = &[("message_type", "marketing"), ("to_number", "2061111111")];
     for i in 0..5 {
         let r = e.ask("messaging", &[marketing], 0).await;
@@ -143,9 +170,8 @@ async fn nested_descriptors_get_the_most_specific_limit_with_full_statuses() {
     assert_eq!(codes(&e.ask("messaging", &[other], 0).await), (OK, vec![OK]));
 }
 
-#[tokio::test]
-async fn wildcard_unlimited_shadow_replaces_and_hits_addend() {
-    let mut e = Envoy::start(&[("edge.yaml", EDGE)], &["--envoy-response-headers"]).await;
+async fn wildcard_unlimited_shadow_replaces_and_hits_addend(extra: &[&str]) {
+    let mut e = Envoy::start(&[("edge.yaml", EDGE)], &[&["--envoy-response-headers"], extra].concat()).await;
     let foo: &[(&str, &str)] = &[("path", "/foo/bar")];
     assert_eq!(codes(&e.ask("edge", &[foo], 0).await), (OK, vec![OK]));
     assert_eq!(
@@ -188,9 +214,8 @@ async fn wildcard_unlimited_shadow_replaces_and_hits_addend() {
     assert_eq!(codes(&e.ask("edge", &[&[("bulk", "x")]], 2).await), (OVER, vec![OVER]));
 }
 
-#[tokio::test]
-async fn an_over_limit_request_charges_none_of_its_descriptors() {
-    let mut e = Envoy::start(&[("edge.yaml", EDGE)], &[]).await;
+async fn an_over_limit_request_charges_none_of_its_descriptors(extra: &[&str]) {
+    let mut e = Envoy::start(&[("edge.yaml", EDGE)], extra).await;
     let (user, foo): (Descriptor<'_>, Descriptor<'_>) = (&[("user", "bob")], &[("path", "/foo")]);
     for _ in 0..2 {
         assert_eq!(codes(&e.ask("edge", &[user, foo], 0).await), (OK, vec![OK, OK]));
@@ -201,9 +226,8 @@ async fn an_over_limit_request_charges_none_of_its_descriptors() {
     assert_eq!(e.ask("edge", &[user], 0).await.statuses[0].limit_remaining, 7);
 }
 
-#[tokio::test]
-async fn malformed_requests_get_envoyproxy_ratelimit_s_answers() {
-    let mut e = Envoy::start(&[("messaging.yaml", MESSAGING)], &[]).await;
+async fn malformed_requests_get_envoyproxy_ratelimit_s_answers(extra: &[&str]) {
+    let mut e = Envoy::start(&[("messaging.yaml", MESSAGING)], extra).await;
     let err = e.client.should_rate_limit(request("", &[&[("a", "b")]], 0)).await.expect_err("no domain");
     assert_eq!((err.code(), err.message()), (tonic::Code::Unknown, "rate limit domain must not be empty"));
     let err = e.client.should_rate_limit(request("messaging", &[], 0)).await.expect_err("no descriptors");
