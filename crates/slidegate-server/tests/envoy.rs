@@ -21,7 +21,7 @@ const EDGE: &str = "
 domain: edge
 descriptors:
   - key: path
-    value: /foo*
+    value: /prefixed*
     rate_limit:
       unit: minute
       requests_per_unit: 2
@@ -172,15 +172,15 @@ async fn nested_descriptors_get_the_most_specific_limit_with_full_statuses(extra
 
 async fn wildcard_unlimited_shadow_replaces_and_hits_addend(extra: &[&str]) {
     let mut e = Envoy::start(&[("edge.yaml", EDGE)], &[&["--envoy-response-headers"], extra].concat()).await;
-    let foo: &[(&str, &str)] = &[("path", "/foo/bar")];
-    assert_eq!(codes(&e.ask("edge", &[foo], 0).await), (OK, vec![OK]));
+    let prefixed: &[(&str, &str)] = &[("path", "/prefixed/bar")];
+    assert_eq!(codes(&e.ask("edge", &[prefixed], 0).await), (OK, vec![OK]));
     assert_eq!(
-        codes(&e.ask("edge", &[&[("path", "/foo/baz")]], 0).await),
+        codes(&e.ask("edge", &[&[("path", "/prefixed/baz")]], 0).await),
         (OK, vec![OK]),
         "each value its own counter"
     );
-    assert_eq!(codes(&e.ask("edge", &[foo], 0).await), (OK, vec![OK]));
-    let r = e.ask("edge", &[foo], 0).await;
+    assert_eq!(codes(&e.ask("edge", &[prefixed], 0).await), (OK, vec![OK]));
+    let r = e.ask("edge", &[prefixed], 0).await;
     assert_eq!(codes(&r), (OVER, vec![OVER]));
     let headers: Vec<(&str, &str)> =
         r.response_headers_to_add.iter().map(|h| (h.key.as_str(), h.value.as_str())).collect();
@@ -216,11 +216,11 @@ async fn wildcard_unlimited_shadow_replaces_and_hits_addend(extra: &[&str]) {
 
 async fn an_over_limit_request_charges_none_of_its_descriptors(extra: &[&str]) {
     let mut e = Envoy::start(&[("edge.yaml", EDGE)], extra).await;
-    let (user, foo): (Descriptor<'_>, Descriptor<'_>) = (&[("user", "bob")], &[("path", "/foo")]);
+    let (user, prefixed): (Descriptor<'_>, Descriptor<'_>) = (&[("user", "bob")], &[("path", "/prefixed")]);
     for _ in 0..2 {
-        assert_eq!(codes(&e.ask("edge", &[user, foo], 0).await), (OK, vec![OK, OK]));
+        assert_eq!(codes(&e.ask("edge", &[user, prefixed], 0).await), (OK, vec![OK, OK]));
     }
-    let r = e.ask("edge", &[user, foo], 0).await;
+    let r = e.ask("edge", &[user, prefixed], 0).await;
     assert_eq!(codes(&r), (OVER, vec![OK, OVER]), "the path limit is over; the user one would fit");
     assert_eq!(r.statuses[0].limit_remaining, 8, "and was not charged");
     assert_eq!(e.ask("edge", &[user], 0).await.statuses[0].limit_remaining, 7);
@@ -308,15 +308,15 @@ async fn on_a_redis_cluster_descriptors_in_different_slots_are_decided_in_order(
     let cluster = slidegate_testkit::RedisCluster::start(3, 0);
     let nodes = cluster.urls().join(",");
     let mut e = Envoy::start(&[("edge.yaml", EDGE)], &["--redis-cluster", &nodes]).await;
-    let (user, foo): (Descriptor<'_>, Descriptor<'_>) = (&[("user", "bob")], &[("path", "/foo")]);
-    assert_ne!(slidegate::key_slot("slidegate:edge:{user_bob}"), slidegate::key_slot("slidegate:edge:{path_/foo}"));
+    let (user, prefixed): (Descriptor<'_>, Descriptor<'_>) = (&[("user", "bob")], &[("path", "/prefixed")]);
+    assert_ne!(slidegate::key_slot("slidegate:edge:{user_bob}"), slidegate::key_slot("slidegate:edge:{path_/prefixed}"));
     for _ in 0..2 {
-        assert_eq!(codes(&e.ask("edge", &[foo, user], 0).await), (OK, vec![OK, OK]));
+        assert_eq!(codes(&e.ask("edge", &[prefixed, user], 0).await), (OK, vec![OK, OK]));
     }
     // The path limit (first) is over: the user descriptor after it is not charged.
-    let r = e.ask("edge", &[foo, user], 0).await;
+    let r = e.ask("edge", &[prefixed, user], 0).await;
     assert_eq!((codes(&r), r.statuses[1].limit_remaining), ((OVER, vec![OVER, OK]), 8));
     // With the user first, it is charged before the path limit denies: not atomic across slots.
-    let r = e.ask("edge", &[user, foo], 0).await;
+    let r = e.ask("edge", &[user, prefixed], 0).await;
     assert_eq!((codes(&r), r.statuses[0].limit_remaining), ((OVER, vec![OK, OVER]), 7));
 }
