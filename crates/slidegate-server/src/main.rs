@@ -128,7 +128,13 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    // One decision in flight has nothing to spread over threads: on one thread, each answer
+    // wakes the waiting task where it runs, without a hop between threads.
+    let mut builder = match &cli.command {
+        Command::Bench { concurrency: 1, .. } | Command::Check { .. } => tokio::runtime::Builder::new_current_thread(),
+        _ => tokio::runtime::Builder::new_multi_thread(),
+    };
+    let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the runtime: {e}");
