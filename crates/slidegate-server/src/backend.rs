@@ -2,7 +2,7 @@
 
 use slidegate::{
     Backend, Check, Decision, Error, KeyState, Limiter, MemoryBackend, MultiDecision, Quota, RedisBackend,
-    RedisClusterBackend,
+    RedisClusterBackend, RedisSentinelBackend,
 };
 
 use crate::config::BackendConfig;
@@ -16,6 +16,8 @@ pub enum AnyBackend {
     Redis(RedisBackend),
     /// A Redis Cluster: the same, spread over its masters.
     Cluster(RedisClusterBackend),
+    /// A Sentinel-monitored Redis: the same, following its master through failovers.
+    Sentinel(RedisSentinelBackend),
 }
 
 impl AnyBackend {
@@ -25,6 +27,11 @@ impl AnyBackend {
             let nodes: Vec<&str> = config.redis_cluster.iter().map(String::as_str).collect();
             let backend = RedisBackend::connect_cluster(&nodes).await?;
             return Ok(Self::Cluster(backend.with_prefix(config.prefix.clone()).with_timeout(config.timeout)));
+        }
+        if !config.redis_sentinel.is_empty() {
+            let sentinels: Vec<&str> = config.redis_sentinel.iter().map(String::as_str).collect();
+            let backend = RedisBackend::connect_sentinel(&sentinels, &config.sentinel_service).await?;
+            return Ok(Self::Sentinel(backend.with_prefix(config.prefix.clone()).with_timeout(config.timeout)));
         }
         Ok(match &config.redis {
             None => Self::Memory(MemoryBackend::new()),
@@ -45,12 +52,13 @@ impl AnyBackend {
         if config.near_cache > 0 { limiter.with_near_cache(config.near_cache) } else { limiter }
     }
 
-    /// `memory`, `redis` or `redis_cluster`, for logs, metrics and `/readyz`.
+    /// `memory`, `redis`, `redis_cluster` or `redis_sentinel`, for logs, metrics and `/readyz`.
     pub fn name(&self) -> &'static str {
         match self {
             Self::Memory(_) => "memory",
             Self::Redis(_) => "redis",
             Self::Cluster(_) => "redis_cluster",
+            Self::Sentinel(_) => "redis_sentinel",
         }
     }
 
@@ -60,6 +68,7 @@ impl AnyBackend {
             Self::Memory(_) => Ok(()),
             Self::Redis(r) => r.ping().await,
             Self::Cluster(r) => r.ping().await,
+            Self::Sentinel(r) => r.ping().await,
         }
     }
 }
@@ -73,6 +82,7 @@ impl Backend for AnyBackend {
             Self::Memory(b) => b.check(key, quota, cost).await,
             Self::Redis(b) => Box::pin(b.check(key, quota, cost)).await,
             Self::Cluster(b) => Box::pin(b.check(key, quota, cost)).await,
+            Self::Sentinel(b) => Box::pin(b.check(key, quota, cost)).await,
         }
     }
 
@@ -81,6 +91,7 @@ impl Backend for AnyBackend {
             Self::Memory(b) => b.check_all(checks).await,
             Self::Redis(b) => Box::pin(b.check_all(checks)).await,
             Self::Cluster(b) => Box::pin(b.check_all(checks)).await,
+            Self::Sentinel(b) => Box::pin(b.check_all(checks)).await,
         }
     }
 
@@ -89,6 +100,7 @@ impl Backend for AnyBackend {
             Self::Memory(b) => b.inspect(key, quota).await,
             Self::Redis(b) => Box::pin(b.inspect(key, quota)).await,
             Self::Cluster(b) => Box::pin(b.inspect(key, quota)).await,
+            Self::Sentinel(b) => Box::pin(b.inspect(key, quota)).await,
         }
     }
 
@@ -97,6 +109,7 @@ impl Backend for AnyBackend {
             Self::Memory(b) => b.reset(key).await,
             Self::Redis(b) => Box::pin(b.reset(key)).await,
             Self::Cluster(b) => Box::pin(b.reset(key)).await,
+            Self::Sentinel(b) => Box::pin(b.reset(key)).await,
         }
     }
 }

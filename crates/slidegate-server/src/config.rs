@@ -71,6 +71,11 @@ pub struct BackendConfig {
     pub redis: Option<String>,
     /// Redis Cluster nodes to start from; when set, the Cluster backend is used.
     pub redis_cluster: Vec<String>,
+    /// Sentinels to ask for the master of [`BackendConfig::sentinel_service`]; when set, the
+    /// backend follows that master through failovers.
+    pub redis_sentinel: Vec<String>,
+    /// The master's name at the sentinels.
+    pub sentinel_service: String,
     /// What answers when the backend fails, for rules without a policy of their own.
     pub failure_policy: FailurePolicy,
     /// Denied keys remembered to answer locally until their `retry_after` (0: none).
@@ -86,6 +91,8 @@ impl Default for BackendConfig {
         Self {
             redis: None,
             redis_cluster: Vec::new(),
+            redis_sentinel: Vec::new(),
+            sentinel_service: "mymaster".to_owned(),
             prefix: slidegate::redis::DEFAULT_PREFIX.to_owned(),
             timeout: DEFAULT_TIMEOUT,
             failure_policy: FailurePolicy::FailOpen,
@@ -159,6 +166,8 @@ struct FileSpec {
 struct BackendSpec {
     redis: Option<Spanned<String>>,
     redis_cluster: Option<Spanned<Vec<String>>>,
+    redis_sentinel: Option<Spanned<Vec<String>>>,
+    sentinel_service: Option<Spanned<String>>,
     failure_policy: Option<Spanned<String>>,
     local_share: Option<Spanned<f64>>,
     near_cache: Option<Spanned<usize>>,
@@ -269,6 +278,24 @@ impl Config {
                 return Err(at(nodes.span(), "backend.redis_cluster: give either `redis` or `redis_cluster`".into()));
             }
             backend.redis_cluster = nodes.into_inner();
+        }
+        if let Some(nodes) = b.redis_sentinel {
+            if nodes.get_ref().is_empty() {
+                return Err(at(nodes.span(), "backend.redis_sentinel: list at least one sentinel".into()));
+            }
+            for url in nodes.get_ref() {
+                check_redis_url(url).map_err(|m| at(nodes.span(), format!("backend.redis_sentinel: {m}")))?;
+            }
+            if backend.redis.is_some() || !backend.redis_cluster.is_empty() {
+                return Err(at(
+                    nodes.span(),
+                    "backend.redis_sentinel: give one of `redis`, `redis_cluster`, `redis_sentinel`".into(),
+                ));
+            }
+            backend.redis_sentinel = nodes.into_inner();
+        }
+        if let Some(name) = b.sentinel_service {
+            backend.sentinel_service = name.into_inner();
         }
         if let Some(policy) = failure_policy(b.failure_policy.as_ref(), b.local_share.as_ref(), "backend", &at)? {
             backend.failure_policy = policy;
@@ -539,6 +566,7 @@ tiers = { vip = { limit = 100 } }
                 .contains("either `redis` or `redis_cluster`")
         );
         assert!(error("[backend]\nredis_cluster = [\"b:1\"]\n").contains("backend.redis_cluster"));
+        assert!(error("[backend]\nredis = \"redis://a\"\nredis_sentinel = [\"redis://b\"]\n").contains("give one of"));
     }
 
     #[test]

@@ -43,8 +43,14 @@ enum Command {
         #[arg(long, conflicts_with = "redis_cluster")]
         redis: Option<String>,
         /// Redis Cluster nodes, comma-separated: use the Cluster backend.
-        #[arg(long, value_delimiter = ',')]
+        #[arg(long, value_delimiter = ',', conflicts_with = "redis_sentinel")]
         redis_cluster: Vec<String>,
+        /// Redis Sentinels, comma-separated: follow the master they name through failovers.
+        #[arg(long, value_delimiter = ',', conflicts_with = "redis")]
+        redis_sentinel: Vec<String>,
+        /// The master's name at the sentinels (default `mymaster`).
+        #[arg(long)]
+        sentinel_service: Option<String>,
         /// Serve the Envoy rate limit service (gRPC) on this address.
         #[arg(long)]
         grpc: Option<SocketAddr>,
@@ -152,9 +158,28 @@ fn main() -> ExitCode {
 
 async fn run(command: Command) -> anyhow::Result<ExitCode> {
     match command {
-        Command::Serve { config, http, redis, redis_cluster, grpc, envoy_config, envoy_response_headers } => {
-            let options =
-                ServeOptions { config, http, redis, redis_cluster, grpc, envoy_config, envoy_response_headers };
+        Command::Serve {
+            config,
+            http,
+            redis,
+            redis_cluster,
+            redis_sentinel,
+            sentinel_service,
+            grpc,
+            envoy_config,
+            envoy_response_headers,
+        } => {
+            let options = ServeOptions {
+                config,
+                http,
+                redis,
+                redis_cluster,
+                redis_sentinel,
+                sentinel_service,
+                grpc,
+                envoy_config,
+                envoy_response_headers,
+            };
             server::serve(options).await?;
             Ok(ExitCode::SUCCESS)
         }
@@ -179,7 +204,8 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             };
             let mut backend_config = config.backend;
             if let Some(url) = redis {
-                (backend_config.redis, backend_config.redis_cluster) = (Some(url), Vec::new());
+                (backend_config.redis, backend_config.redis_cluster, backend_config.redis_sentinel) =
+                    (Some(url), Vec::new(), Vec::new());
             }
             // The same key layout as the server's, so a check here and there share state; one
             // decision has no use for a near-cache.

@@ -29,6 +29,11 @@ pub struct ServeOptions {
     pub redis: Option<String>,
     /// Redis Cluster nodes overriding the file's backend.
     pub redis_cluster: Vec<String>,
+    /// Sentinels overriding the file's backend (the master's name stays the file's, or
+    /// `mymaster`, unless `sentinel_service` is given).
+    pub redis_sentinel: Vec<String>,
+    /// The master's name at the sentinels.
+    pub sentinel_service: Option<String>,
     /// Where to serve the Envoy rate limit service (gRPC), overriding the file's `grpc`.
     pub grpc: Option<SocketAddr>,
     /// A directory of envoyproxy/ratelimit YAML files, overriding the file's `envoy_config`.
@@ -45,13 +50,25 @@ pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
     };
     if let Some(url) = options.redis {
         check_redis_url(&url).map_err(|m| anyhow::anyhow!("--redis: {m}"))?;
-        (config.backend.redis, config.backend.redis_cluster) = (Some(url), Vec::new());
+        (config.backend.redis, config.backend.redis_cluster, config.backend.redis_sentinel) =
+            (Some(url), Vec::new(), Vec::new());
     }
     if !options.redis_cluster.is_empty() {
         for url in &options.redis_cluster {
             check_redis_url(url).map_err(|m| anyhow::anyhow!("--redis-cluster: {m}"))?;
         }
-        (config.backend.redis, config.backend.redis_cluster) = (None, options.redis_cluster);
+        (config.backend.redis, config.backend.redis_cluster, config.backend.redis_sentinel) =
+            (None, options.redis_cluster, Vec::new());
+    }
+    if !options.redis_sentinel.is_empty() {
+        for url in &options.redis_sentinel {
+            check_redis_url(url).map_err(|m| anyhow::anyhow!("--redis-sentinel: {m}"))?;
+        }
+        (config.backend.redis, config.backend.redis_cluster, config.backend.redis_sentinel) =
+            (None, Vec::new(), options.redis_sentinel);
+    }
+    if let Some(name) = options.sentinel_service {
+        config.backend.sentinel_service = name;
     }
     if let Some(addr) = options.grpc {
         config.grpc = Some(addr);
@@ -66,9 +83,11 @@ pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
     }
     config.envoy_response_headers |= options.envoy_response_headers;
     let grpc = config.grpc;
-    let where_ = match (&config.backend.redis, &config.backend.redis_cluster) {
-        (Some(url), _) => url.clone(),
-        (None, nodes) if !nodes.is_empty() => nodes.join(","),
+    let b = &config.backend;
+    let where_ = match (&b.redis, &b.redis_cluster, &b.redis_sentinel) {
+        (Some(url), _, _) => url.clone(),
+        (None, nodes, _) if !nodes.is_empty() => nodes.join(","),
+        (None, _, sentinels) if !sentinels.is_empty() => format!("{} via {}", b.sentinel_service, sentinels.join(",")),
         _ => "embedded".to_owned(),
     };
     let app = App::start(config, options.config.clone())

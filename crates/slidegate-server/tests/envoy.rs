@@ -309,7 +309,10 @@ async fn on_a_redis_cluster_descriptors_in_different_slots_are_decided_in_order(
     let nodes = cluster.urls().join(",");
     let mut e = Envoy::start(&[("edge.yaml", EDGE)], &["--redis-cluster", &nodes]).await;
     let (user, prefixed): (Descriptor<'_>, Descriptor<'_>) = (&[("user", "bob")], &[("path", "/prefixed")]);
-    assert_ne!(slidegate::key_slot("slidegate:edge:{user_bob}"), slidegate::key_slot("slidegate:edge:{path_/prefixed}"));
+    assert_ne!(
+        slidegate::key_slot("slidegate:edge:{user_bob}"),
+        slidegate::key_slot("slidegate:edge:{path_/prefixed}")
+    );
     for _ in 0..2 {
         assert_eq!(codes(&e.ask("edge", &[prefixed, user], 0).await), (OK, vec![OK, OK]));
     }

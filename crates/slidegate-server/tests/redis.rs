@@ -227,3 +227,30 @@ fn the_check_command_shares_state_through_redis() {
     };
     assert_eq!([run(), run(), run()], [Some(0), Some(0), Some(1)]);
 }
+
+#[tokio::test]
+async fn a_sentinel_backend_follows_its_master_through_a_failover() {
+    let mut setup = slidegate_testkit::RedisSentinel::start();
+    let server = Slidegate::serve(&["--redis-sentinel", &setup.sentinel_url()]);
+    let client = reqwest::Client::new();
+    let v: Value = client.get(server.url("/readyz")).send().await.expect("readyz").json().await.expect("json");
+    assert_eq!(v["backend"], "redis_sentinel", "{v}");
+    let body = json!({"key": "k", "limit": 1_000_000, "window": "1m"});
+    let (_, _, v) = check(&client, &server, &body).await;
+    assert_eq!(v["degraded"], false, "{v}");
+    setup.master.kill();
+    let killed = Instant::now();
+    let mut saw_degraded = false;
+    loop {
+        let (status, _, v) = check(&client, &server, &body).await;
+        assert_eq!(status, 200, "{v}");
+        match v["degraded"].as_bool() {
+            Some(true) => saw_degraded = true,
+            Some(false) if saw_degraded => break,
+            _ => {}
+        }
+        assert!(killed.elapsed() < Duration::from_secs(20), "still degraded: {v}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_ne!(setup.master_port(), Some(setup.master.port()), "served by the promoted replica");
+}

@@ -264,3 +264,101 @@ impl RedisCluster {
         }
     }
 }
+
+/// A Sentinel-monitored Redis: a master, a replica, and one Sentinel (quorum 1) watching them as
+/// `mymaster`, noticing a dead master after one second. Every process is killed when dropped.
+#[derive(Debug)]
+pub struct RedisSentinel {
+    /// The master at start.
+    pub master: RedisServer,
+    /// Its replica, the master after a failover.
+    pub replica: RedisServer,
+    sentinel: Child,
+    sentinel_port: u16,
+    dir: PathBuf,
+}
+
+/// The name the Sentinel monitors.
+pub const SENTINEL_SERVICE: &str = "mymaster";
+
+impl RedisSentinel {
+    /// Starts the three processes; returns once the replica is in sync and the Sentinel knows it.
+    ///
+    /// # Panics
+    /// When a process does not come up in time.
+    pub fn start() -> Self {
+        let master = RedisServer::start();
+        let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &master.port().to_string()]);
+        let sentinel_port = free_port();
+        let dir = std::env::temp_dir().join(format!("slidegate-sentinel-{}-{sentinel_port}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("sentinel dir");
+        let conf = dir.join("sentinel.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "port {sentinel_port}\nbind 127.0.0.1\ndir {}\nsentinel monitor {SENTINEL_SERVICE} 127.0.0.1 {} 1\n\
+                 sentinel down-after-milliseconds {SENTINEL_SERVICE} 1000\nsentinel failover-timeout {SENTINEL_SERVICE} 3000\n",
+                dir.display(),
+                master.port()
+            ),
+        )
+        .expect("sentinel.conf");
+        let sentinel = Command::new("redis-server")
+            .arg(&conf)
+            .arg("--sentinel")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start redis-server --sentinel");
+        let setup = Self { master, replica, sentinel, sentinel_port, dir };
+        let started = Instant::now();
+        loop {
+            let synced = redis::cmd("INFO")
+                .arg("replication")
+                .query::<String>(&mut setup.replica.conn())
+                .is_ok_and(|i| i.contains("master_link_status:up"));
+            if synced && !setup.sentinel_query("REPLICAS").is_empty() {
+                return setup;
+            }
+            assert!(started.elapsed() < Duration::from_secs(20), "sentinel setup did not come up");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// `redis://127.0.0.1:<sentinel port>`.
+    pub fn sentinel_url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.sentinel_port)
+    }
+
+    /// The port of the master the Sentinel names now (`SENTINEL GET-MASTER-ADDR-BY-NAME`).
+    pub fn master_port(&self) -> Option<u16> {
+        let reply = self.sentinel_query("GET-MASTER-ADDR-BY-NAME");
+        reply.get(1).and_then(|p| p.parse().ok())
+    }
+
+    fn sentinel_query(&self, what: &str) -> Vec<String> {
+        redis::Client::open(self.sentinel_url())
+            .and_then(|c| c.get_connection_with_timeout(Duration::from_millis(500)))
+            .and_then(|mut c| redis::cmd("SENTINEL").arg(what).arg(SENTINEL_SERVICE).query::<redis::Value>(&mut c))
+            .map(|v| match v {
+                redis::Value::Array(items) => items
+                    .into_iter()
+                    .map(|i| match i {
+                        redis::Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
+                        other => format!("{other:?}"),
+                    })
+                    .collect(),
+                _ => Vec::new(),
+            })
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for RedisSentinel {
+    fn drop(&mut self) {
+        let _ = self.sentinel.kill();
+        let _ = self.sentinel.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

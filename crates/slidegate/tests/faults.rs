@@ -234,3 +234,48 @@ async fn an_open_circuit_answers_without_waiting_for_the_deadline() {
 fn report_waits(waits: &[Duration]) {
     let _ = writeln!(std::io::stderr(), "fault breaker: waits per request while Redis stalls {waits:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_failover_under_load_is_followed() {
+    let mut setup = slidegate_testkit::RedisSentinel::start();
+    let url = setup.sentinel_url();
+    let backend = RedisBackend::connect_sentinel(&[url.as_str()], slidegate_testkit::SENTINEL_SERVICE)
+        .await
+        .expect("connect through the sentinel")
+        .with_timeout(DEADLINE);
+    let limiter = Limiter::new(backend).with_failure_policy(FailurePolicy::FailOpen);
+    let quota = Quota::per_minute(3).expect("valid");
+    let first: Vec<bool> = {
+        let mut v = Vec::new();
+        for _ in 0..4 {
+            v.push(limiter.check("exact", &quota).await.expect("check").allowed);
+        }
+        v
+    };
+    assert_eq!(first, [true, true, true, false], "exact through the sentinel's master");
+    let old = setup.master.port();
+    setup.master.kill();
+    let killed = Instant::now();
+    let (mut answered, mut degraded, mut slowest, mut back) = (0u32, 0u32, Duration::ZERO, None);
+    while killed.elapsed() < Duration::from_secs(30) {
+        let t = Instant::now();
+        let d = limiter.check("load", &Quota::per_minute(1_000_000).expect("valid")).await.expect("policy answers");
+        slowest = slowest.max(t.elapsed());
+        answered += 1;
+        if d.degraded.is_some() {
+            degraded += 1;
+        } else if degraded > 0 {
+            back = Some(killed.elapsed());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let _ = writeln!(
+        std::io::stderr(),
+        "fault sentinel failover: answered {answered}, degraded {degraded}, slowest {slowest:?}, from the new master after {back:?}"
+    );
+    let back = back.expect("decisions from the promoted replica");
+    assert!(back < Duration::from_secs(20), "back after {back:?}");
+    assert_ne!(setup.master_port(), Some(old), "the sentinel promoted the replica");
+    assert!(slowest <= DEADLINE + SLACK, "slowest {slowest:?}");
+}

@@ -14,6 +14,12 @@ use std::time::Duration;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 pub use redis::cluster_async::ClusterConnection;
+pub use sentinel::SentinelConnection;
+
+mod sentinel;
+
+/// The Redis backend over a Sentinel-monitored master ([`RedisBackend::connect_sentinel`]).
+pub type RedisSentinelBackend = RedisBackend<SentinelConnection>;
 
 /// The Redis backend over a Redis Cluster ([`RedisBackend::connect_cluster`]).
 pub type RedisClusterBackend = RedisBackend<ClusterConnection>;
@@ -174,6 +180,19 @@ impl RedisBackend<ClusterConnection> {
             .await
             .map_err(|_| Error::Timeout(CONNECT_TIMEOUT))??;
         let backend = Self::with_connection(conn).with_cluster_slot_check(true);
+        backend.clone().with_timeout(CONNECT_TIMEOUT).load_scripts().await?;
+        Ok(backend)
+    }
+}
+
+impl RedisBackend<SentinelConnection> {
+    /// Connects to the master of `service` as the sentinels at `sentinels` (`redis://host:26379`
+    /// each) name it, and follows failovers: see [`SentinelConnection`].
+    pub async fn connect_sentinel(sentinels: &[&str], service: &str) -> Result<Self, Error> {
+        let conn = tokio::time::timeout(CONNECT_TIMEOUT, SentinelConnection::connect(sentinels, service))
+            .await
+            .map_err(|_| Error::Timeout(CONNECT_TIMEOUT))??;
+        let backend = Self::with_connection(conn);
         backend.clone().with_timeout(CONNECT_TIMEOUT).load_scripts().await?;
         Ok(backend)
     }

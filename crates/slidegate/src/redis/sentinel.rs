@@ -1,0 +1,105 @@
+//! A connection to the master that a Redis Sentinel group names, following failovers.
+//!
+//! redis-rs asks Sentinel for the master once per connection; nothing follows a failover. This
+//! wrapper keeps one multiplexed connection to the current master and, when a call fails the way
+//! a failover makes calls fail — the connection refused or dropped, or `READONLY` from an old
+//! master that came back as a replica — asks Sentinel again and retries the call once on the new
+//! master. The backend's deadline bounds all of it.
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::sentinel::{SentinelClient, SentinelServerType};
+use redis::{Cmd, ErrorKind, Pipeline, RedisFuture, RedisResult, ServerErrorKind, Value};
+
+/// The master of a Sentinel-monitored group, rediscovered after failovers. Cheap to clone:
+/// clones share the connection.
+#[derive(Clone)]
+pub struct SentinelConnection {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    sentinel: tokio::sync::Mutex<SentinelClient>,
+    master: Mutex<Option<MultiplexedConnection>>,
+}
+
+impl std::fmt::Debug for SentinelConnection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SentinelConnection").finish_non_exhaustive()
+    }
+}
+
+impl SentinelConnection {
+    /// Asks the sentinels at `sentinels` (`redis://host:26379` each) for the master of
+    /// `service` and connects to it.
+    pub async fn connect(sentinels: &[&str], service: &str) -> RedisResult<Self> {
+        let client = SentinelClient::build(sentinels.to_vec(), service.to_owned(), None, SentinelServerType::Master)?;
+        let conn =
+            Self { inner: Arc::new(Inner { sentinel: tokio::sync::Mutex::new(client), master: Mutex::new(None) }) };
+        conn.master().await?;
+        Ok(conn)
+    }
+
+    /// The connection to the current master, asking Sentinel when there is none.
+    async fn master(&self) -> RedisResult<MultiplexedConnection> {
+        if let Some(c) = self.inner.master.lock().unwrap_or_else(PoisonError::into_inner).clone() {
+            return Ok(c);
+        }
+        let mut sentinel = self.inner.sentinel.lock().await;
+        // Another call may have reconnected while this one waited.
+        if let Some(c) = self.inner.master.lock().unwrap_or_else(PoisonError::into_inner).clone() {
+            return Ok(c);
+        }
+        let c = sentinel.get_async_connection().await?;
+        *self.inner.master.lock().unwrap_or_else(PoisonError::into_inner) = Some(c.clone());
+        Ok(c)
+    }
+
+    fn forget(&self) {
+        *self.inner.master.lock().unwrap_or_else(PoisonError::into_inner) = None;
+    }
+}
+
+/// Whether `e` is how a failover shows: the master gone, or demoted to a replica.
+fn failed_over(e: &redis::RedisError) -> bool {
+    e.is_io_error()
+        || e.is_connection_refusal()
+        || e.is_connection_dropped()
+        || e.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly)
+}
+
+impl ConnectionLike for SentinelConnection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        Box::pin(async move {
+            match self.master().await?.req_packed_command(cmd).await {
+                Err(e) if failed_over(&e) => {
+                    self.forget();
+                    self.master().await?.req_packed_command(cmd).await
+                }
+                other => other,
+            }
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        Box::pin(async move {
+            match self.master().await?.req_packed_commands(pipeline, offset, count).await {
+                Err(e) if failed_over(&e) => {
+                    self.forget();
+                    self.master().await?.req_packed_commands(pipeline, offset, count).await
+                }
+                other => other,
+            }
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        0
+    }
+}
