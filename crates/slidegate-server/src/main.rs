@@ -1,6 +1,5 @@
 //! `slidegate`: serve the rate-limit API, ask for one decision, or generate load.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -31,36 +30,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Serve the HTTP/JSON decision API.
-    Serve {
-        /// TOML rules file (reloaded when it changes, and on SIGHUP).
-        #[arg(long)]
-        config: Option<PathBuf>,
-        /// Address to listen on.
-        #[arg(long, default_value = "127.0.0.1:8080")]
-        http: SocketAddr,
-        /// Redis URL: use the Redis backend (otherwise the file's, or the embedded memory backend).
-        #[arg(long, conflicts_with = "redis_cluster")]
-        redis: Option<String>,
-        /// Redis Cluster nodes, comma-separated: use the Cluster backend.
-        #[arg(long, value_delimiter = ',', conflicts_with = "redis_sentinel")]
-        redis_cluster: Vec<String>,
-        /// Redis Sentinels, comma-separated: follow the master they name through failovers.
-        #[arg(long, value_delimiter = ',', conflicts_with = "redis")]
-        redis_sentinel: Vec<String>,
-        /// The master's name at the sentinels (default `mymaster`).
-        #[arg(long)]
-        sentinel_service: Option<String>,
-        /// Serve the Envoy rate limit service (gRPC) on this address.
-        #[arg(long)]
-        grpc: Option<SocketAddr>,
-        /// A directory of envoyproxy/ratelimit YAML files (reloaded when they change).
-        #[arg(long)]
-        envoy_config: Option<PathBuf>,
-        /// Add envoyproxy/ratelimit's x-ratelimit-* headers to gRPC answers.
-        #[arg(long)]
-        envoy_response_headers: bool,
-    },
+    /// Serve the HTTP/JSON decision API (and, with --grpc, the Envoy rate limit service).
+    Serve(ServeOptions),
     /// Decide once and print the decision; exit code 0 admitted, 1 denied, 2 error.
     Check {
         /// A rule of the rules file.
@@ -158,28 +129,7 @@ fn main() -> ExitCode {
 
 async fn run(command: Command) -> anyhow::Result<ExitCode> {
     match command {
-        Command::Serve {
-            config,
-            http,
-            redis,
-            redis_cluster,
-            redis_sentinel,
-            sentinel_service,
-            grpc,
-            envoy_config,
-            envoy_response_headers,
-        } => {
-            let options = ServeOptions {
-                config,
-                http,
-                redis,
-                redis_cluster,
-                redis_sentinel,
-                sentinel_service,
-                grpc,
-                envoy_config,
-                envoy_response_headers,
-            };
+        Command::Serve(options) => {
             server::serve(options).await?;
             Ok(ExitCode::SUCCESS)
         }

@@ -18,27 +18,35 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::R
 /// How often the rules file is looked at for changes.
 const WATCH_INTERVAL: Duration = Duration::from_millis(250);
 
-/// `slidegate serve`'s settings after flags and file are merged (flags win).
-#[derive(Debug, Clone)]
+/// `slidegate serve`'s flags; each overrides the rules file's setting.
+#[derive(Debug, Clone, clap::Args)]
 pub struct ServeOptions {
-    /// The rules file.
+    /// TOML rules file (reloaded when it changes, and on SIGHUP).
+    #[arg(long)]
     pub config: Option<PathBuf>,
-    /// Where to listen for HTTP.
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:8080")]
     pub http: SocketAddr,
-    /// A Redis URL overriding the file's backend.
+    /// Redis URL: use the Redis backend (otherwise the file's, or the embedded memory backend).
+    #[arg(long, conflicts_with = "redis_cluster")]
     pub redis: Option<String>,
-    /// Redis Cluster nodes overriding the file's backend.
+    /// Redis Cluster nodes, comma-separated: use the Cluster backend.
+    #[arg(long, value_delimiter = ',', conflicts_with = "redis_sentinel")]
     pub redis_cluster: Vec<String>,
-    /// Sentinels overriding the file's backend (the master's name stays the file's, or
-    /// `mymaster`, unless `sentinel_service` is given).
+    /// Redis Sentinels, comma-separated: follow the master they name through failovers.
+    #[arg(long, value_delimiter = ',', conflicts_with = "redis")]
     pub redis_sentinel: Vec<String>,
-    /// The master's name at the sentinels.
+    /// The master's name at the sentinels (default `mymaster`).
+    #[arg(long)]
     pub sentinel_service: Option<String>,
-    /// Where to serve the Envoy rate limit service (gRPC), overriding the file's `grpc`.
+    /// Serve the Envoy rate limit service (gRPC) on this address.
+    #[arg(long)]
     pub grpc: Option<SocketAddr>,
-    /// A directory of envoyproxy/ratelimit YAML files, overriding the file's `envoy_config`.
+    /// A directory of envoyproxy/ratelimit YAML files (reloaded when they change).
+    #[arg(long)]
     pub envoy_config: Option<PathBuf>,
-    /// Add `x-ratelimit-*` headers to gRPC answers.
+    /// Add envoyproxy/ratelimit's x-ratelimit-* headers to gRPC answers.
+    #[arg(long)]
     pub envoy_response_headers: bool,
 }
 
