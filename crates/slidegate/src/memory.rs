@@ -85,7 +85,6 @@ impl Default for Table {
 struct Entry {
     hash: u64,
     key: KeyBytes,
-    kind: Kind,
     state: State,
     /// When the key holds nothing any more; it is swept from then on.
     expires_at: u64,
@@ -308,7 +307,7 @@ impl Table {
 
     fn get_or_insert(&mut self, hash: u64, key: &str, algorithm: Algorithm) -> &mut Entry {
         let kind = Kind::from(algorithm);
-        match self.keys.entry(hash, |e| e.kind == kind && e.key.is(key), |e| e.hash) {
+        match self.keys.entry(hash, |e| e.key.is(key) && e.kind() == kind, |e| e.hash) {
             TableEntry::Occupied(e) => e.into_mut(),
             TableEntry::Vacant(e) => e.insert(Entry::new(hash, key, algorithm)).into_mut(),
         }
@@ -316,7 +315,7 @@ impl Table {
 
     fn find_mut(&mut self, hash: u64, key: &str, algorithm: Algorithm) -> Option<&mut Entry> {
         let kind = Kind::from(algorithm);
-        self.keys.find_mut(hash, |e| e.kind == kind && e.key.is(key))
+        self.keys.find_mut(hash, |e| e.key.is(key) && e.kind() == kind)
     }
 }
 
@@ -328,7 +327,16 @@ impl Entry {
             }
             other => State::Model(reference::Key::new(other)),
         };
-        Self { hash, key: KeyBytes::new(key), kind: algorithm.into(), state, expires_at: 0 }
+        Self { hash, key: KeyBytes::new(key), state, expires_at: 0 }
+    }
+
+    /// The algorithm this entry counts by, read from its state (a field of its own would cost
+    /// a padded word per key).
+    fn kind(&self) -> Kind {
+        match &self.state {
+            State::Log(_) => Kind::SlidingLog,
+            State::Model(key) => Kind::from(key.algorithm_kind()),
+        }
     }
 
     /// Whether `cost` more permits fit: the admission to answer if they are recorded, or the

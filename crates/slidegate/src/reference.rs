@@ -273,6 +273,16 @@ impl Key {
         }
     }
 
+    /// The algorithm this key is counted by (its parameters come with each quota).
+    pub(crate) fn algorithm_kind(&self) -> Algorithm {
+        match self.state {
+            State::Log(_) => Algorithm::SlidingLog,
+            State::Window(_) => Algorithm::SlidingWindow { buckets: 1 },
+            State::Fixed(_) => Algorithm::FixedWindow,
+            State::Gcra(_) => Algorithm::Gcra { burst: None },
+        }
+    }
+
     /// Whether the key holds nothing at `now`, so that a warm-up would start over.
     fn idle(&self, now: u64, quota: &Quota) -> bool {
         match &self.state {
