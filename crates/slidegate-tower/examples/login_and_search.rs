@@ -41,7 +41,7 @@ async fn authenticate(mut request: Request, next: Next) -> Response {
     next.run(request).await
 }
 
-fn rules<B: slidegate::Backend>(limiter: Limiter<B>) -> Result<RateLimitLayer<B>, Box<dyn std::error::Error>> {
+fn rules<B: slidegate::Backend + Clone>(limiter: Limiter<B>) -> Result<RateLimitLayer<B>, Box<dyn std::error::Error>> {
     let plan = |req: &http::request::Parts| req.headers.get("x-plan").and_then(|v| v.to_str().ok()).map(str::to_owned);
     Ok(RateLimitLayer::new(limiter)
         // Behind a load balancer on 10.0.0.0/8, trust its X-Forwarded-For; nobody else's.

@@ -55,6 +55,7 @@ impl<B> std::fmt::Debug for RateLimitLayer<B> {
     }
 }
 
+#[derive(Clone)]
 pub(crate) struct Shared<B> {
     limiter: Limiter<B>,
     rules: Vec<Rule>,
@@ -66,6 +67,7 @@ pub(crate) struct Shared<B> {
     shadow: bool,
 }
 
+#[derive(Clone)]
 struct RuleCounters {
     pass: Counter,
     block: Counter,
@@ -93,7 +95,7 @@ pub(crate) struct Outcome {
     pub(crate) deny: bool,
 }
 
-impl<B: Backend> RateLimitLayer<B> {
+impl<B: Backend + Clone> RateLimitLayer<B> {
     /// A layer deciding with `limiter` (any backend; set its failure policy and near-cache
     /// there), with no rules yet.
     pub fn new(limiter: Limiter<B>) -> Self {
@@ -111,8 +113,9 @@ impl<B: Backend> RateLimitLayer<B> {
         }
     }
 
+    /// The layer changed by `f`; a clone made earlier (or a service it built) keeps its settings.
     fn with(self, f: impl FnOnce(&mut Shared<B>)) -> Self {
-        let mut shared = Arc::into_inner(self.shared).unwrap_or_else(|| unreachable!("built before it is shared"));
+        let mut shared = Arc::unwrap_or_clone(self.shared);
         f(&mut shared);
         Self { shared: Arc::new(shared) }
     }

@@ -13,7 +13,7 @@ use slidegate_tower::{PeerIp, RateLimitLayer, Rule};
 
 /// Serves `layer` over two routes on 127.0.0.1:0; returns the base URL. The server task ends
 /// with the test's runtime.
-async fn serve<B: Backend + 'static>(layer: RateLimitLayer<B>) -> String {
+async fn serve<B: Backend + Clone + 'static>(layer: RateLimitLayer<B>) -> String {
     let app = Router::new()
         .route("/login", post(|| async { "welcome" }))
         .route("/search", get(|| async { "results" }))

@@ -243,7 +243,8 @@ impl MemoryBackend {
             .enumerate()
             .map(|(i, c)| match tables[table_of[i]].find_mut(hashes[i], c.key, c.quota.algorithm()) {
                 Some(entry) => entry.evaluate(now, &c.quota, c.cost),
-                None => Entry::new(hashes[i], c.key, c.quota.algorithm()).evaluate(now, &c.quota, c.cost),
+                // Nothing is recorded yet: an unnamed entry with no room allocates nothing.
+                None => Entry::new(hashes[i], "", c.quota.algorithm(), 0).evaluate(now, &c.quota, c.cost),
             })
             .collect();
         let admitted = verdicts.iter().all(|d| d.allowed);
@@ -309,7 +310,7 @@ impl Table {
         let kind = Kind::from(algorithm);
         match self.keys.entry(hash, |e| e.key.is(key) && e.kind() == kind, |e| e.hash) {
             TableEntry::Occupied(e) => e.into_mut(),
-            TableEntry::Vacant(e) => e.insert(Entry::new(hash, key, algorithm)).into_mut(),
+            TableEntry::Vacant(e) => e.insert(Entry::new(hash, key, algorithm, INITIAL_LOG_CAPACITY)).into_mut(),
         }
     }
 
@@ -320,10 +321,11 @@ impl Table {
 }
 
 impl Entry {
-    fn new(hash: u64, key: &str, algorithm: Algorithm) -> Self {
+    /// A key that holds nothing, with room for `log_capacity` admissions if it is a log.
+    fn new(hash: u64, key: &str, algorithm: Algorithm, log_capacity: usize) -> Self {
         let state = match algorithm {
             Algorithm::SlidingLog => {
-                State::Log(Log { log: VecDeque::with_capacity(INITIAL_LOG_CAPACITY), oldest: u64::MAX, warm_since: 0 })
+                State::Log(Log { log: VecDeque::with_capacity(log_capacity), oldest: u64::MAX, warm_since: 0 })
             }
             other => State::Model(reference::Key::new(other)),
         };
