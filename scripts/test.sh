@@ -1,18 +1,12 @@
 #!/usr/bin/env bash
-# The whole test suite, on a fresh Debian/Ubuntu machine too: installs redis-server when it is
-# missing (the Redis tests start their own servers on free loopback ports), then runs every
-# test of every crate with every feature.
+# The whole test suite, on a fresh Debian/Ubuntu machine too: installs what is missing
+# (scripts/setup.sh: redis-server, and libclang for the Redis module's build), then runs every
+# test of every crate with every feature. The Redis tests start their own servers on free
+# loopback ports, some with the module crate's build loaded (`--loadmodule`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
-  echo "== installing redis-server (apt-get)"
-  sudo_cmd=""
-  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
-  $sudo_cmd apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq redis-server redis-tools >/dev/null
-fi
-redis-server --version
+bash scripts/setup.sh
 
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT

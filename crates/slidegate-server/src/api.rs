@@ -225,11 +225,15 @@ struct DecisionBody<'a> {
     degraded: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     policy: Option<&'static str>,
+    /// The code that decided (`memory`, `lua`, `module`); absent when a failure policy did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    engine: Option<&'static str>,
 }
 
 impl<'a> DecisionBody<'a> {
-    fn new(rule: &'a str, d: &Decision) -> Self {
+    fn new(rule: &'a str, d: &Decision, engine: &'static str) -> Self {
         Self {
+            engine: d.degraded.is_none().then_some(engine),
             rule,
             allowed: d.allowed,
             limit: d.limit,
@@ -282,7 +286,7 @@ async fn check_one(app: &App, live: &Live, r: Resolved) -> Result<Response, ApiE
     let d = app.timed(app.limiter.check_cost(&r.key, &r.quota, r.cost)).await?;
     count(live, &r.policy, &d);
     let headers = rate_limit_headers(&[(&r.policy, &r.quota, &d)], d.retry_after);
-    Ok((headers, Json(DecisionBody::new(&r.policy, &d))).into_response())
+    Ok((headers, Json(DecisionBody::new(&r.policy, &d, app.limiter.backend().engine()))).into_response())
 }
 
 async fn check_many(app: &App, live: &Live, resolved: &[Resolved]) -> Result<Response, ApiError> {
@@ -293,11 +297,12 @@ async fn check_many(app: &App, live: &Live, resolved: &[Resolved]) -> Result<Res
     }
     let items: Vec<_> = resolved.iter().zip(&group.decisions).map(|(r, d)| (r.policy.as_str(), &r.quota, d)).collect();
     let headers = rate_limit_headers(&items, group.retry_after());
+    let engine = app.limiter.backend().engine();
     let body = MultiBody {
         allowed: group.allowed,
         denied_by: group.denied_by,
         retry_after_ms: group.retry_after().map(|r| r.as_millis()),
-        results: items.iter().map(|(name, _, d)| DecisionBody::new(name, d)).collect(),
+        results: items.iter().map(|(name, _, d)| DecisionBody::new(name, d, engine)).collect(),
     };
     Ok((headers, Json(body)).into_response())
 }
@@ -404,16 +409,24 @@ async fn render_metrics(State(app): State<Arc<App>>) -> impl IntoResponse {
     ::metrics::gauge!(metrics::CIRCUIT_OPEN).set(if app.limiter.circuit_open() { 1.0 } else { 0.0 });
     let cached = app.limiter.near_cache().map_or(0, slidegate::NearCache::len);
     ::metrics::gauge!(metrics::NEAR_CACHE_KEYS).set(cached as f64);
+    let engine = app.limiter.backend().engine();
+    for name in ["memory", "lua", "module"] {
+        ::metrics::gauge!(metrics::ENGINE, "engine" => name).set(if name == engine { 1.0 } else { 0.0 });
+    }
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], metrics::handle().render())
 }
 
 async fn ready(State(app): State<Arc<App>>) -> Response {
     let backend = app.limiter.backend();
     match backend.ready().await {
-        Ok(()) => Json(json!({"status": "ready", "backend": backend.name()})).into_response(),
+        Ok(()) => {
+            Json(json!({"status": "ready", "backend": backend.name(), "engine": backend.engine()})).into_response()
+        }
         Err(e) => (
             StatusCode::SERVICE_UNAVAILABLE,
-            Json(json!({"status": "unavailable", "backend": backend.name(), "error": e.to_string()})),
+            Json(json!({
+                "status": "unavailable", "backend": backend.name(), "engine": backend.engine(), "error": e.to_string()
+            })),
         )
             .into_response(),
     }

@@ -26,17 +26,25 @@ impl AnyBackend {
         if !config.redis_cluster.is_empty() {
             let nodes: Vec<&str> = config.redis_cluster.iter().map(String::as_str).collect();
             let backend = RedisBackend::connect_cluster(&nodes).await?;
-            return Ok(Self::Cluster(backend.with_prefix(config.prefix.clone()).with_timeout(config.timeout)));
+            return Ok(Self::Cluster(
+                backend.with_prefix(config.prefix.clone()).with_timeout(config.timeout).with_engine(config.engine),
+            ));
         }
         if !config.redis_sentinel.is_empty() {
             let sentinels: Vec<&str> = config.redis_sentinel.iter().map(String::as_str).collect();
             let backend = RedisBackend::connect_sentinel(&sentinels, &config.sentinel_service).await?;
-            return Ok(Self::Sentinel(backend.with_prefix(config.prefix.clone()).with_timeout(config.timeout)));
+            return Ok(Self::Sentinel(
+                backend.with_prefix(config.prefix.clone()).with_timeout(config.timeout).with_engine(config.engine),
+            ));
         }
         Ok(match &config.redis {
             None => Self::Memory(MemoryBackend::new()),
             Some(url) => Self::Redis(
-                RedisBackend::connect(url).await?.with_prefix(config.prefix.clone()).with_timeout(config.timeout),
+                RedisBackend::connect(url)
+                    .await?
+                    .with_prefix(config.prefix.clone())
+                    .with_timeout(config.timeout)
+                    .with_engine(config.engine),
             ),
         })
     }
@@ -62,13 +70,26 @@ impl AnyBackend {
         }
     }
 
-    /// Whether the backend answers (Redis: `PING` within the deadline).
+    /// The code deciding: `memory`, or on Redis `lua` or `module` (`auto` until Redis has
+    /// been asked), for decisions, metrics and `/readyz`.
+    pub fn engine(&self) -> &'static str {
+        match self {
+            Self::Memory(_) => "memory",
+            Self::Redis(r) => r.engine().as_str(),
+            Self::Cluster(r) => r.engine().as_str(),
+            Self::Sentinel(r) => r.engine().as_str(),
+        }
+    }
+
+    /// Whether the backend answers (Redis: `PING` within the deadline), asking Redis again
+    /// whether it has slidegate's module (a `MODULE LOAD` is picked up here). With the engine
+    /// forced to `module`, a server without it is not ready.
     pub async fn ready(&self) -> Result<(), Error> {
         match self {
             Self::Memory(_) => Ok(()),
-            Self::Redis(r) => r.ping().await,
-            Self::Cluster(r) => r.ping().await,
-            Self::Sentinel(r) => r.ping().await,
+            Self::Redis(r) => r.ready().await,
+            Self::Cluster(r) => r.ready().await,
+            Self::Sentinel(r) => r.ready().await,
         }
     }
 }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
-use slidegate::{Algorithm, FailurePolicy, Quota};
+use slidegate::{Algorithm, FailurePolicy, Quota, RedisEngine};
 use toml::Spanned;
 
 /// The per-call backend deadline when the file does not set one.
@@ -84,6 +84,8 @@ pub struct BackendConfig {
     pub prefix: String,
     /// Deadline of each backend call.
     pub timeout: Duration,
+    /// Which code decides on Redis: `auto` (the module when loaded), `lua` or `module`.
+    pub engine: RedisEngine,
 }
 
 impl Default for BackendConfig {
@@ -97,6 +99,7 @@ impl Default for BackendConfig {
             timeout: DEFAULT_TIMEOUT,
             failure_policy: FailurePolicy::FailOpen,
             near_cache: DEFAULT_NEAR_CACHE,
+            engine: RedisEngine::Auto,
         }
     }
 }
@@ -173,6 +176,7 @@ struct BackendSpec {
     near_cache: Option<Spanned<usize>>,
     prefix: Option<Spanned<String>>,
     timeout: Option<Spanned<String>>,
+    engine: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -302,6 +306,14 @@ impl Config {
         }
         if let Some(n) = b.near_cache {
             backend.near_cache = n.into_inner();
+        }
+        if let Some(engine) = b.engine {
+            backend.engine = engine.get_ref().parse().map_err(|_| {
+                at(
+                    engine.span(),
+                    format!("backend.engine: {:?} is not one of \"auto\", \"lua\", \"module\"", engine.get_ref()),
+                )
+            })?;
         }
         if let Some(prefix) = b.prefix {
             if prefix.get_ref().contains(['{', '}']) {

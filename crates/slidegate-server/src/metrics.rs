@@ -31,6 +31,8 @@ pub const ENVOY_NEAR_LIMIT: &str = "slidegate_envoy_near_limit";
 pub const ENVOY_WITHIN_LIMIT: &str = "slidegate_envoy_within_limit";
 /// gRPC hits over a shadow-mode limit (answered OK).
 pub const ENVOY_SHADOW_MODE: &str = "slidegate_envoy_shadow_mode";
+/// 1 for the code deciding now (`engine` = `memory`, `lua` or `module`), 0 for the others.
+pub const ENGINE: &str = "slidegate_engine";
 /// Keys the near-cache holds as denied.
 pub const NEAR_CACHE_KEYS: &str = "slidegate_near_cache_keys";
 

@@ -39,6 +39,10 @@ pub struct ServeOptions {
     /// The master's name at the sentinels (default `mymaster`).
     #[arg(long)]
     pub sentinel_service: Option<String>,
+    /// Which code decides on Redis: `auto` (slidegate's Redis module when the server has it
+    /// loaded, the Lua scripts otherwise), `lua` or `module`.
+    #[arg(long)]
+    pub redis_engine: Option<slidegate::RedisEngine>,
     /// Serve the Envoy rate limit service (gRPC) on this address.
     #[arg(long)]
     pub grpc: Option<SocketAddr>,
@@ -77,6 +81,9 @@ pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
     }
     if let Some(name) = options.sentinel_service {
         config.backend.sentinel_service = name;
+    }
+    if let Some(engine) = options.redis_engine {
+        config.backend.engine = engine;
     }
     if let Some(addr) = options.grpc {
         config.grpc = Some(addr);

@@ -60,6 +60,35 @@ async fn sixty_four_clients_on_redis_get_exactly_the_limit_under_a_readable_key(
     assert_eq!(v["backend"], "redis");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_redis_module_decides_when_loaded_and_every_surface_says_so() {
+    let redis = RedisServer::start_with_module(&[]);
+    let server = Slidegate::serve(&["--redis", &redis.url()]);
+    let body = json!({"key": "k", "limit": 100, "window": "60s"});
+    assert_eq!(admitted_by(vec![server.url("/v1/check")], 64, 4, body.clone()).await, 100);
+    assert_eq!(redis.query::<String>(&["TYPE", "slidegate:inline:{k}"]), "slidegate", "the module's own type");
+    let client = reqwest::Client::new();
+    let (_, _, v) = check(&client, &server, &body).await;
+    assert_eq!((&v["allowed"], &v["engine"]), (&json!(false), &json!("module")));
+    let v: Value = reqwest::get(server.url("/readyz")).await.expect("readyz").json().await.expect("json");
+    assert_eq!(v["engine"], "module");
+    let metrics = reqwest::get(server.url("/metrics")).await.expect("metrics").text().await.expect("text");
+    assert!(metrics.contains("slidegate_engine{engine=\"module\"} 1"), "{metrics}");
+
+    // Without the module: the scripts decide; forced to the module, the server is not ready and
+    // its checks are answered by the failure policy (fail_open), marked degraded.
+    let plain = RedisServer::start();
+    let lua = Slidegate::serve(&["--redis", &plain.url()]);
+    assert_eq!(check(&client, &lua, &body).await.2["engine"], "lua");
+    let forced = Slidegate::serve(&["--redis", &plain.url(), "--redis-engine", "module"]);
+    let response = reqwest::get(forced.url("/readyz")).await.expect("readyz");
+    assert_eq!(response.status(), 503);
+    let v: Value = response.json().await.expect("json");
+    assert!(v["error"].as_str().is_some_and(|e| e.contains("no slidegate module")), "{v}");
+    let (_, _, v) = check(&client, &forced, &body).await;
+    assert_eq!((&v["degraded"], v.get("engine")), (&json!(true), None));
+}
+
 #[tokio::test]
 async fn sigterm_lets_requests_in_flight_finish_then_exits_zero() {
     let redis = RedisServer::start_with(&["--enable-debug-command", "yes"]);

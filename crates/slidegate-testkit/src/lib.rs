@@ -47,6 +47,29 @@ impl RedisServer {
         panic!("redis-server did not start: {last_error}");
     }
 
+    /// Starts a server with slidegate's Redis module loaded ([`module_path`]), `DEBUG` enabled
+    /// (for `DEBUG RELOAD`) and `extra` arguments.
+    ///
+    /// # Panics
+    /// As [`RedisServer::start`], or when the module is not built.
+    pub fn start_with_module(extra: &[&str]) -> Self {
+        let module = module_path();
+        let mut args = vec!["--loadmodule", module.to_str().expect("a UTF-8 path"), "--enable-debug-command", "yes"];
+        args.extend_from_slice(extra);
+        Self::start_with(&args)
+    }
+
+    /// Starts a server with slidegate's Redis module loaded on `port` (to bring a server back
+    /// where a killed one was, now with the module).
+    ///
+    /// # Panics
+    /// As [`RedisServer::start_on`], or when the module is not built.
+    pub fn start_with_module_on(port: u16) -> Self {
+        let module = module_path();
+        Self::launch(port, &["--loadmodule", module.to_str().expect("a UTF-8 path")])
+            .unwrap_or_else(|e| panic!("redis-server on port {port}: {e}"))
+    }
+
     /// Starts a plain server on `port` (to bring a server back where a killed one was).
     ///
     /// # Panics
@@ -147,6 +170,29 @@ impl Drop for RedisServer {
     }
 }
 
+/// The Redis module (`crates/slidegate-module`) as the running tests' build made it: the newer
+/// `libslidegate_module.so` of the target directory of this test binary's profile (`cargo
+/// build` puts it there) and of its `deps/` (where `cargo test` leaves it).
+/// `cargo test --workspace` builds it; a narrower `cargo test -p ...` may need
+/// `cargo build -p slidegate-module` first.
+///
+/// # Panics
+/// When the module is not built.
+pub fn module_path() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    // Test binaries live in `<target>/<profile>/deps/`.
+    let deps = exe.parent().expect("a deps directory");
+    let name = format!("{}slidegate_module{}", std::env::consts::DLL_PREFIX, std::env::consts::DLL_SUFFIX);
+    let candidates = [deps.join(&name), deps.parent().expect("a profile directory").join(&name)];
+    let modified = |p: &PathBuf| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    candidates
+        .iter()
+        .filter_map(|p| Some((modified(p)?, p)))
+        .max()
+        .map(|(_, p)| p.clone())
+        .unwrap_or_else(|| panic!("{} is not built: run `cargo build -p slidegate-module`", candidates[1].display()))
+}
+
 /// A port of 127.0.0.1 that was free a moment ago.
 ///
 /// # Panics
@@ -175,11 +221,23 @@ impl RedisCluster {
     /// # Panics
     /// When `redis-server` or `redis-cli` is missing or the cluster does not form in time.
     pub fn start(masters: usize, replicas: usize) -> Self {
+        Self::start_nodes(masters, replicas, RedisServer::start_with)
+    }
+
+    /// As [`RedisCluster::start`], with slidegate's Redis module loaded on every node.
+    ///
+    /// # Panics
+    /// As [`RedisCluster::start`], or when the module is not built.
+    pub fn start_with_module(masters: usize, replicas: usize) -> Self {
+        Self::start_nodes(masters, replicas, RedisServer::start_with_module)
+    }
+
+    fn start_nodes(masters: usize, replicas: usize, start: fn(&[&str]) -> RedisServer) -> Self {
         // A failover needs the replicas to notice a dead master: one second, not fifteen.
         let nodes: Vec<RedisServer> = (0..masters * (1 + replicas))
             .map(|_| {
                 let bus = free_port().to_string();
-                RedisServer::start_with(&[
+                start(&[
                     "--cluster-enabled",
                     "yes",
                     "--cluster-config-file",

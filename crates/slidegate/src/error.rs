@@ -75,6 +75,15 @@ pub enum Error {
     #[cfg(feature = "redis")]
     #[error("redis: {0}")]
     Redis(#[from] redis::RedisError),
+    /// The Redis engine is forced to the module ([`crate::RedisEngine::Module`]) but the server
+    /// does not have slidegate's module loaded.
+    #[cfg(feature = "redis")]
+    #[error("Redis has no slidegate module loaded, and the engine is forced to \"module\"")]
+    ModuleNotLoaded,
+    /// A Redis engine name that is not known.
+    #[cfg(feature = "redis")]
+    #[error("unknown Redis engine {0:?} (known: auto, lua, module)")]
+    UnknownEngine(String),
     /// Redis answered something the script cannot have returned (a different script under the
     /// same name, a proxy in between).
     #[error("unexpected reply from backend: {0}")]
@@ -88,7 +97,7 @@ impl Error {
         match self {
             Self::Timeout(_) | Self::UnexpectedReply(_) | Self::CircuitOpen => true,
             #[cfg(feature = "redis")]
-            Self::Redis(_) => true,
+            Self::Redis(_) | Self::ModuleNotLoaded => true,
             _ => false,
         }
     }

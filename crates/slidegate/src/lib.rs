@@ -33,6 +33,8 @@
 //!   operator's view of a key, [`KeyState`].
 //! - [`reference`]: each algorithm's semantics written plainly; the backends are tested against it.
 //! - [`backend`]: the [`Backend`] trait, where storage varies.
+//! - [`state`]: [`state::Counter`], what one key keeps and how it decides, shared by the memory
+//!   backend and the Redis module.
 //! - [`memory`]: [`MemoryBackend`], the embedded, sharded, self-sweeping default.
 //! - `redis` (feature `redis`): [`RedisBackend`], sorted sets and one Lua script per decision.
 //! - [`limiter`]: [`Limiter`], the front door that validates input once.
@@ -55,6 +57,7 @@ pub mod redis;
 pub mod reference;
 pub mod resilience;
 pub mod slot;
+pub mod state;
 
 pub use backend::{Backend, Check};
 pub use clock::{Clock, ManualClock, MonotonicClock, SystemClock};
@@ -64,6 +67,6 @@ pub use limiter::{Limiter, MAX_CHECKS, MAX_KEY_LEN, validate_key};
 pub use memory::MemoryBackend;
 pub use quota::{Algorithm, MAX_LIMIT, MAX_WINDOW, Quota, WarmUp};
 #[cfg(feature = "redis")]
-pub use redis::{RedisBackend, RedisClusterBackend, RedisSentinelBackend};
+pub use redis::{RedisBackend, RedisClusterBackend, RedisEngine, RedisSentinelBackend};
 pub use resilience::{CircuitBreaker, FailurePolicy, NearCache};
 pub use slot::{hash_tag, key_slot};

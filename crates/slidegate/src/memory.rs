@@ -12,16 +12,14 @@
 //! the keys live at its last sweep plus at most those created since (one per operation, over at
 //! most the larger of its key count in operations and 100 ms).
 
-use std::collections::VecDeque;
 use std::hash::{BuildHasher, RandomState};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
 
 use hashbrown::HashTable;
 use hashbrown::hash_table::Entry as TableEntry;
 
 use crate::clock::{Clock, MonotonicClock};
-use crate::reference;
+use crate::state::Counter;
 use crate::{Algorithm, Backend, Check, Decision, Error, KeyState, MultiDecision, Quota};
 
 /// A shard sweeps at the earliest after this many operations, however few keys it holds.
@@ -85,47 +83,9 @@ impl Default for Table {
 struct Entry {
     hash: u64,
     key: KeyBytes,
-    state: State,
+    counter: Counter,
     /// When the key holds nothing any more; it is swept from then on.
     expires_at: u64,
-}
-
-/// Which algorithm an entry counts by (its parameters come with each check's quota).
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    SlidingLog,
-    SlidingWindow,
-    FixedWindow,
-    Gcra,
-}
-
-impl From<Algorithm> for Kind {
-    fn from(algorithm: Algorithm) -> Self {
-        match algorithm {
-            Algorithm::SlidingLog => Self::SlidingLog,
-            Algorithm::SlidingWindow { .. } => Self::SlidingWindow,
-            Algorithm::FixedWindow => Self::FixedWindow,
-            Algorithm::Gcra { .. } => Self::Gcra,
-        }
-    }
-}
-
-enum State {
-    /// The sliding log, the hot path, in a structure of its own.
-    Log(Log),
-    /// Every other algorithm keeps a few numbers per key: the reference model is already the
-    /// right structure for them.
-    Model(reference::Key),
-}
-
-struct Log {
-    /// Admission times in ms, oldest first, one per permit.
-    log: VecDeque<u64>,
-    /// The log's first entry (`u64::MAX` when empty), kept beside the key so that a decision
-    /// that expires nothing need not load the head of the log.
-    oldest: u64,
-    /// When the current warm-up began (quotas with a warm-up only).
-    warm_since: u64,
 }
 
 /// A key, stored in its table slot when short (most user ids, IPs and phone numbers are), so
@@ -214,7 +174,7 @@ impl MemoryBackend {
         let mut table = lock(&self.inner.shards[self.shard_index(hash)]);
         table.count_op(now);
         let entry = table.get_or_insert(hash, key, quota.algorithm());
-        let decision = entry.evaluate(now, quota, cost);
+        let decision = entry.counter.evaluate(now, quota, cost);
         if decision.allowed {
             entry.record(now, quota, cost);
         }
@@ -242,9 +202,9 @@ impl MemoryBackend {
             .iter()
             .enumerate()
             .map(|(i, c)| match tables[table_of[i]].find_mut(hashes[i], c.key, c.quota.algorithm()) {
-                Some(entry) => entry.evaluate(now, &c.quota, c.cost),
+                Some(entry) => entry.counter.evaluate(now, &c.quota, c.cost),
                 // Nothing is recorded yet: an unnamed entry with no room allocates nothing.
-                None => Entry::new(hashes[i], "", c.quota.algorithm(), 0).evaluate(now, &c.quota, c.cost),
+                None => Counter::new(c.quota.algorithm()).evaluate(now, &c.quota, c.cost),
             })
             .collect();
         let admitted = verdicts.iter().all(|d| d.allowed);
@@ -261,12 +221,10 @@ impl MemoryBackend {
                 if !d.allowed {
                     return d;
                 }
-                let entry = table.find_mut(hashes[i], c.key, c.quota.algorithm());
-                Decision::held(
-                    d.limit,
-                    d.remaining + c.cost,
-                    entry.map_or(Duration::ZERO, |e| e.reset_after(now, &c.quota)),
-                )
+                match table.find_mut(hashes[i], c.key, c.quota.algorithm()) {
+                    Some(entry) => entry.counter.held(now, &c.quota, c.cost, &d),
+                    None => Counter::new(c.quota.algorithm()).held(now, &c.quota, c.cost, &d),
+                }
             })
             .collect();
         MultiDecision::new(decisions)
@@ -307,128 +265,28 @@ impl Table {
     }
 
     fn get_or_insert(&mut self, hash: u64, key: &str, algorithm: Algorithm) -> &mut Entry {
-        let kind = Kind::from(algorithm);
-        match self.keys.entry(hash, |e| e.key.is(key) && e.kind() == kind, |e| e.hash) {
+        match self.keys.entry(hash, |e| e.key.is(key) && e.counter.counts_by(algorithm), |e| e.hash) {
             TableEntry::Occupied(e) => e.into_mut(),
             TableEntry::Vacant(e) => e.insert(Entry::new(hash, key, algorithm, INITIAL_LOG_CAPACITY)).into_mut(),
         }
     }
 
     fn find_mut(&mut self, hash: u64, key: &str, algorithm: Algorithm) -> Option<&mut Entry> {
-        let kind = Kind::from(algorithm);
-        self.keys.find_mut(hash, |e| e.key.is(key) && e.kind() == kind)
+        self.keys.find_mut(hash, |e| e.key.is(key) && e.counter.counts_by(algorithm))
     }
 }
 
 impl Entry {
     /// A key that holds nothing, with room for `log_capacity` admissions if it is a log.
     fn new(hash: u64, key: &str, algorithm: Algorithm, log_capacity: usize) -> Self {
-        let state = match algorithm {
-            Algorithm::SlidingLog => {
-                State::Log(Log { log: VecDeque::with_capacity(log_capacity), oldest: u64::MAX, warm_since: 0 })
-            }
-            other => State::Model(reference::Key::new(other)),
-        };
-        Self { hash, key: KeyBytes::new(key), state, expires_at: 0 }
+        Self { hash, key: KeyBytes::new(key), counter: Counter::with_capacity(algorithm, log_capacity), expires_at: 0 }
     }
 
-    /// The algorithm this entry counts by, read from its state (a field of its own would cost
-    /// a padded word per key).
-    fn kind(&self) -> Kind {
-        match &self.state {
-            State::Log(_) => Kind::SlidingLog,
-            State::Model(key) => Kind::from(key.algorithm_kind()),
-        }
-    }
-
-    /// Whether `cost` more permits fit: the admission to answer if they are recorded, or the
-    /// denial. Drops expired log entries on the way.
-    fn evaluate(&mut self, now: u64, quota: &Quota, cost: u64) -> Decision {
-        match &mut self.state {
-            State::Log(log) => log.evaluate(now, quota, cost),
-            State::Model(key) => key.decide(now, quota, cost),
-        }
-    }
-
-    /// Records `cost` permits at `now`, after [`Entry::evaluate`] found that they fit.
+    /// Records `cost` permits at `now`, after [`Counter::evaluate`] found that they fit.
     fn record(&mut self, now: u64, quota: &Quota, cost: u64) {
-        self.expires_at = match &mut self.state {
-            State::Log(log) => {
-                log.record(now, cost);
-                self.expires_at.max(now + quota.window_ms())
-            }
-            State::Model(key) => {
-                key.record(now, quota, cost);
-                key.expires_at(quota)
-            }
-        };
+        self.counter.record(now, quota, cost);
+        self.expires_at = self.counter.expires_at(quota);
     }
-
-    fn reset_after(&self, now: u64, quota: &Quota) -> Duration {
-        match &self.state {
-            State::Log(log) => {
-                let window = quota.window_ms();
-                log.log.back().map_or(Duration::ZERO, |&t| ms((t + window).saturating_sub(now)))
-            }
-            State::Model(key) => key.reset_after(now, quota),
-        }
-    }
-}
-
-impl Log {
-    fn evaluate(&mut self, now: u64, quota: &Quota, cost: u64) -> Decision {
-        let window = quota.window_ms();
-        if self.oldest.saturating_add(window) <= now {
-            while self.log.front().is_some_and(|&t| t + window <= now) {
-                self.log.pop_front();
-            }
-            self.oldest = self.log.front().copied().unwrap_or(u64::MAX);
-        }
-        let limit = match quota.warm_up() {
-            None => quota.limit(),
-            Some(_) if self.log.is_empty() => quota.limit_at(0),
-            Some(_) => quota.limit_at(now.saturating_sub(self.warm_since)),
-        };
-        evaluate(&self.log, now, limit, window, cost)
-    }
-
-    /// Records `cost` admissions at `now`, keeping the log sorted.
-    fn record(&mut self, now: u64, cost: u64) {
-        if self.log.is_empty() {
-            self.warm_since = now;
-        }
-        let permits = usize::try_from(cost).unwrap_or(usize::MAX);
-        if self.log.back().is_none_or(|&t| t <= now) {
-            self.log.extend(std::iter::repeat_n(now, permits));
-        } else {
-            // The clock stepped back: insert in order.
-            let at = self.log.partition_point(|&t| t <= now);
-            for _ in 0..permits {
-                self.log.insert(at, now);
-            }
-        }
-        self.oldest = self.oldest.min(now);
-    }
-}
-
-/// The sliding log on a sorted deque whose expired prefix is already gone: every question is
-/// answered by position. Semantics: [`crate::reference::SlidingLog`].
-fn evaluate(log: &VecDeque<u64>, now: u64, limit: u64, window: u64, cost: u64) -> Decision {
-    let live = log.len() as u64;
-    let reset = |log: &VecDeque<u64>| log.back().map_or(Duration::ZERO, |&t| ms((t + window).saturating_sub(now)));
-    if live + cost <= limit {
-        // What the admission will answer once recorded: the newest entry is then `now` (or a
-        // later one, when the clock stepped back).
-        let newest = log.back().map_or(now, |&t| t.max(now));
-        return Decision::allowed(limit, limit - live - cost, ms(newest + window - now));
-    }
-    let k = usize::try_from(live + cost - limit).unwrap_or(usize::MAX);
-    let retry = log.get(k - 1).map_or(Duration::MAX, |&t| ms(t + window - now));
-    Decision::denied(limit, limit.saturating_sub(live), reset(log), retry)
-}
-
-fn ms(ms: u64) -> Duration {
-    Duration::from_millis(ms)
 }
 
 impl Backend for MemoryBackend {
@@ -441,26 +299,8 @@ impl Backend for MemoryBackend {
     }
 
     async fn inspect(&self, key: &str, quota: &Quota) -> Result<KeyState, Error> {
-        let window = quota.window_ms();
-        Ok(self.with_key(key, quota.algorithm(), |entry, now| match entry.map(|e| &e.state) {
-            None => KeyState::default(),
-            Some(State::Log(Log { log, .. })) => {
-                let first_live = log.partition_point(|&t| t + window <= now);
-                let live = log.range(first_live..);
-                KeyState {
-                    count: live.len() as u64,
-                    oldest_ms: log.get(first_live).copied(),
-                    reset_after: log
-                        .back()
-                        .filter(|_| live.len() > 0)
-                        .map_or(Duration::ZERO, |&t| ms(t + window - now)),
-                }
-            }
-            Some(State::Model(model)) => {
-                // A zero-cost look: what is used of the (effective) limit now.
-                let d = model.decide(now, quota, 0);
-                KeyState { count: d.limit - d.remaining, oldest_ms: None, reset_after: model.reset_after(now, quota) }
-            }
+        Ok(self.with_key(key, quota.algorithm(), |entry, now| {
+            entry.map_or_else(KeyState::default, |e| e.counter.inspect(now, quota))
         }))
     }
 
@@ -480,6 +320,7 @@ mod tests {
     use super::*;
     use crate::ManualClock;
     use crate::reference::SlidingLog;
+    use std::time::Duration;
 
     #[test]
     fn idle_keys_are_swept_by_use() {

@@ -320,7 +320,7 @@ impl Quota {
     }
 
     /// Checks that one request may ask for `cost` permits of this quota.
-    pub(crate) fn validate_cost(&self, cost: u64) -> Result<(), Error> {
+    pub fn validate_cost(&self, cost: u64) -> Result<(), Error> {
         let max = self.max_cost();
         if cost == 0 || cost > max {
             return Err(Error::InvalidCost { cost, max });

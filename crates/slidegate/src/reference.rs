@@ -273,6 +273,58 @@ impl Key {
         }
     }
 
+    /// The key as a flat list of numbers (see [`crate::state::Counter::encode`]; a reference
+    /// log is tagged 1).
+    pub(crate) fn encode(&self) -> Vec<u64> {
+        let mut words = Vec::new();
+        match &self.state {
+            State::Log(log) => {
+                words.extend([1, self.warm_since, log.admissions.len() as u64]);
+                words.extend(&log.admissions);
+            }
+            State::Window(counts) => {
+                words.extend([2, self.warm_since, counts.len() as u64]);
+                words.extend(counts.iter().flat_map(|(&i, &c)| [i, c]));
+            }
+            State::Fixed(None) => words.extend([3, self.warm_since, 0]),
+            State::Fixed(Some((i, c))) => words.extend([3, self.warm_since, 1, *i, *c]),
+            State::Gcra(tat) => words.extend([4, self.warm_since, *tat]),
+        }
+        words
+    }
+
+    /// A key from [`Key::encode`]'s numbers; `None` when they are not such a list.
+    pub(crate) fn decode(words: &[u64]) -> Option<Self> {
+        let (&[tag, warm_since], rest) = words.split_first_chunk::<2>()?;
+        let state = match (tag, rest) {
+            (1, [n, admissions @ ..]) if admissions.len() as u64 == *n => {
+                State::Log(SlidingLog { admissions: admissions.to_vec() })
+            }
+            (2, [n, pairs @ ..]) if pairs.len() as u64 == n.checked_mul(2)? => {
+                let counts: BTreeMap<u64, u64> = pairs.chunks_exact(2).map(|p| (p[0], p[1])).collect();
+                if counts.len() as u64 != *n {
+                    return None;
+                }
+                State::Window(counts)
+            }
+            (3, [0]) => State::Fixed(None),
+            (3, [1, i, c]) => State::Fixed(Some((*i, *c))),
+            (4, [tat]) => State::Gcra(*tat),
+            _ => return None,
+        };
+        Some(Self { state, warm_since })
+    }
+
+    /// The bytes this key holds beyond its own size.
+    pub(crate) fn heap_bytes(&self) -> usize {
+        match &self.state {
+            State::Log(log) => log.admissions.capacity() * size_of::<u64>(),
+            // A B-tree node per up to 11 buckets, about 200 bytes each.
+            State::Window(counts) => counts.len().div_ceil(11) * 200,
+            State::Fixed(_) | State::Gcra(_) => 0,
+        }
+    }
+
     /// The algorithm this key is counted by (its parameters come with each quota).
     pub(crate) fn algorithm_kind(&self) -> Algorithm {
         match self.state {

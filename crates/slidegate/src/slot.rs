@@ -24,8 +24,8 @@ pub fn hash_tag(tag: &str, name: &str) -> String {
 
 /// The Redis Cluster slot of `key`: CRC16 (XMODEM) of its hash tag — the part between the first
 /// `{` and the next `}`, when not empty — or of the whole key, modulo 16,384.
-pub fn key_slot(key: &str) -> u16 {
-    let bytes = key.as_bytes();
+pub fn key_slot(key: impl AsRef<[u8]>) -> u16 {
+    let bytes = key.as_ref();
     let hashed = bytes
         .iter()
         .position(|&b| b == b'{')

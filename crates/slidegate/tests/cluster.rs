@@ -1,11 +1,15 @@
 //! The Redis backend on a real local Redis Cluster (3 masters, 3 replicas, created with
 //! `redis-cli --cluster create`): every algorithm, hash-tagged multi-limit checks, script cache
-//! loss on every master, and a master killed under load.
+//! loss on every master, and a master killed under load; and the same exactness with
+//! slidegate's Redis module loaded on every master.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use slidegate::{Algorithm, Check, Error, FailurePolicy, Limiter, Quota, RedisBackend, hash_tag, key_slot};
+use slidegate::{
+    Algorithm, Check, Error, FailurePolicy, Limiter, Quota, RedisBackend, RedisClusterBackend, RedisEngine, hash_tag,
+    key_slot,
+};
 use slidegate_testkit::RedisCluster;
 
 fn quota(algorithm: Algorithm) -> Quota {
@@ -28,11 +32,42 @@ async fn connect(cluster: &RedisCluster) -> slidegate::RedisClusterBackend {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_algorithm_is_exact_on_keys_spread_over_the_masters() {
     let cluster = RedisCluster::start(3, 0);
-    let limiter = Arc::new(Limiter::new(connect(&cluster).await));
+    assert_exact_on_spread_keys(&cluster, Limiter::new(connect(&cluster).await)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_module_decides_exactly_on_every_master() {
+    let cluster = RedisCluster::start_with_module(3, 0);
+    let backend = connect(&cluster).await.with_engine(RedisEngine::Module);
+    assert_exact_on_spread_keys(&cluster, Limiter::new(backend.clone())).await;
+    // A hash-tagged group, all or nothing on one master.
+    let limiter = Limiter::new(backend);
+    let (a, b) = (hash_tag("user:9", "a"), hash_tag("user:9", "b"));
+    let group =
+        [Check::new(&a, Quota::per_hour(2).expect("valid")), Check::new(&b, Quota::per_hour(1).expect("valid"))];
+    assert!(limiter.check_all(&group).await.expect("check").allowed);
+    let d = limiter.check_all(&group).await.expect("check");
+    assert_eq!((d.allowed, d.denied_by), (false, Some(1)));
+    assert_eq!(limiter.inspect(&a, &group[0].quota).await.expect("inspect").count, 1, "nothing charged");
+    // Sent as is to the master of the first key, a group across slots is refused by the module.
+    let (first, other) = ("slidegate:user:1", "slidegate:user:2");
+    assert_ne!(key_slot(first), key_slot(other));
+    let mut conn = cluster.master_of(key_slot(first)).conn();
+    let refused = redis::cmd("SLIDEGATE.CHECK")
+        .arg(&[first, "sliding_log", "5", "1000", "1", "AND", other, "sliding_log", "5", "1000", "1"])
+        .query::<redis::Value>(&mut conn)
+        .expect_err("cross-slot");
+    assert_eq!(refused.code(), Some("CROSSSLOT"), "{refused}");
+}
+
+/// 16 tasks race on each of six keys spread over the masters, under every algorithm: exactly
+/// the limit is admitted on each.
+async fn assert_exact_on_spread_keys(cluster: &RedisCluster, limiter: Limiter<RedisClusterBackend>) {
+    let limiter = Arc::new(limiter);
     // Keys in many slots, so every master serves some; 16 tasks race on each.
     let keys: Vec<String> = (0..6).map(|i| format!("user:{i}")).collect();
     let masters: std::collections::HashSet<u16> =
-        keys.iter().map(|k| cluster.master_of(key_slot(&format!("slidegate:{k}"))).port()).collect();
+        keys.iter().map(|k| cluster.master_of(key_slot(format!("slidegate:{k}"))).port()).collect();
     assert!(masters.len() >= 2, "keys spread over the masters");
     for algorithm in ALGORITHMS {
         for key in &keys {

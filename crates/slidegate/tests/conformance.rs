@@ -1,14 +1,18 @@
-//! One suite, three implementations: every timed scenario runs through the reference model, the
-//! memory backend and the Redis backend (on the caller's clock, against a real redis-server),
-//! and all three must give identical decisions — `allowed`, `remaining`, `reset_after`,
-//! `retry_after`.
+//! One suite, four implementations: every timed scenario runs through the reference model, the
+//! memory backend, the Redis backend's Lua scripts and slidegate's Redis module (each on the
+//! caller's clock, against a real redis-server; the module's loaded with `--loadmodule`), and
+//! all must give identical decisions — `allowed`, `remaining`, `reset_after`, `retry_after`.
+//! On a fifth key each scenario starts on the scripts and finishes on the module, on the same
+//! server: the module takes over what the scripts wrote without losing an admission.
 
 use std::time::Duration;
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use slidegate::reference::Key;
-use slidegate::{Algorithm, Check, Decision, Limiter, ManualClock, MemoryBackend, MultiDecision, Quota, RedisBackend};
+use slidegate::{
+    Algorithm, Check, Decision, Limiter, ManualClock, MemoryBackend, MultiDecision, Quota, RedisBackend, RedisEngine,
+};
 use slidegate_testkit::RedisServer;
 
 /// A rule and a timed sequence of requests `(ms since start, cost)`.
@@ -43,23 +47,28 @@ struct Backends {
     clock: ManualClock,
     memory: Limiter<MemoryBackend>,
     redis: Limiter<RedisBackend>,
-    _server: RedisServer,
+    /// The module, forced: a call it cannot make fails rather than falling back to Lua.
+    module: Limiter<RedisBackend>,
+    /// The scripts, on the module's server: a key they start, the module finishes.
+    lua_on_module_server: Limiter<RedisBackend>,
+    _servers: [RedisServer; 2],
 }
 
 impl Backends {
     async fn start() -> Self {
-        let server = RedisServer::start();
+        let servers = [RedisServer::start(), RedisServer::start_with_module(&[])];
         let clock = ManualClock::new(0);
-        let redis = RedisBackend::connect(&server.url())
-            .await
-            .expect("connect")
-            .with_clock(clock.clone())
-            .with_timeout(Duration::from_secs(5));
+        let connect = async |server: &RedisServer, engine| {
+            let backend = RedisBackend::connect(&server.url()).await.expect("connect");
+            Limiter::new(backend.with_clock(clock.clone()).with_timeout(Duration::from_secs(5)).with_engine(engine))
+        };
         Self {
             memory: Limiter::new(MemoryBackend::with_clock(clock.clone())),
-            redis: Limiter::new(redis),
+            redis: connect(&servers[0], RedisEngine::Lua).await,
+            module: connect(&servers[1], RedisEngine::Module).await,
+            lua_on_module_server: connect(&servers[1], RedisEngine::Lua).await,
             clock,
-            _server: server,
+            _servers: servers,
         }
     }
 
@@ -68,11 +77,25 @@ impl Backends {
         let expected = scenario.reference();
         let memory = scenario.run(&self.memory, &self.clock, key).await;
         let redis = scenario.run(&self.redis, &self.clock, key).await;
-        for (i, ((e, m), r)) in expected.iter().zip(&memory).zip(&redis).enumerate() {
+        let module = scenario.run(&self.module, &self.clock, key).await;
+        let half = scenario.requests.len() / 2;
+        let (first, second) = scenario.requests.split_at(half);
+        let handover_key = format!("{key}:handover");
+        let mut handover = Scenario { requests: first.to_vec(), ..scenario.clone() }
+            .run(&self.lua_on_module_server, &self.clock, &handover_key)
+            .await;
+        handover.extend(
+            Scenario { requests: second.to_vec(), ..scenario.clone() }
+                .run(&self.module, &self.clock, &handover_key)
+                .await,
+        );
+        for (i, e) in expected.iter().enumerate() {
             let (q, at) = (scenario.quota, &scenario.requests[..=i]);
             let context = format!("{q:?}, requests (ms, cost) up to #{i}: {at:?}");
-            assert_eq!(m, e, "memory differs from reference; {context}");
-            assert_eq!(r, e, "redis differs from reference; {context}");
+            assert_eq!(&memory[i], e, "memory differs from reference; {context}");
+            assert_eq!(&redis[i], e, "redis (Lua) differs from reference; {context}");
+            assert_eq!(&module[i], e, "redis module differs from reference; {context}");
+            assert_eq!(&handover[i], e, "Lua then module (from #{half}) differs from reference; {context}");
         }
         expected
     }
@@ -294,9 +317,11 @@ impl Backends {
             } else {
                 self.redis.check_all(&checks).await.expect("redis")
             };
+            let module = self.module.check_all(&checks).await.expect("module");
             let context = format!("step {step} of {s:?}");
             assert_eq!(memory, expected, "memory differs from reference; {context}");
-            assert_eq!(redis, expected, "redis differs from reference; {context}");
+            assert_eq!(redis, expected, "redis (Lua) differs from reference; {context}");
+            assert_eq!(module, expected, "redis module differs from reference; {context}");
         }
     }
 }

@@ -1,11 +1,14 @@
 //! The Redis backend against real redis-server processes: script cache loss, expiry, writes,
 //! uniqueness, exactness under concurrency from tasks and from processes, deadlines, bad input.
+//! The exactness tests run twice: on the Lua scripts and on slidegate's Redis module.
 
 use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use slidegate::{Algorithm, Check, Clock, Error, Limiter, ManualClock, Quota, RedisBackend, SystemClock, hash_tag};
+use slidegate::{
+    Algorithm, Check, Clock, Error, Limiter, ManualClock, Quota, RedisBackend, RedisEngine, SystemClock, hash_tag,
+};
 use slidegate_testkit::RedisServer;
 
 /// A backend with a generous deadline: these tests are about semantics on a busy 2-core CI
@@ -16,6 +19,16 @@ async fn backend(server: &RedisServer) -> RedisBackend {
 
 async fn limiter(server: &RedisServer) -> Limiter<RedisBackend> {
     Limiter::new(backend(server).await)
+}
+
+/// A plain server for the Lua scripts and one with the module loaded, each with the engine that
+/// must decide on it (forced, so that a test cannot pass on the other).
+fn engines() -> [(RedisServer, RedisEngine); 2] {
+    [(RedisServer::start(), RedisEngine::Lua), (RedisServer::start_with_module(&[]), RedisEngine::Module)]
+}
+
+async fn limiter_on(server: &RedisServer, engine: RedisEngine) -> Limiter<RedisBackend> {
+    Limiter::new(backend(server).await.with_engine(engine))
 }
 
 fn quota(limit: u64, window_ms: u64) -> Quota {
@@ -85,6 +98,37 @@ async fn survives_a_redis_restart_on_the_same_port() {
     let d = last.expect("answers again within 5 s of the restart");
     assert_eq!((d.allowed, d.remaining), (true, 2), "a fresh server, a fresh key");
     drop(server);
+}
+
+#[tokio::test]
+async fn the_auto_engine_follows_the_server_through_restarts() {
+    let mut server = RedisServer::start();
+    let port = server.port();
+    let backend = backend(&server).await;
+    let limiter = Limiter::new(backend.clone());
+    let q = quota(2, 60_000);
+    let check = async |key: &str| {
+        // The first call after a restart may fail with the dropped connection; the next must not.
+        for _ in 0..20 {
+            if let Ok(d) = limiter.check(key, &q).await {
+                return d;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("no answer after the restart");
+    };
+    assert!(check("a").await.allowed);
+    assert_eq!(backend.engine(), RedisEngine::Lua, "no module: the scripts decide");
+    server.kill();
+    let server = RedisServer::start_with_module_on(port);
+    assert!(check("b").await.allowed);
+    assert_eq!(backend.engine(), RedisEngine::Module, "asked again after the reconnect");
+    assert_eq!(server.query::<String>(&["TYPE", "slidegate:b"]), "slidegate");
+    assert_eq!(limiter.inspect("b", &q).await.expect("inspect").count, 1);
+    drop(server);
+    let _plain = RedisServer::start_on(port);
+    assert!(check("c").await.allowed);
+    assert_eq!(backend.engine(), RedisEngine::Lua, "back to the scripts");
 }
 
 #[tokio::test]
@@ -170,26 +214,30 @@ async fn admitted_by_tasks(limiter: Limiter<RedisBackend>, key: &'static str, q:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sixty_four_tasks_admit_exactly_the_limit() {
-    let server = RedisServer::start();
-    let admitted = admitted_by_tasks(limiter(&server).await, "hot", quota(100, 60_000), 64, 20).await;
-    assert_eq!(admitted, 100, "of 1,280 concurrent checks");
-    assert_eq!(server.query::<u64>(&["ZCARD", "slidegate:hot"]), 100);
+    for (server, engine) in engines() {
+        let limiter = limiter_on(&server, engine).await;
+        let admitted = admitted_by_tasks(limiter_on(&server, engine).await, "hot", quota(100, 60_000), 64, 20).await;
+        assert_eq!(admitted, 100, "{engine:?}: of 1,280 concurrent checks");
+        assert_eq!(limiter.inspect("hot", &quota(100, 60_000)).await.expect("inspect").count, 100, "{engine:?}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_algorithm_admits_exactly_its_limit_under_sixty_four_tasks() {
-    let server = RedisServer::start();
     // Redis' clock: an hour's window, so no bucket, refill or window edge can free a permit
     // while the test runs — except the fixed window's edge, so it runs on a frozen caller's
     // clock (still 64 tasks racing on one key).
     let hour = |a| Quota::per_hour(100).and_then(|q| q.with_algorithm(a)).expect("valid");
-    for algorithm in [Algorithm::SlidingWindow { buckets: 6 }, Algorithm::Gcra { burst: None }] {
-        let admitted = admitted_by_tasks(limiter(&server).await, "hot", hour(algorithm), 64, 20).await;
-        assert_eq!(admitted, 100, "{algorithm}: of 1,280 concurrent checks");
+    for (server, engine) in engines() {
+        for algorithm in [Algorithm::SlidingWindow { buckets: 6 }, Algorithm::Gcra { burst: None }] {
+            let admitted = admitted_by_tasks(limiter_on(&server, engine).await, "hot", hour(algorithm), 64, 20).await;
+            assert_eq!(admitted, 100, "{engine:?}, {algorithm}: of 1,280 concurrent checks");
+        }
+        let frozen =
+            Limiter::new(backend(&server).await.with_engine(engine).with_clock(ManualClock::new(1_795_000_000_000)));
+        let admitted = admitted_by_tasks(frozen, "hot", hour(Algorithm::FixedWindow), 64, 20).await;
+        assert_eq!(admitted, 100, "{engine:?}, fixed_window: of 1,280 concurrent checks");
     }
-    let frozen = Limiter::new(backend(&server).await.with_clock(ManualClock::new(1_795_000_000_000)));
-    let admitted = admitted_by_tasks(frozen, "hot", hour(Algorithm::FixedWindow), 64, 20).await;
-    assert_eq!(admitted, 100, "fixed_window: of 1,280 concurrent checks");
 }
 
 /// Runs inside each child process of `four_processes_admit_exactly_the_limit`.
@@ -198,8 +246,9 @@ async fn every_algorithm_admits_exactly_its_limit_under_sixty_four_tasks() {
 async fn hammer_child() {
     let url = std::env::var("SLIDEGATE_HAMMER_URL").expect("run by four_processes_admit_exactly_the_limit");
     let start_at: u64 = std::env::var("SLIDEGATE_HAMMER_START_AT").expect("start time").parse().expect("ms");
+    let engine: RedisEngine = std::env::var("SLIDEGATE_HAMMER_ENGINE").expect("engine").parse().expect("known");
     let limiter = Arc::new(Limiter::new(
-        RedisBackend::connect(&url).await.expect("connect").with_timeout(Duration::from_secs(5)),
+        RedisBackend::connect(&url).await.expect("connect").with_timeout(Duration::from_secs(5)).with_engine(engine),
     ));
     let algorithm: Algorithm = std::env::var("SLIDEGATE_HAMMER_ALGORITHM").expect("algorithm").parse().expect("known");
     let q = quota(100, 60_000).with_algorithm(algorithm).expect("valid");
@@ -227,19 +276,19 @@ async fn hammer_child() {
 
 #[test]
 fn four_processes_admit_exactly_the_limit() {
-    let server = RedisServer::start();
-    for algorithm in ["sliding_log", "gcra"] {
-        assert_eq!(
-            admitted_by_four_processes(&server, algorithm),
-            100,
-            "{algorithm}: 4 processes × 256 checks, limit 100"
-        );
+    for (server, engine) in engines() {
+        for algorithm in ["sliding_log", "gcra"] {
+            assert_eq!(
+                admitted_by_four_processes(&server, engine, algorithm),
+                100,
+                "{engine:?}, {algorithm}: 4 processes × 256 checks, limit 100"
+            );
+        }
     }
-    assert_eq!(server.query::<u64>(&["ZCARD", "slidegate:multi"]), 100);
 }
 
 /// Four child processes check one key 256 times each, all at once; returns the admissions.
-fn admitted_by_four_processes(server: &RedisServer, algorithm: &str) -> u32 {
+fn admitted_by_four_processes(server: &RedisServer, engine: RedisEngine, algorithm: &str) -> u32 {
     let exe = std::env::current_exe().expect("test binary");
     let now = SystemClock.now_ms();
     let children: Vec<_> = (0..4)
@@ -249,6 +298,7 @@ fn admitted_by_four_processes(server: &RedisServer, algorithm: &str) -> u32 {
                 .env("SLIDEGATE_HAMMER_URL", server.url())
                 .env("SLIDEGATE_HAMMER_START_AT", (now + 1_500).to_string())
                 .env("SLIDEGATE_HAMMER_ALGORITHM", algorithm)
+                .env("SLIDEGATE_HAMMER_ENGINE", engine.as_str())
                 .output_async()
         })
         .collect();

@@ -5,10 +5,14 @@
 //! an atomic group) and `inspect.lua`. They run by `EVALSHA`; when Redis answers `NOSCRIPT` (after a restart, a
 //! failover or `SCRIPT FLUSH`) the same call is sent once more as `EVAL` with the body, which
 //! also puts the script back in Redis' cache. Callers never see that error.
+//!
+//! When the server has slidegate's module loaded (`crates/slidegate-module`), the same
+//! decisions are made by its `SLIDEGATE.CHECK` and `SLIDEGATE.INSPECT` commands instead, on the
+//! same keys, at a fraction of the CPU: see [`RedisEngine`].
 
 use std::hash::{BuildHasher, RandomState};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
@@ -68,7 +72,62 @@ struct Config {
     clock: Option<Arc<dyn Clock>>,
     timeout: Duration,
     one_slot: bool,
+    engine: RedisEngine,
 }
+
+/// Which code decides on Redis.
+///
+/// The module and the scripts make identical decisions and use the same keys; a key the
+/// scripts wrote is converted by the module on its first check (keeping its admissions), but
+/// the scripts cannot read what the module wrote — so do not go back to `Lua` on a server
+/// whose keys the module holds, until they have expired (one window).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum RedisEngine {
+    /// The module when the server has it loaded, the Lua scripts otherwise (the default).
+    /// Asked with `COMMAND INFO SLIDEGATE.CHECK` at the first call and again after the
+    /// connection failed (a restart or a failover may have changed the server); a server that
+    /// stops knowing the command is noticed at once and the same call is made by the scripts.
+    #[default]
+    Auto,
+    /// Always the Lua scripts.
+    Lua,
+    /// Always the module: calls fail when the server does not have it.
+    Module,
+}
+
+impl RedisEngine {
+    /// The name used in configuration files: `auto`, `lua` or `module`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Lua => "lua",
+            Self::Module => "module",
+        }
+    }
+}
+
+impl std::str::FromStr for RedisEngine {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self, Error> {
+        match s {
+            "auto" => Ok(Self::Auto),
+            "lua" => Ok(Self::Lua),
+            "module" => Ok(Self::Module),
+            other => Err(Error::UnknownEngine(other.to_owned())),
+        }
+    }
+}
+
+/// What the backend knows of the server's module: not asked yet (or to ask again), absent,
+/// loaded. Shared by clones.
+#[derive(Default)]
+struct ModuleState(AtomicU8);
+
+const MODULE_UNKNOWN: u8 = 0;
+const MODULE_ABSENT: u8 = 1;
+const MODULE_LOADED: u8 = 2;
 
 /// Makes sorted-set members unique per admission across every client of one Redis: a random
 /// 64-bit id per backend instance (base-62, 11 characters) and a counter. Two instances would
@@ -127,6 +186,7 @@ pub struct RedisBackend<C = ConnectionManager> {
     conn: C,
     config: Arc<Config>,
     members: Arc<Members>,
+    module: Arc<ModuleState>,
 }
 
 impl<C> std::fmt::Debug for RedisBackend<C> {
@@ -135,7 +195,20 @@ impl<C> std::fmt::Debug for RedisBackend<C> {
             .field("prefix", &self.config.prefix)
             .field("timeout", &self.config.timeout)
             .field("time", &if self.config.clock.is_some() { "caller" } else { "redis" })
+            .field("engine", &self.engine())
             .finish()
+    }
+}
+
+impl<C> RedisBackend<C> {
+    /// The code deciding now: [`RedisEngine::Lua`] or [`RedisEngine::Module`], or
+    /// [`RedisEngine::Auto`] while the server has not been asked yet.
+    pub fn engine(&self) -> RedisEngine {
+        match (self.config.engine, self.module.0.load(Ordering::Relaxed)) {
+            (RedisEngine::Auto, MODULE_LOADED) => RedisEngine::Module,
+            (RedisEngine::Auto, MODULE_ABSENT) => RedisEngine::Lua,
+            (engine, _) => engine,
+        }
     }
 }
 
@@ -211,9 +284,65 @@ where
                 clock: None,
                 timeout: DEFAULT_TIMEOUT,
                 one_slot: false,
+                engine: RedisEngine::Auto,
             }),
             members: Arc::new(Members::new()),
+            module: Arc::default(),
         }
+    }
+
+    /// Chooses the code that decides (default [`RedisEngine::Auto`]).
+    #[must_use]
+    pub fn with_engine(mut self, engine: RedisEngine) -> Self {
+        Arc::make_mut(&mut self.config).engine = engine;
+        self
+    }
+
+    /// Asks the server whether it has slidegate's module loaded (`COMMAND INFO
+    /// SLIDEGATE.CHECK`), and remembers the answer for [`RedisEngine::Auto`].
+    pub async fn detect_module(&self) -> Result<bool, Error> {
+        let mut cmd = redis::cmd("COMMAND");
+        cmd.arg("INFO").arg("SLIDEGATE.CHECK");
+        let info: Vec<redis::Value> = self.query(&cmd).await?;
+        let loaded = info.first().is_some_and(|v| !matches!(v, redis::Value::Nil));
+        self.module.0.store(if loaded { MODULE_LOADED } else { MODULE_ABSENT }, Ordering::Relaxed);
+        Ok(loaded)
+    }
+
+    /// Whether this call goes to the module first.
+    async fn module_first(&self) -> bool {
+        match self.config.engine {
+            RedisEngine::Lua => false,
+            RedisEngine::Module => true,
+            RedisEngine::Auto => match self.module.0.load(Ordering::Relaxed) {
+                MODULE_LOADED => true,
+                MODULE_ABSENT => false,
+                // Unreachable now: the scripts' call will fail (or succeed) on its own.
+                _ => self.detect_module().await.unwrap_or(false),
+            },
+        }
+    }
+
+    /// The module's answer, or `None` when the call is to be made by the scripts instead: the
+    /// server does not know the command (a failover to a server without the module) and the
+    /// engine is `Auto` (forced to the module, that is [`Error::ModuleNotLoaded`]). A failed
+    /// connection makes the next call ask the server again.
+    fn module_answer<T>(&self, answer: Result<T, Error>) -> Option<Result<T, Error>> {
+        match &answer {
+            Err(Error::Redis(e)) if unknown_command(e) => {
+                self.module.0.store(MODULE_ABSENT, Ordering::Relaxed);
+                (self.config.engine == RedisEngine::Module).then_some(Err(Error::ModuleNotLoaded))
+            }
+            _ => Some(self.noting_failure(answer)),
+        }
+    }
+
+    /// Passes `answer` on; a backend failure makes the next call ask for the module again.
+    fn noting_failure<T>(&self, answer: Result<T, Error>) -> Result<T, Error> {
+        if answer.as_ref().is_err_and(|e| e.is_backend_failure() && !matches!(e, Error::UnexpectedReply(_))) {
+            self.module.0.store(MODULE_UNKNOWN, Ordering::Relaxed);
+        }
+        answer
     }
 
     /// Namespaces keys as `<prefix>:<key>`; an empty prefix uses the key as it is.
@@ -291,6 +420,20 @@ where
         Ok(())
     }
 
+    /// Whether the backend can decide: Redis answers `PING` within the deadline, and is asked
+    /// again whether it has slidegate's module (so a `MODULE LOAD` is picked up). With the
+    /// engine forced to the module, a server without it fails with [`Error::ModuleNotLoaded`].
+    pub async fn ready(&self) -> Result<(), Error> {
+        self.ping().await?;
+        if self.config.engine != RedisEngine::Lua
+            && !self.detect_module().await?
+            && self.config.engine == RedisEngine::Module
+        {
+            return Err(Error::ModuleNotLoaded);
+        }
+        Ok(())
+    }
+
     fn now_arg(&self) -> Option<u64> {
         self.config.clock.as_ref().map(|c| c.now_ms())
     }
@@ -362,6 +505,44 @@ where
         }
     }
 
+    /// `SLIDEGATE.CHECK` over `checks` (joined by `AND`): the module's decision, answered as
+    /// `check.lua` answers.
+    async fn module_check(&self, checks: &[Check<'_>]) -> Result<MultiDecision, Error> {
+        let mut cmd = redis::cmd("SLIDEGATE.CHECK");
+        for (i, c) in checks.iter().enumerate() {
+            if i > 0 {
+                cmd.arg("AND");
+            }
+            cmd.arg(self.redis_key(c.key, c.quota.algorithm()));
+            module_quota(&mut cmd, &c.quota, Some(c.cost));
+        }
+        if let Some(now) = self.now_arg() {
+            cmd.arg("NOW").arg(now);
+        }
+        let reply: Vec<i64> = self.query(&cmd).await?;
+        parse_group(&reply, checks.len())
+    }
+
+    /// `SLIDEGATE.INSPECT` of `key` under `quota`.
+    async fn module_inspect(&self, key: &str, quota: &Quota) -> Result<KeyState, Error> {
+        let mut cmd = redis::cmd("SLIDEGATE.INSPECT");
+        cmd.arg(self.redis_key(key, quota.algorithm()));
+        module_quota(&mut cmd, quota, None);
+        if let Some(now) = self.now_arg() {
+            cmd.arg("NOW").arg(now);
+        }
+        let reply: Vec<redis::Value> = self.query(&cmd).await?;
+        let number = |i: usize| match reply.get(i) {
+            Some(redis::Value::Int(n)) => Ok(*n),
+            _ => Err(Error::UnexpectedReply(format!("{reply:?}"))),
+        };
+        Ok(KeyState {
+            count: u64::try_from(number(0)?).map_err(|_| Error::UnexpectedReply(format!("{reply:?}")))?,
+            oldest_ms: u64::try_from(number(1)?).ok(),
+            reset_after: ms(number(2)?),
+        })
+    }
+
     /// One run of `check.lua` over `checks`: decided and recorded all or nothing, or, with
     /// `record == false`, only looked at.
     async fn check_script(&self, checks: &[Check<'_>], record: bool) -> Result<MultiDecision, Error> {
@@ -388,27 +569,56 @@ where
                 }
             })
             .await?;
-        let (Some(&admitted), Some(per_key)) = (reply.first(), reply.get(1..)) else {
-            return Err(unexpected(&reply));
-        };
-        if per_key.len() != 5 * checks.len() {
-            return Err(unexpected(&reply));
-        }
-        let decisions = per_key
-            .chunks_exact(5)
-            .map(|r| {
-                let number = |v: i64| u64::try_from(v).map_err(|_| unexpected(&reply));
-                let (remaining, limit) = (number(r[1])?, number(r[4])?);
-                Ok(match (admitted, r[0]) {
-                    (1, _) => Decision::allowed(limit, remaining, ms(r[2])),
-                    (0, 0) => Decision::denied(limit, remaining, ms(r[2]), ms(r[3])),
-                    (0, 1) => Decision::held(limit, remaining, ms(r[2])),
-                    _ => return Err(unexpected(&reply)),
-                })
-            })
-            .collect::<Result<Vec<_>, Error>>()?;
-        Ok(MultiDecision::new(decisions))
+        parse_group(&reply, checks.len())
     }
+}
+
+/// Appends `algorithm limit window_ms [cost]` and the options of `quota`, as the module reads
+/// them.
+fn module_quota(cmd: &mut Cmd, quota: &Quota, cost: Option<u64>) {
+    cmd.arg(quota.algorithm().as_str()).arg(quota.limit()).arg(quota.window_ms()).arg(cost);
+    match quota.algorithm() {
+        Algorithm::SlidingWindow { buckets } => {
+            cmd.arg("BUCKETS").arg(buckets);
+        }
+        Algorithm::Gcra { .. } => {
+            cmd.arg("BURST").arg(quota.burst());
+        }
+        _ => {}
+    }
+    if let Some(w) = quota.warm_up() {
+        cmd.arg("WARMUP").arg(w.period_ms()).arg(w.cold_permille());
+    }
+}
+
+/// Whether Redis refused a command it does not know (the module is not loaded).
+fn unknown_command(e: &redis::RedisError) -> bool {
+    e.to_string().to_ascii_lowercase().contains("unknown command")
+}
+
+/// Reads `check.lua`'s (and `SLIDEGATE.CHECK`'s) answer for `count` checks: `admitted`, then per
+/// check `fits, remaining, reset_after, retry_after, limit`.
+fn parse_group(reply: &[i64], count: usize) -> Result<MultiDecision, Error> {
+    let (Some(&admitted), Some(per_key)) = (reply.first(), reply.get(1..)) else {
+        return Err(unexpected(reply));
+    };
+    if per_key.len() != 5 * count {
+        return Err(unexpected(reply));
+    }
+    let decisions = per_key
+        .chunks_exact(5)
+        .map(|r| {
+            let number = |v: i64| u64::try_from(v).map_err(|_| unexpected(reply));
+            let (remaining, limit) = (number(r[1])?, number(r[4])?);
+            Ok(match (admitted, r[0]) {
+                (1, _) => Decision::allowed(limit, remaining, ms(r[2])),
+                (0, 0) => Decision::denied(limit, remaining, ms(r[2]), ms(r[3])),
+                (0, 1) => Decision::held(limit, remaining, ms(r[2])),
+                _ => return Err(unexpected(reply)),
+            })
+        })
+        .collect::<Result<Vec<_>, Error>>()?;
+    Ok(MultiDecision::new(decisions))
 }
 
 fn ms(value: i64) -> Duration {
@@ -424,10 +634,16 @@ where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
     async fn check(&self, key: &str, quota: &Quota, cost: u64) -> Result<Decision, Error> {
-        if quota.algorithm() == Algorithm::SlidingLog && quota.warm_up().is_none() {
-            return self.sliding_log(key, quota, cost).await;
-        }
-        let group = self.check_script(&[Check { key, quota: *quota, cost }], true).await?;
+        let check = [Check { key, quota: *quota, cost }];
+        let group = if self.module_first().await
+            && let Some(answer) = self.module_answer(self.module_check(&check).await)
+        {
+            answer?
+        } else if quota.algorithm() == Algorithm::SlidingLog && quota.warm_up().is_none() {
+            return self.noting_failure(self.sliding_log(key, quota, cost).await);
+        } else {
+            self.noting_failure(self.check_script(&check, true).await)?
+        };
         group.decisions.into_iter().next().ok_or_else(|| unexpected(&[]))
     }
 
@@ -441,10 +657,20 @@ where
                 }
             }
         }
-        self.check_script(checks, true).await
+        if self.module_first().await
+            && let Some(answer) = self.module_answer(self.module_check(checks).await)
+        {
+            return answer;
+        }
+        self.noting_failure(self.check_script(checks, true).await)
     }
 
     async fn inspect(&self, key: &str, quota: &Quota) -> Result<KeyState, Error> {
+        if self.module_first().await
+            && let Some(answer) = self.module_answer(self.module_inspect(key, quota).await)
+        {
+            return answer;
+        }
         if quota.algorithm() != Algorithm::SlidingLog {
             // A zero-cost look: what is used of the (effective) limit now.
             let group = self.check_script(&[Check { key, quota: *quota, cost: 0 }], false).await?;

@@ -1,0 +1,303 @@
+//! The commands' arguments, parsed without touching Redis (so the parser is property-tested on
+//! its own, and fuzzed through a live server in `tests/module.rs`).
+//!
+//! `SLIDEGATE.CHECK key algorithm limit window_ms cost [options] [AND key algorithm ...]`: each
+//! check names its key first, so the command's first argument is always a key (Cluster clients
+//! route by it), and `AND` starts the next check, whose first argument is again a key (so a key
+//! may be spelled like a keyword). Options, in any order after a check's cost: `BUCKETS n`
+//! (sliding window), `BURST n` (GCRA), `WARMUP period_ms cold_permille`; `NOW ms`, anywhere
+//! among them, sets the time of the whole command. Keywords and algorithm names are
+//! case-insensitive. Every quota is validated as the library validates it ([`Quota`]), every
+//! cost against what an idle key could ever admit. Error messages quote arguments as escaped
+//! ASCII: redis-module truncates every other character to a byte, which would make the reply
+//! invalid UTF-8 for clients.
+
+use std::time::Duration;
+
+use slidegate::{Algorithm, MAX_CHECKS, Quota, quota::DEFAULT_BUCKETS};
+
+use crate::Error;
+
+/// The most permits one sliding-log check may record: each is an 8-byte entry, and one command
+/// must never make Redis allocate (or copy) without bound.
+pub const MAX_LOG_COST: u64 = 100_000;
+
+/// One check of a command: `cost` permits of `quota`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Spec {
+    /// The limit, window and algorithm.
+    pub quota: Quota,
+    /// Permits asked for.
+    pub cost: u64,
+}
+
+/// A parsed `SLIDEGATE.CHECK`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checks {
+    /// Where each check's key is among the arguments (the command's name is argument 0).
+    pub keys: Vec<usize>,
+    /// One per key.
+    pub specs: Vec<Spec>,
+    /// `NOW ms`, when given; otherwise the server's clock decides.
+    pub now: Option<u64>,
+}
+
+/// Parses `SLIDEGATE.CHECK`'s arguments (`args[0]` is the command's name). Keys must be distinct.
+pub fn parse_checks<A: AsRef<[u8]>>(args: &[A]) -> Result<Checks, Error> {
+    let mut p = Parser { args, at: 1, now: None };
+    let (mut keys, mut specs) = (Vec::new(), Vec::new());
+    loop {
+        let key = p.at;
+        let name = p.next("key")?;
+        if keys.iter().any(|&k: &usize| args[k].as_ref() == name) {
+            return Err(Error::Syntax("keys must be distinct".into()));
+        }
+        if keys.len() == MAX_CHECKS {
+            return Err(Error::Syntax(format!("at most {MAX_CHECKS} checks per command")));
+        }
+        keys.push(key);
+        specs.push(p.spec(true)?);
+        match args.get(p.at) {
+            Some(arg) if arg.as_ref().eq_ignore_ascii_case(b"AND") => p.at += 1,
+            _ => break,
+        }
+    }
+    p.finish()?;
+    Ok(Checks { keys, specs, now: p.now })
+}
+
+/// Where `SLIDEGATE.CHECK`'s keys are, for Redis' key-position requests: those of a well-formed
+/// command, or the first argument alone (the command then fails with its error when run).
+pub fn key_positions<A: AsRef<[u8]>>(args: &[A]) -> Vec<usize> {
+    parse_checks(args).map_or_else(|_| if args.len() > 1 { vec![1] } else { Vec::new() }, |c| c.keys)
+}
+
+/// Parses `SLIDEGATE.INSPECT`'s optional quota (`algorithm limit window_ms [options]`, no cost)
+/// and `NOW`, after the key.
+pub fn parse_inspect<A: AsRef<[u8]>>(args: &[A]) -> Result<(Option<Quota>, Option<u64>), Error> {
+    let mut p = Parser { args, at: 0, now: None };
+    p.options(None)?;
+    let quota = if p.at < args.len() { Some(p.spec(false)?.quota) } else { None };
+    p.finish()?;
+    Ok((quota, p.now))
+}
+
+struct Parser<'a, A> {
+    args: &'a [A],
+    at: usize,
+    now: Option<u64>,
+}
+
+/// What options set on one check.
+#[derive(Default)]
+struct Options {
+    buckets: Option<u64>,
+    burst: Option<u64>,
+    warm_up: Option<(u64, u64)>,
+}
+
+impl<A: AsRef<[u8]>> Parser<'_, A> {
+    fn next(&mut self, what: &str) -> Result<&[u8], Error> {
+        let arg = self.args.get(self.at).ok_or_else(|| Error::Syntax(format!("missing {what}")))?;
+        self.at += 1;
+        Ok(arg.as_ref())
+    }
+
+    fn number(&mut self, what: &str) -> Result<u64, Error> {
+        let arg = self.next(what)?;
+        std::str::from_utf8(arg)
+            .ok()
+            .filter(|s| !s.starts_with('+'))
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| Error::Syntax(format!("{what} must be a whole number, got \"{}\"", arg.escape_ascii())))
+    }
+
+    /// `algorithm limit window_ms [cost]` and the options after it.
+    fn spec(&mut self, with_cost: bool) -> Result<Spec, Error> {
+        let arg = self.next("algorithm")?;
+        let unknown = || {
+            Error::Syntax(format!(
+                "unknown algorithm \"{}\": sliding_log, sliding_window, fixed_window, gcra or token_bucket",
+                arg.escape_ascii()
+            ))
+        };
+        let name = std::str::from_utf8(arg).map_err(|_| unknown())?.to_ascii_lowercase();
+        let algorithm: Algorithm = name.parse().map_err(|_| unknown())?;
+        let limit = self.number("limit")?;
+        let window_ms = self.number("window_ms")?;
+        let cost = if with_cost { self.number("cost")? } else { 1 };
+        let mut options = Options::default();
+        self.options(Some(&mut options))?;
+        let algorithm = match algorithm {
+            Algorithm::SlidingWindow { .. } => Algorithm::SlidingWindow {
+                buckets: options.buckets.map_or(Ok(DEFAULT_BUCKETS), |b| {
+                    u32::try_from(b).map_err(|_| Error::Syntax(format!("BUCKETS {b} is too many")))
+                })?,
+            },
+            Algorithm::Gcra { .. } => Algorithm::Gcra { burst: options.burst },
+            other => other,
+        };
+        if options.buckets.is_some() && !matches!(algorithm, Algorithm::SlidingWindow { .. }) {
+            return Err(Error::Syntax("BUCKETS is for sliding_window only".into()));
+        }
+        if options.burst.is_some() && !matches!(algorithm, Algorithm::Gcra { .. }) {
+            return Err(Error::Syntax("BURST is for gcra only".into()));
+        }
+        let mut quota = Quota::new(limit, window(window_ms)?)?.with_algorithm(algorithm)?;
+        if let Some((period_ms, cold_permille)) = options.warm_up {
+            // A permille is exact as a fraction of 1000 (`with_warm_up` rounds to the thousandth).
+            quota = quota.with_warm_up(window(period_ms)?, cold_permille as f64 / 1000.0)?;
+        }
+        if with_cost {
+            quota.validate_cost(cost)?;
+            if quota.algorithm() == Algorithm::SlidingLog && cost > MAX_LOG_COST {
+                return Err(Error::Syntax(format!("a sliding_log check records at most {MAX_LOG_COST} permits")));
+            }
+        }
+        Ok(Spec { quota, cost })
+    }
+
+    /// Options until the next argument that is not one (the next check's algorithm, or the end).
+    /// Without `options`, only `NOW` is accepted.
+    fn options(&mut self, mut options: Option<&mut Options>) -> Result<(), Error> {
+        while let Some(arg) = self.args.get(self.at) {
+            let keyword = arg.as_ref().to_ascii_uppercase();
+            let once = |set: bool, name: &str| {
+                if set { Err(Error::Syntax(format!("{name} given twice"))) } else { Ok(()) }
+            };
+            match (keyword.as_slice(), options.as_deref_mut()) {
+                (b"NOW", _) => {
+                    once(self.now.is_some(), "NOW")?;
+                    self.at += 1;
+                    self.now = Some(self.number("NOW")?);
+                }
+                (b"BUCKETS", Some(o)) => {
+                    once(o.buckets.is_some(), "BUCKETS")?;
+                    self.at += 1;
+                    o.buckets = Some(self.number("BUCKETS")?);
+                }
+                (b"BURST", Some(o)) => {
+                    once(o.burst.is_some(), "BURST")?;
+                    self.at += 1;
+                    o.burst = Some(self.number("BURST")?);
+                }
+                (b"WARMUP", Some(o)) => {
+                    once(o.warm_up.is_some(), "WARMUP")?;
+                    self.at += 1;
+                    o.warm_up = Some((self.number("WARMUP period_ms")?, self.number("WARMUP cold_permille")?));
+                }
+                _ => return Ok(()),
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(&self) -> Result<(), Error> {
+        match self.args.get(self.at) {
+            None => Ok(()),
+            Some(extra) => Err(Error::Syntax(format!("unexpected argument \"{}\"", extra.as_ref().escape_ascii()))),
+        }
+    }
+}
+
+fn window(ms: u64) -> Result<Duration, Error> {
+    // Out-of-range values are refused by the quota; this only keeps them representable.
+    Ok(Duration::from_millis(ms))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(line: &str) -> Result<Checks, Error> {
+        parse_checks(&format!("SLIDEGATE.CHECK {line}").split_whitespace().collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn every_algorithm_and_option_parses() {
+        let c = parse("a sliding_log 5 10000 1 and b Sliding_Window 100 60000 2 buckets 6 now 42").expect("valid");
+        assert_eq!((c.keys.as_slice(), c.now), (&[1, 7][..], Some(42)));
+        assert_eq!(c.specs[0].quota, Quota::new(5, Duration::from_secs(10)).expect("valid"));
+        assert_eq!(c.specs[1].quota.algorithm(), Algorithm::SlidingWindow { buckets: 6 });
+        assert_eq!(c.specs[1].cost, 2);
+        let c = parse("k GCRA 10 1000 1 BURST 5 WARMUP 2000 250").expect("valid");
+        let q = c.specs[0].quota;
+        assert_eq!((q.algorithm(), q.burst()), (Algorithm::Gcra { burst: Some(5) }, 5));
+        assert_eq!(q.warm_up().map(|w| (w.period_ms(), w.cold_permille())), Some((2_000, 250)));
+        let c = parse("k fixed_window 1 1 1 AND NOW token_bucket 1 1 1").expect("a key may be spelled NOW");
+        assert_eq!((c.keys.as_slice(), c.now), (&[1, 7][..], None));
+    }
+
+    #[test]
+    fn bad_arguments_are_named() {
+        for (line, says) in [
+            ("", "missing key"),
+            ("k", "missing algorithm"),
+            ("k sliding_log 5 10000", "missing cost"),
+            ("k sliding_log 5 10000 0", "cost"),
+            ("k sliding_log 5 10000 6", "cost"),
+            ("k sliding_log 1000000 10000 100001", "at most 100000 permits"),
+            ("k sliding_log 0 10000 1", "limit"),
+            ("k sliding_log 5 0 1", "window"),
+            ("k sliding_log 5 99999999999999 1", "window"),
+            ("k sliding_log -5 10 1", "whole number"),
+            ("k sliding_log +5 10 1", "whole number"),
+            ("k sliding_log 18446744073709551616 10 1", "whole number"),
+            ("k leaky 5 10 1", "unknown algorithm"),
+            ("k sliding_log 5 10000 1 BURST 2", "BURST is for gcra"),
+            ("k gcra 5 10000 1 BUCKETS 2", "BUCKETS is for sliding_window"),
+            ("k sliding_window 5 10000 1 BUCKETS 3", "divide the window"),
+            ("k sliding_log 5 10000 1 NOW 1 NOW 2", "NOW given twice"),
+            ("k sliding_log 5 10000 1 NOW", "missing NOW"),
+            ("k sliding_log 5 10000 1 extra", "unexpected argument"),
+            ("k sliding_log 5 10000 1 AND", "missing key"),
+            ("k sliding_log 5 10000 1 AND k sliding_log 5 10000 1", "distinct"),
+        ] {
+            let err = parse(line).expect_err(line).to_string();
+            assert!(err.contains(says), "{line}: {err}");
+            assert!(err.starts_with("ERR "), "{line}: {err}");
+        }
+        let many: Vec<String> = (0..=MAX_CHECKS).map(|i| format!("k{i} fixed_window 1 1 1")).collect();
+        assert!(parse(&many.join(" AND ")).expect_err("too many").to_string().contains("at most"));
+    }
+
+    #[test]
+    fn key_positions_follow_the_checks() {
+        let args = ["SLIDEGATE.CHECK", "a", "gcra", "1", "1000", "1", "AND", "b", "sliding_log", "1", "1", "1"];
+        assert_eq!(key_positions(&args), [1, 7]);
+        assert_eq!(key_positions(&["SLIDEGATE.CHECK", "a", "nonsense"]), [1]);
+        assert!(key_positions(&["SLIDEGATE.CHECK"]).is_empty());
+    }
+
+    #[test]
+    fn inspect_takes_an_optional_quota() {
+        let none: [&str; 0] = [];
+        assert_eq!(parse_inspect(&none).expect("valid"), (None, None));
+        assert_eq!(parse_inspect(&["NOW", "5"]).expect("valid"), (None, Some(5)));
+        let (quota, now) = parse_inspect(&["sliding_log", "5", "1000", "NOW", "7"]).expect("valid");
+        assert_eq!((quota.map(|q| q.limit()), now), (Some(5), Some(7)));
+        assert!(parse_inspect(&["sliding_log", "5"]).is_err());
+    }
+
+    proptest::proptest! {
+        /// Whatever the arguments, the parser answers (checks or an error), never panics, and
+        /// every key it reports is an argument.
+        #[test]
+        fn any_arguments_parse_or_fail_cleanly(
+            args in proptest::collection::vec(
+                proptest::prop_oneof![
+                    proptest::string::string_regex("(?i)(sliding_log|sliding_window|fixed_window|gcra|token_bucket|now|buckets|burst|warmup|and)").expect("regex"),
+                    proptest::string::string_regex("-?[0-9]{1,21}").expect("regex"),
+                    proptest::string::string_regex(".{0,8}").expect("regex"),
+                ],
+                0..24,
+            ),
+        ) {
+            let positions = key_positions(&args);
+            proptest::prop_assert!(positions.iter().all(|&p| p >= 1 && p < args.len()));
+            for err in [parse_checks(&args).err(), parse_inspect(&args).err()].into_iter().flatten() {
+                proptest::prop_assert!(err.to_string().is_ascii(), "{err}");
+            }
+        }
+    }
+}

@@ -1,0 +1,348 @@
+//! slidegate's decisions as a native Redis module: the same semantics as the Lua scripts
+//! ([`slidegate::reference`], and the very code of the embedded backend: [`slidegate::state`]),
+//! at a fraction of their CPU per decision, with the sliding log stored as a ring of 8-byte
+//! timestamps instead of a sorted set.
+//!
+//! ```text
+//! redis-server --loadmodule target/release/libslidegate_module.so     # or: MODULE LOAD <path>
+//!
+//! SLIDEGATE.CHECK key algorithm limit window_ms cost [options] [AND key algorithm ...] [NOW ms]
+//! SLIDEGATE.INSPECT key [algorithm limit window_ms [options]] [NOW ms]
+//! SLIDEGATE.RESTORE key payload
+//! ```
+//!
+//! - `algorithm`: `sliding_log`, `sliding_window`, `fixed_window`, `gcra` (or `token_bucket`);
+//!   options `BUCKETS n`, `BURST n`, `WARMUP period_ms cold_permille` (see [`args`]).
+//! - `CHECK` answers as slidegate's `check.lua` does: `admitted`, then per key `fits,
+//!   remaining, reset_after_ms, retry_after_ms (-1 when none), limit`. Several checks joined by
+//!   `AND` are decided all or nothing (distinct keys; on a Cluster, of one slot); a denial
+//!   writes nothing.
+//! - `INSPECT` answers `count, oldest_ms (-1 when none), reset_after_ms, algorithm, limit,
+//!   window_ms` from the key's last quota, or from the one given.
+//! - `RESTORE` sets a key from the payload an AOF rewrite emitted for it.
+//!
+//! Time is the server's clock (`RedisModule_Milliseconds`, the wall clock `TIME` gives Lua)
+//! unless `NOW` is given; with `NOW`, keys expire a minute later than their last admission
+//! needs, as on the Lua path (Redis expires by its own clock). Commands are replicated (and
+//! written to the AOF) with the `NOW` the master used, so replicas and reloads decide, and
+//! store, exactly what the master did.
+//!
+//! A key written by the Lua scripts before the module was loaded (a sorted set for the log, a
+//! hash for the others) is converted on its first check, keeping its admissions; any other
+//! type answers `WRONGTYPE`.
+
+pub mod args;
+mod value;
+
+use redis_module::key::RedisKeyWritable;
+use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue, raw, redis_module};
+use slidegate::Decision;
+use slidegate::state::Counter;
+
+use crate::args::{Checks, Spec};
+use crate::value::{SLIDEGATE_TYPE, Value};
+
+/// Keys hold this much longer than their last admission needs when the caller gives `NOW`:
+/// Redis expires by its own clock, which a caller's may trail (the Lua path's slack too).
+const CALLER_CLOCK_SLACK_MS: u64 = 60_000;
+
+/// Everything a command can refuse; each becomes an error reply with its Redis error code.
+///
+/// Deliberately not a `std::error::Error`: redis-module turns those into `ERR <message>`,
+/// which would bury the `WRONGTYPE` code under `ERR`.
+#[derive(Debug)]
+pub enum Error {
+    /// Arguments that are not a command.
+    Syntax(String),
+    /// A quota or cost the library refuses.
+    Quota(slidegate::Error),
+    /// A key holding something else.
+    WrongType(String),
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Syntax(message) => write!(f, "ERR {message}"),
+            Self::Quota(e) => write!(f, "ERR {e}"),
+            Self::WrongType(message) => write!(f, "WRONGTYPE {message}"),
+        }
+    }
+}
+
+impl From<slidegate::Error> for Error {
+    fn from(e: slidegate::Error) -> Self {
+        Self::Quota(e)
+    }
+}
+
+impl From<Error> for RedisError {
+    fn from(e: Error) -> Self {
+        RedisError::String(e.to_string())
+    }
+}
+
+/// `SLIDEGATE.CHECK`: one check, or several joined by `AND`, decided all or nothing.
+#[allow(clippy::needless_pass_by_value, reason = "the signature redis-module calls")]
+fn check(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    let argv = bytes(&args);
+    if ctx.is_keys_position_request() {
+        // Asked by Redis (Cluster routing, ACLs, `COMMAND GETKEYS`) where the keys are.
+        for position in args::key_positions(&argv) {
+            ctx.key_at_pos(i32::try_from(position).unwrap_or(1));
+        }
+        return Ok(RedisValue::NoReply);
+    }
+    let checks = args::parse_checks(&argv)?;
+    let keys: Vec<&RedisString> = checks.keys.iter().map(|&k| &args[k]).collect();
+    if ctx.get_flags().contains(ContextFlags::CLUSTER) {
+        // Redis checked that this node serves the first key; the others must share its slot.
+        let slot = |k: &RedisString| slidegate::key_slot(k.as_slice());
+        if keys.iter().any(|k| slot(k) != slot(keys[0])) {
+            return Err(RedisError::Str("CROSSSLOT Keys in request don't hash to the same slot"));
+        }
+    }
+    decide(ctx, &args, &keys, &checks)
+}
+
+/// `SLIDEGATE.INSPECT`: what a key holds now, changing nothing.
+#[allow(clippy::needless_pass_by_value, reason = "the signature redis-module calls")]
+fn inspect(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    if args.len() < 2 {
+        return Err(RedisError::WrongArity);
+    }
+    let (asked, now) = args::parse_inspect(&bytes(&args[2..]))?;
+    let now = now.unwrap_or_else(server_now);
+    let key = ctx.open_key(&args[1]);
+    let found = match key.get_value::<Value>(&SLIDEGATE_TYPE) {
+        Ok(value) => value.cloned(),
+        // Not ours: perhaps the Lua scripts' state, read without converting it.
+        Err(_) => match asked {
+            Some(quota) => {
+                value::read_lua_key(ctx, &args[1], quota.algorithm())?.map(|counter| Value { counter, quota })
+            }
+            None => return Err(Error::WrongType("the key holds no slidegate value; name its quota".into()).into()),
+        },
+    };
+    let Some(value) = found else {
+        let quota =
+            asked.map_or(vec![RedisValue::Null, RedisValue::Null, RedisValue::Null], |q| quota_reply(&q).to_vec());
+        return Ok(RedisValue::Array([int(0), int(-1), int(0)].into_iter().chain(quota).collect()));
+    };
+    let quota = asked.unwrap_or(value.quota);
+    if !value.counter.counts_by(quota.algorithm()) {
+        return Err(mismatch(&value, &quota).into());
+    }
+    let state = value.counter.inspect(now, &quota);
+    let oldest = state.oldest_ms.map_or(-1, clamp);
+    let head = [int(clamp(state.count)), int(oldest), int(millis(state.reset_after))];
+    Ok(RedisValue::Array(head.into_iter().chain(quota_reply(&quota)).collect()))
+}
+
+/// `SLIDEGATE.RESTORE`: sets a key from the payload an AOF rewrite emitted for it.
+#[allow(clippy::needless_pass_by_value, reason = "the signature redis-module calls")]
+fn restore(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    let [_, name, payload] = args.as_slice() else {
+        return Err(RedisError::WrongArity);
+    };
+    let value = Value::from_bytes(payload.as_slice())?;
+    let key = ctx.open_key_writable(name);
+    if key.key_type() != raw::KeyType::Empty {
+        key.get_value::<Value>(&SLIDEGATE_TYPE)?;
+    }
+    key.set_value(&SLIDEGATE_TYPE, value)?;
+    ctx.replicate_verbatim();
+    Ok(RedisValue::SimpleStringStatic("OK"))
+}
+
+/// One key of a check in progress: its stored value, or one made for it (new, or converted
+/// from the Lua scripts' state) that is stored only if something is written.
+enum Slot<'a> {
+    Stored(&'a mut Value),
+    Made { value: Value, converted: bool },
+}
+
+impl Slot<'_> {
+    fn value(&mut self) -> &mut Value {
+        match self {
+            Self::Stored(value) => value,
+            Self::Made { value, .. } => value,
+        }
+    }
+}
+
+/// Decides `checks` on `keys` all or nothing, writes what changed, and replicates the command
+/// with the time it used.
+fn decide(ctx: &Context, argv: &[RedisString], keys: &[&RedisString], checks: &Checks) -> RedisResult {
+    let now = checks.now.unwrap_or_else(server_now);
+    let opened: Vec<RedisKeyWritable> = keys.iter().map(|k| ctx.open_key_writable(k)).collect();
+    let mut slots = Vec::with_capacity(keys.len());
+    for ((key, name), spec) in opened.iter().zip(keys).zip(&checks.specs) {
+        slots.push(slot(ctx, key, name, spec)?);
+    }
+    // Every check is evaluated before any is recorded; evaluating drops expired admissions,
+    // which is a change to replicate even when nothing is admitted.
+    let mut changed = false;
+    let verdicts: Vec<Decision> = slots
+        .iter_mut()
+        .zip(&checks.specs)
+        .map(|(slot, spec)| {
+            let counter = &mut slot.value().counter;
+            let before = counter.len();
+            let decision = counter.evaluate(now, &spec.quota, spec.cost);
+            changed |= counter.len() != before && matches!(slot, Slot::Stored(_));
+            decision
+        })
+        .collect();
+    let admitted = verdicts.iter().all(|d| d.allowed);
+    let slack = if checks.now.is_some() { CALLER_CLOCK_SLACK_MS } else { 0 };
+    let mut reply = Vec::with_capacity(1 + 5 * keys.len());
+    reply.push(int(i64::from(admitted)));
+    for (((slot, key), spec), verdict) in slots.into_iter().zip(&opened).zip(&checks.specs).zip(verdicts) {
+        let decision = if admitted {
+            verdict
+        } else if verdict.allowed {
+            slot_counter(&slot).held(now, &spec.quota, spec.cost, &verdict)
+        } else {
+            verdict
+        };
+        let (write, mut slot) = match slot {
+            Slot::Made { converted: false, .. } if !admitted => (false, slot),
+            Slot::Made { .. } => (true, slot),
+            Slot::Stored(_) => (admitted, slot),
+        };
+        if admitted {
+            let value = slot.value();
+            value.counter.record(now, &spec.quota, spec.cost);
+            value.quota = spec.quota;
+        }
+        if let Slot::Made { value, converted } = slot {
+            if write {
+                if converted {
+                    key.delete()?;
+                }
+                let expires_at = value.counter.expires_at(&spec.quota);
+                key.set_value(&SLIDEGATE_TYPE, value)?;
+                set_expiry(key, expires_at, now, slack)?;
+                changed = true;
+            }
+        } else if write {
+            let expires_at = slot_counter(&slot).expires_at(&spec.quota);
+            set_expiry(key, expires_at, now, slack)?;
+            changed = true;
+        }
+        reply.extend([
+            int(i64::from(decision.allowed || decision.retry_after.is_none())),
+            int(clamp(decision.remaining)),
+            int(millis(decision.reset_after)),
+            decision.retry_after.map_or(int(-1), |r| int(millis(r))),
+            int(clamp(decision.limit)),
+        ]);
+    }
+    if changed {
+        replicate_at(ctx, argv, checks.now.is_none().then_some(now));
+    }
+    Ok(RedisValue::Array(reply))
+}
+
+/// The slot of one key: its value, a conversion of the Lua scripts' state, or a new counter.
+fn slot<'a>(ctx: &Context, key: &'a RedisKeyWritable, name: &RedisString, spec: &Spec) -> Result<Slot<'a>, RedisError> {
+    let algorithm = spec.quota.algorithm();
+    match key.get_value::<Value>(&SLIDEGATE_TYPE) {
+        Ok(Some(value)) if value.counter.counts_by(algorithm) => Ok(Slot::Stored(value)),
+        Ok(Some(value)) => Err(mismatch(value, &spec.quota).into()),
+        Ok(None) => {
+            Ok(Slot::Made { value: Value { counter: Counter::new(algorithm), quota: spec.quota }, converted: false })
+        }
+        Err(_) => match value::read_lua_key(ctx, name, algorithm)? {
+            Some(counter) => Ok(Slot::Made { value: Value { counter, quota: spec.quota }, converted: true }),
+            None => Ok(Slot::Made {
+                value: Value { counter: Counter::new(algorithm), quota: spec.quota },
+                converted: false,
+            }),
+        },
+    }
+}
+
+fn slot_counter<'s>(slot: &'s Slot<'_>) -> &'s Counter {
+    match slot {
+        Slot::Stored(value) => &value.counter,
+        Slot::Made { value, .. } => &value.counter,
+    }
+}
+
+fn mismatch(value: &Value, quota: &slidegate::Quota) -> Error {
+    Error::WrongType(format!("the key counts by {}, not {}", value.counter.algorithm_kind(), quota.algorithm()))
+}
+
+/// Keeps the key until its last admission has left (plus the caller clock's slack).
+fn set_expiry(key: &RedisKeyWritable, expires_at: u64, now: u64, slack: u64) -> RedisResult {
+    let ttl = expires_at.saturating_sub(now).max(1) + slack;
+    key.set_expire(std::time::Duration::from_millis(ttl))
+}
+
+/// Replicates the command as it was run, with `NOW server_now` appended when the server's clock
+/// decided: replicas and AOF reloads then decide with the master's time.
+fn replicate_at(ctx: &Context, argv: &[RedisString], server_now: Option<u64>) {
+    let now = server_now.map(|t| t.to_string());
+    let mut args: Vec<&[u8]> = argv[1..].iter().map(RedisString::as_slice).collect();
+    if let Some(now) = &now {
+        args.extend([b"NOW".as_slice(), now.as_bytes()]);
+    }
+    let command = argv[0].to_string_lossy();
+    ctx.replicate(&command, args.as_slice());
+}
+
+fn quota_reply(q: &slidegate::Quota) -> [RedisValue; 3] {
+    [RedisValue::SimpleStringStatic(q.algorithm().as_str()), int(clamp(q.limit())), int(clamp(q.window_ms()))]
+}
+
+/// The server's wall clock in ms, as Lua's `TIME` gives it.
+fn server_now() -> u64 {
+    // SAFETY: Redis fills the API table before any command runs; `Milliseconds` takes nothing.
+    #[allow(unsafe_code)]
+    let ms = unsafe { raw::RedisModule_Milliseconds.map_or(0, |f| f()) };
+    u64::try_from(ms).unwrap_or(0)
+}
+
+fn bytes(args: &[RedisString]) -> Vec<&[u8]> {
+    args.iter().map(RedisString::as_slice).collect()
+}
+
+fn int(n: i64) -> RedisValue {
+    RedisValue::Integer(n)
+}
+
+fn clamp(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+fn millis(d: std::time::Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// What Redis looks up when it loads the module: its name, allocator, type and commands.
+/// Allocations go through Redis' allocator, so `INFO memory` and `maxmemory` count them; unit
+/// tests, outside Redis, keep the system's.
+#[allow(missing_docs)]
+mod entry {
+    use super::{SLIDEGATE_TYPE, check, inspect, redis_module, restore};
+
+    #[cfg(not(test))]
+    use redis_module::alloc::RedisAlloc as Allocator;
+    #[cfg(test)]
+    use std::alloc::System as Allocator;
+
+    redis_module! {
+        name: "slidegate",
+        version: 1,
+        allocator: (Allocator, Allocator),
+        data_types: [SLIDEGATE_TYPE],
+        commands: [
+            // `getkeys-api`: the keys after the first are found by parsing (`AND` checks).
+            ["slidegate.check", check, "write deny-oom getkeys-api", 1, 1, 1, ""],
+            ["slidegate.inspect", inspect, "readonly", 1, 1, 1, ""],
+            ["slidegate.restore", restore, "write deny-oom", 1, 1, 1, ""],
+        ],
+    }
+}

@@ -1,0 +1,258 @@
+//! The native data type: one [`Counter`] per key (for the sliding log a ring of 8-byte
+//! timestamps) and the quota it was last checked with, so `SLIDEGATE.INSPECT key` needs no
+//! arguments. Persisted as one binary string of little-endian words in RDB files (and so by
+//! `DUMP`/`RESTORE`, `DEBUG RELOAD`, replication's full sync); an AOF rewrite emits one
+//! `SLIDEGATE.RESTORE key payload` per key.
+
+use std::collections::VecDeque;
+use std::ffi::{CString, c_int, c_void};
+
+use redis_module::native_types::RedisType;
+use redis_module::{Context, RedisString, RedisValue, raw};
+use slidegate::state::Counter;
+use slidegate::{Algorithm, Quota};
+
+use crate::Error;
+
+/// The type's name in RDB files: exactly nine characters, as Redis requires.
+const TYPE_NAME: &str = "slidegate";
+
+/// The encoding version written to RDB files; [`rdb_load`] refuses others.
+const ENCODING_VERSION: c_int = 0;
+
+/// The data type, registered when the module loads.
+pub(crate) static SLIDEGATE_TYPE: RedisType = RedisType::new(
+    TYPE_NAME,
+    ENCODING_VERSION,
+    raw::RedisModuleTypeMethods {
+        version: raw::REDISMODULE_TYPE_METHOD_VERSION as u64,
+        rdb_load: Some(rdb_load),
+        rdb_save: Some(rdb_save),
+        aof_rewrite: Some(aof_rewrite),
+        mem_usage: Some(mem_usage),
+        digest: None,
+        free: Some(free),
+        aux_load: None,
+        aux_save: None,
+        aux_save2: None,
+        aux_save_triggers: 0,
+        free_effort: None,
+        unlink: None,
+        copy: Some(copy),
+        defrag: None,
+        copy2: None,
+        free_effort2: None,
+        mem_usage2: None,
+        unlink2: None,
+    },
+);
+
+/// What one key holds.
+#[derive(Debug, Clone)]
+pub(crate) struct Value {
+    pub(crate) counter: Counter,
+    /// The quota of the last check, for `SLIDEGATE.INSPECT key` and `MEMORY USAGE`'s readers.
+    pub(crate) quota: Quota,
+}
+
+impl Value {
+    /// The value as bytes: the quota in six words, then the counter's own encoding.
+    pub(crate) fn to_bytes(&self) -> Vec<u8> {
+        let q = &self.quota;
+        let (tag, param) = match q.algorithm() {
+            Algorithm::SlidingWindow { buckets } => (1, u64::from(buckets)),
+            Algorithm::FixedWindow => (2, 0),
+            Algorithm::Gcra { .. } => (3, q.burst()),
+            _ => (0, 0),
+        };
+        let (period, cold) = q.warm_up().map_or((0, 0), |w| (w.period_ms(), w.cold_permille()));
+        [q.limit(), q.window_ms(), tag, param, period, cold]
+            .into_iter()
+            .chain(self.counter.encode())
+            .flat_map(u64::to_le_bytes)
+            .collect()
+    }
+
+    /// A value from [`Value::to_bytes`]; a clear error when the bytes are not one.
+    pub(crate) fn from_bytes(bytes: &[u8]) -> Result<Self, Error> {
+        let corrupt = || Error::Syntax("the payload is not a slidegate value".into());
+        if bytes.len() % 8 != 0 {
+            return Err(corrupt());
+        }
+        let words: Vec<u64> =
+            bytes.chunks_exact(8).map(|w| u64::from_le_bytes(w.try_into().unwrap_or_default())).collect();
+        let [limit, window_ms, tag, param, period, cold] = *words.first_chunk::<6>().ok_or_else(corrupt)?;
+        let algorithm = match tag {
+            0 => Algorithm::SlidingLog,
+            1 => Algorithm::SlidingWindow { buckets: u32::try_from(param).map_err(|_| corrupt())? },
+            2 => Algorithm::FixedWindow,
+            3 => Algorithm::Gcra { burst: Some(param) },
+            _ => return Err(corrupt()),
+        };
+        let mut quota = Quota::new(limit, std::time::Duration::from_millis(window_ms))?.with_algorithm(algorithm)?;
+        if period > 0 {
+            quota = quota.with_warm_up(std::time::Duration::from_millis(period), cold as f64 / 1000.0)?;
+        }
+        let counter = Counter::decode(&words[6..]).filter(|c| c.counts_by(algorithm)).ok_or_else(corrupt)?;
+        Ok(Self { counter, quota })
+    }
+}
+
+/// Reads a key written by slidegate's Lua scripts (before the module was loaded) as a counter
+/// of `algorithm`, so that loading the module on a live Redis loses no one's admissions. `None`
+/// when the key is empty; an error when it holds anything else.
+pub(crate) fn read_lua_key(ctx: &Context, key: &RedisString, algorithm: Algorithm) -> Result<Option<Counter>, Error> {
+    let wrong =
+        || Error::WrongType(format!("the key holds neither a slidegate value nor the Lua scripts' {algorithm} state"));
+    let reply = |command: &str, args: &[&[u8]]| -> Result<Vec<Vec<u8>>, Error> {
+        match ctx.call(command, args) {
+            Ok(RedisValue::Array(items)) => items
+                .into_iter()
+                .map(|item| match item {
+                    RedisValue::SimpleString(s) | RedisValue::BulkString(s) => Ok(s.into_bytes()),
+                    RedisValue::StringBuffer(b) => Ok(b),
+                    RedisValue::BulkRedisString(s) => Ok(s.as_slice().to_vec()),
+                    _ => Err(wrong()),
+                })
+                .collect(),
+            _ => Err(wrong()),
+        }
+    };
+    let number = |bytes: &[u8]| std::str::from_utf8(bytes).ok().and_then(|s| s.parse::<u64>().ok()).ok_or_else(wrong);
+    let key_type = ctx.open_key(key).key_type();
+    match (key_type, algorithm) {
+        (raw::KeyType::Empty, _) => Ok(None),
+        (raw::KeyType::ZSet, Algorithm::SlidingLog) => {
+            // Members `<ms>:<id>` scored by their time; under warm-up, `0:<start>` scored -inf.
+            let items = reply("ZRANGE", &[key.as_slice(), b"0", b"-1", b"WITHSCORES"])?;
+            let (mut log, mut warm_since) = (VecDeque::with_capacity(items.len() / 2), 0);
+            for pair in items.chunks(2) {
+                let [member, score] = pair else { return Err(wrong()) };
+                if score.as_slice() == b"-inf" {
+                    warm_since = number(member.strip_prefix(b"0:").ok_or_else(wrong)?)?;
+                } else {
+                    log.push_back(number(score)?);
+                }
+            }
+            Ok(Some(Counter::from_log(log, warm_since)))
+        }
+        (raw::KeyType::Hash, Algorithm::SlidingWindow { .. } | Algorithm::FixedWindow | Algorithm::Gcra { .. }) => {
+            let items = reply("HGETALL", &[key.as_slice()])?;
+            let mut fields = std::collections::BTreeMap::new();
+            let mut buckets = std::collections::BTreeMap::new();
+            for pair in items.chunks(2) {
+                let [field, value] = pair else { return Err(wrong()) };
+                match (algorithm, field.as_slice()) {
+                    (_, b"s") | (Algorithm::FixedWindow, b"i" | b"n") | (Algorithm::Gcra { .. }, b"t") => {
+                        fields.insert(field.clone(), number(value)?);
+                    }
+                    (Algorithm::SlidingWindow { .. }, index) => {
+                        buckets.insert(number(index)?, number(value)?);
+                    }
+                    _ => return Err(wrong()),
+                }
+            }
+            let field = |name: &[u8]| fields.get(name).copied();
+            let warm_since = field(b"s").unwrap_or(0);
+            // The counter's documented encoding (`Counter::encode`).
+            let words: Vec<u64> = match algorithm {
+                Algorithm::SlidingWindow { .. } => [2, warm_since, buckets.len() as u64]
+                    .into_iter()
+                    .chain(buckets.into_iter().flat_map(|(i, c)| [i, c]))
+                    .collect(),
+                Algorithm::FixedWindow => match (field(b"i"), field(b"n")) {
+                    (Some(i), Some(n)) => vec![3, warm_since, 1, i, n],
+                    _ => vec![3, warm_since, 0],
+                },
+                _ => vec![4, warm_since, field(b"t").unwrap_or(0)],
+            };
+            Counter::decode(&words).map(Some).ok_or_else(wrong)
+        }
+        _ => Err(wrong()),
+    }
+}
+
+// The callbacks below are how Redis hands the module its values: raw pointers to `Value`s that
+// `RedisKeyWritable::set_value` boxed. Redis guarantees each pointer is one of ours, alive for
+// the call, and (for `free`) never used again.
+
+#[allow(unsafe_code)]
+unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
+    if encver != ENCODING_VERSION {
+        return std::ptr::null_mut();
+    }
+    // A null return makes Redis report the RDB file as corrupt instead of loading garbage.
+    match raw::load_string_buffer(rdb).ok().and_then(|buffer| Value::from_bytes(buffer.as_ref()).ok()) {
+        Some(value) => Box::into_raw(Box::new(value)).cast(),
+        None => std::ptr::null_mut(),
+    }
+}
+
+#[allow(unsafe_code)]
+unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
+    // SAFETY: Redis passes one of our values (see above).
+    let value = unsafe { &*value.cast::<Value>() };
+    raw::save_slice(rdb, &value.to_bytes());
+}
+
+#[allow(unsafe_code)]
+unsafe extern "C" fn aof_rewrite(aof: *mut raw::RedisModuleIO, key: *mut raw::RedisModuleString, value: *mut c_void) {
+    // SAFETY: Redis passes one of our values (see above).
+    let value = unsafe { &*value.cast::<Value>() };
+    let bytes = value.to_bytes();
+    let (Ok(command), Ok(format)) = (CString::new("SLIDEGATE.RESTORE"), CString::new("sb")) else { return };
+    // SAFETY: the format "sb" takes a RedisModuleString and a buffer with its length, as given;
+    // the expiry is emitted by Redis after this.
+    unsafe {
+        if let Some(emit) = raw::RedisModule_EmitAOF {
+            emit(aof, command.as_ptr(), format.as_ptr(), key, bytes.as_ptr(), bytes.len());
+        }
+    }
+}
+
+#[allow(unsafe_code)]
+unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
+    // SAFETY: Redis passes one of our values (see above).
+    let value = unsafe { &*value.cast::<Value>() };
+    size_of::<Value>() + value.counter.heap_bytes()
+}
+
+#[allow(unsafe_code)]
+unsafe extern "C" fn free(value: *mut c_void) {
+    // SAFETY: Redis passes one of our values, boxed by `set_value`, and never uses it again.
+    drop(unsafe { Box::from_raw(value.cast::<Value>()) });
+}
+
+#[allow(unsafe_code)]
+unsafe extern "C" fn copy(
+    _from: *mut raw::RedisModuleString,
+    _to: *mut raw::RedisModuleString,
+    value: *const c_void,
+) -> *mut c_void {
+    // SAFETY: Redis passes one of our values (see above).
+    let value = unsafe { &*value.cast::<Value>() };
+    Box::into_raw(Box::new(value.clone())).cast()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn values_round_trip_through_bytes() {
+        let quota = Quota::new(10, Duration::from_secs(1))
+            .and_then(|q| q.with_algorithm(Algorithm::Gcra { burst: Some(4) }))
+            .and_then(|q| q.with_warm_up(Duration::from_secs(2), 0.5))
+            .expect("valid");
+        let mut counter = Counter::new(quota.algorithm());
+        counter.record(5, &quota, 2);
+        let value = Value { counter, quota };
+        let back = Value::from_bytes(&value.to_bytes()).expect("round trip");
+        assert_eq!(back.quota, quota);
+        assert_eq!(back.counter.encode(), value.counter.encode());
+        for bad in [&value.to_bytes()[..7], &value.to_bytes()[..40], &[0xff; 80][..]] {
+            assert!(Value::from_bytes(bad).is_err());
+        }
+    }
+}

@@ -1,0 +1,264 @@
+//! The module inside real redis-server processes (`--loadmodule`): bad input never hurts the
+//! server (fuzzed), the Lua scripts' keys are taken over, and the native type survives RDB
+//! round trips, AOF rewrites, replication and expiry. Decisions themselves are checked against
+//! the reference in `crates/slidegate/tests/conformance.rs`.
+
+use std::time::{Duration, Instant};
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestRunner};
+use redis::{Connection, Value};
+use slidegate_testkit::RedisServer;
+
+fn run(conn: &mut Connection, args: &[&str]) -> redis::RedisResult<Value> {
+    let mut cmd = redis::cmd(args[0]);
+    for a in &args[1..] {
+        cmd.arg(*a);
+    }
+    cmd.query(conn)
+}
+
+fn ints(conn: &mut Connection, args: &[&str]) -> Vec<i64> {
+    let mut cmd = redis::cmd(args[0]);
+    for a in &args[1..] {
+        cmd.arg(*a);
+    }
+    cmd.query(conn).unwrap_or_else(|e| panic!("{args:?}: {e}"))
+}
+
+/// The error Redis answers to `args`, as `CODE message`.
+fn error(conn: &mut Connection, args: &[&str]) -> String {
+    match run(conn, args) {
+        Err(e) => format!("{} {}", e.code().unwrap_or("?"), e.detail().unwrap_or("")),
+        Ok(v) => panic!("{args:?} answered {v:?}, not an error"),
+    }
+}
+
+#[test]
+fn bad_input_is_an_error_reply_and_the_server_lives_on() {
+    let server = RedisServer::start_with_module(&[]);
+    let mut c = server.conn();
+    run(&mut c, &["SET", "string", "x"]).expect("set");
+    run(&mut c, &["ZADD", "foreign", "1.5", "x"]).expect("zadd");
+    run(&mut c, &["HSET", "hash", "f", "v"]).expect("hset");
+    ints(&mut c, &["SLIDEGATE.CHECK", "log", "sliding_log", "5", "1000", "1"]);
+    for (args, says) in [
+        (&["SLIDEGATE.CHECK"][..], "ERR missing key"),
+        (&["SLIDEGATE.CHECK", "k"], "ERR missing algorithm"),
+        (&["SLIDEGATE.CHECK", "k", "sliding_log", "5", "1000"], "ERR missing cost"),
+        (&["SLIDEGATE.CHECK", "k", "sliding_log", "five", "1000", "1"], "ERR limit must be a whole number"),
+        (&["SLIDEGATE.CHECK", "k", "sliding_log", "99999999999999999999", "1000", "1"], "ERR limit must be"),
+        (&["SLIDEGATE.CHECK", "k", "sliding_log", "1000000000000", "1000", "1"], "ERR limit must be between"),
+        (&["SLIDEGATE.CHECK", "k", "sliding_log", "1000000000", "1000", "1000000000"], "ERR a sliding_log check"),
+        (&["SLIDEGATE.CHECK", "k", "gcra", "5", "1000", "1", "BURST", "0"], "ERR invalid quota"),
+        (&["SLIDEGATE.CHECK", "k", "sliding_log", "5", "1000", "1", "NOW", "-1"], "ERR NOW must be"),
+        (&["SLIDEGATE.CHECK", "string", "sliding_log", "5", "1000", "1"], "WRONGTYPE"),
+        (&["SLIDEGATE.CHECK", "foreign", "sliding_log", "5", "1000", "1"], "WRONGTYPE"),
+        (&["SLIDEGATE.CHECK", "hash", "gcra", "5", "1000", "1"], "WRONGTYPE"),
+        (&["SLIDEGATE.CHECK", "log", "gcra", "5", "1000", "1"], "WRONGTYPE the key counts by sliding_log"),
+        (&["SLIDEGATE.INSPECT"], "ERR wrong number of arguments"),
+        (&["SLIDEGATE.INSPECT", "string"], "WRONGTYPE"),
+        (&["SLIDEGATE.INSPECT", "k", "sliding_log"], "ERR missing limit"),
+        (&["SLIDEGATE.RESTORE", "k"], "ERR wrong number of arguments"),
+        (&["SLIDEGATE.RESTORE", "k", "not a payload"], "ERR the payload"),
+        (&["SLIDEGATE.RESTORE", "string", "\0\0\0\0\0\0\0\0"], "ERR the payload"),
+    ] {
+        let e = error(&mut c, args);
+        assert!(e.starts_with(says), "{args:?}: {e}");
+    }
+    // Nothing was written by any of them.
+    assert_eq!(run(&mut c, &["EXISTS", "k"]).expect("exists"), Value::Int(0));
+    assert_eq!(run(&mut c, &["TYPE", "foreign"]).expect("type"), Value::SimpleString("zset".into()));
+    assert_eq!(run(&mut c, &["PING"]).expect("alive"), Value::SimpleString("PONG".into()));
+}
+
+/// A pool of arguments that makes most generated commands almost valid.
+fn argument() -> impl Strategy<Value = String> {
+    prop_oneof![
+        4 => prop::sample::select(vec![
+            "sliding_log", "sliding_window", "fixed_window", "gcra", "token_bucket", "AND", "NOW", "BUCKETS",
+            "BURST", "WARMUP", "k1", "k2", "{t}a", "{t}b", "string",
+        ])
+        .prop_map(str::to_owned),
+        4 => prop_oneof![Just(0u64), 1u64..=10, 1u64..=100_000, Just(u64::MAX), Just(1_000_000_000)].prop_map(|n| n.to_string()),
+        1 => "-?[0-9]{1,22}",
+        1 => any::<Vec<u8>>().prop_map(|b| String::from_utf8_lossy(&b).into_owned()),
+    ]
+}
+
+#[test]
+fn fuzzed_commands_never_hurt_the_server() {
+    let server = RedisServer::start_with_module(&[]);
+    let c = std::cell::RefCell::new(server.conn());
+    run(&mut c.borrow_mut(), &["SET", "string", "x"]).expect("set");
+    let commands = prop::sample::select(vec!["SLIDEGATE.CHECK", "SLIDEGATE.INSPECT", "SLIDEGATE.RESTORE"]);
+    let mut runner = TestRunner::new(Config { cases: 2_000, failure_persistence: None, ..Config::default() });
+    runner
+        .run(&(commands, prop::collection::vec(argument(), 0..20)), |(command, args)| {
+            let mut cmd = redis::cmd(command);
+            for a in &args {
+                cmd.arg(a.as_str());
+            }
+            match cmd.query::<Value>(&mut *c.borrow_mut()) {
+                Ok(Value::Array(reply)) if command == "SLIDEGATE.CHECK" => {
+                    prop_assert!(reply.len() % 5 == 1, "{reply:?}");
+                }
+                Ok(_) => {}
+                // An error reply is fine; a dropped connection or an unreadable reply is not.
+                Err(e) => prop_assert!(e.code().is_some(), "{args:?}: {e}"),
+            }
+            Ok(())
+        })
+        .expect("every command answered");
+    assert_eq!(run(&mut c.borrow_mut(), &["PING"]).expect("alive"), Value::SimpleString("PONG".into()));
+}
+
+#[test]
+fn a_lua_sorted_set_is_taken_over_with_its_admissions() {
+    let server = RedisServer::start_with_module(&[]);
+    let mut c = server.conn();
+    // What sliding_log.lua writes: members `<ms>:<id>` scored by their time.
+    run(&mut c, &["ZADD", "k", "1000", "1000:a", "1200", "1200:b", "1200", "1200:c"]).expect("zadd");
+    let d = ints(&mut c, &["SLIDEGATE.CHECK", "k", "sliding_log", "3", "10000", "1", "NOW", "1500"]);
+    assert_eq!(d, [0, 0, 0, 9700, 9500, 3], "denied: the oldest leaves at 11,000");
+    assert_eq!(run(&mut c, &["TYPE", "k"]).expect("type"), Value::SimpleString("slidegate".into()));
+    let state = run(&mut c, &["SLIDEGATE.INSPECT", "k", "NOW", "1500"]).expect("inspect");
+    assert_eq!(
+        state,
+        Value::Array(vec![
+            Value::Int(3),
+            Value::Int(1000),
+            Value::Int(9700),
+            Value::SimpleString("sliding_log".into()),
+            Value::Int(3),
+            Value::Int(10_000)
+        ])
+    );
+    assert_eq!(ints(&mut c, &["SLIDEGATE.CHECK", "k", "sliding_log", "3", "10000", "1", "NOW", "11000"])[0], 1);
+}
+
+/// Admissions of every algorithm on `c`, on the server's clock, some of them denied.
+fn traffic(c: &mut Connection) {
+    for i in 0..30 {
+        for (key, quota) in [
+            ("log", &["sliding_log", "10", "60000"][..]),
+            ("window", &["sliding_window", "10", "60000", "BUCKETS", "6"][..]),
+            ("fixed", &["fixed_window", "10", "60000"][..]),
+            ("gcra", &["gcra", "10", "60000", "BURST", "4"][..]),
+        ] {
+            let cost = (1 + i % 2).to_string();
+            let mut args = vec!["SLIDEGATE.CHECK", key, quota[0], quota[1], quota[2], &cost];
+            args.extend_from_slice(&quota[3..]);
+            ints(c, &args);
+        }
+    }
+    let group = ["SLIDEGATE.CHECK", "{u}a", "sliding_log", "5", "60000", "1", "AND", "{u}b", "gcra", "3", "60000", "1"];
+    for _ in 0..6 {
+        ints(c, &group);
+    }
+}
+
+const KEYS: [&str; 6] = ["log", "window", "fixed", "gcra", "{u}a", "{u}b"];
+
+/// The server's clock in ms.
+fn now_ms(c: &mut Connection) -> String {
+    let time: Vec<u64> = redis::cmd("TIME").query(c).expect("time");
+    (time[0] * 1000 + time[1] / 1000).to_string()
+}
+
+/// Every key's serialized value (`DUMP`, which is the RDB encoding) and its state as
+/// `SLIDEGATE.INSPECT` reads it at `at` (ms).
+fn snapshot(c: &mut Connection, at: &str) -> Vec<(Value, Value)> {
+    KEYS.iter()
+        .map(|k| {
+            let dump = run(c, &["DUMP", k]).expect("dump");
+            let state = run(c, &["SLIDEGATE.INSPECT", k, "NOW", at]).expect("inspect");
+            assert!(matches!(&state, Value::Array(v) if v[0] != Value::Int(0)), "{k} holds admissions at {at}");
+            (dump, state)
+        })
+        .collect()
+}
+
+#[test]
+fn values_survive_debug_reload_and_dump_restore() {
+    let server = RedisServer::start_with_module(&[]);
+    let mut c = server.conn();
+    traffic(&mut c);
+    let at = now_ms(&mut c);
+    let before = snapshot(&mut c, &at);
+    run(&mut c, &["DEBUG", "RELOAD"]).expect("save and load the RDB file");
+    assert_eq!(snapshot(&mut c, &at), before, "the same values after an RDB round trip");
+    let Value::BulkString(dump) = &before[0].0 else { panic!("a dump") };
+    redis::cmd("RESTORE").arg("copy").arg(0).arg(dump.as_slice()).query::<()>(&mut c).expect("restore");
+    let copy = run(&mut c, &["SLIDEGATE.INSPECT", "copy", "NOW", &at]).expect("inspect");
+    assert_eq!(copy, before[0].1);
+}
+
+fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !done() {
+        assert!(started.elapsed() < Duration::from_secs(20), "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn an_aof_rewrite_replays_to_the_same_values() {
+    let server = RedisServer::start_with_module(&["--appendonly", "yes", "--aof-use-rdb-preamble", "no"]);
+    let mut c = server.conn();
+    traffic(&mut c);
+    let at = now_ms(&mut c);
+    let before = snapshot(&mut c, &at);
+    run(&mut c, &["BGREWRITEAOF"]).expect("rewrite");
+    wait_for("the AOF rewrite", || {
+        let info: String = redis::cmd("INFO").arg("persistence").query(&mut c).expect("info");
+        info.contains("aof_rewrite_in_progress:0") && info.contains("aof_rewrite_scheduled:0")
+    });
+    // After the rewrite, more traffic lands in the incremental file; both replay.
+    let admitted = ints(&mut c, &["SLIDEGATE.CHECK", "log", "sliding_log", "100", "60000", "1"]);
+    assert_eq!(admitted[0], 1);
+    let expected = snapshot(&mut c, &at);
+    assert_ne!(expected, before, "the last check changed the log");
+    run(&mut c, &["DEBUG", "LOADAOF"]).expect("flush and reload the AOF");
+    assert_eq!(snapshot(&mut c, &at), expected);
+}
+
+#[test]
+fn a_replica_holds_exactly_what_the_master_holds() {
+    let master = RedisServer::start_with_module(&[]);
+    let port = master.port().to_string();
+    let replica = RedisServer::start_with_module(&["--replicaof", "127.0.0.1", &port]);
+    let (mut m, mut r) = (master.conn(), replica.conn());
+    wait_for("the replica's link", || {
+        let info: String = redis::cmd("INFO").arg("replication").query(&mut r).expect("info");
+        info.contains("master_link_status:up")
+    });
+    traffic(&mut m);
+    // Denials that drop expired admissions change the master's value: they replicate too.
+    for t in ["1000", "70000", "70001"] {
+        ints(&mut m, &["SLIDEGATE.CHECK", "old", "sliding_log", "1", "60000", "1", "NOW", t]);
+    }
+    let acked: i64 = redis::cmd("WAIT").arg(1).arg(5_000).query(&mut m).expect("wait");
+    assert_eq!(acked, 1, "the replica acknowledged every write");
+    let at = now_ms(&mut m);
+    assert_eq!(snapshot(&mut r, &at), snapshot(&mut m, &at), "byte for byte (DUMP) and decision for decision");
+    let dumps = |c: &mut Connection| run(c, &["DUMP", "old"]).expect("dump");
+    assert_eq!(dumps(&mut r), dumps(&mut m));
+    let ttl = |c: &mut Connection| redis::cmd("PTTL").arg("log").query::<i64>(c).expect("pttl");
+    assert!(ttl(&mut r) > 0 && ttl(&mut m) > 0, "both expire");
+}
+
+#[test]
+fn keys_expire_after_their_last_admission_and_report_their_memory() {
+    let server = RedisServer::start_with_module(&[]);
+    let mut c = server.conn();
+    ints(&mut c, &["SLIDEGATE.CHECK", "short", "sliding_log", "5", "300", "1"]);
+    let ttl: i64 = redis::cmd("PTTL").arg("short").query(&mut c).expect("pttl");
+    assert!((1..=300).contains(&ttl), "expires one window after the admission, got {ttl} ms");
+    wait_for("the key to expire", || redis::cmd("EXISTS").arg("short").query::<i64>(&mut c).expect("exists") == 0);
+    for _ in 0..100 {
+        ints(&mut c, &["SLIDEGATE.CHECK", "hundred", "sliding_log", "100", "60000", "1"]);
+    }
+    let bytes: i64 = redis::cmd("MEMORY").arg("USAGE").arg("hundred").query(&mut c).expect("memory usage");
+    assert!((800..2_000).contains(&bytes), "100 admissions of 8 bytes and some overhead, got {bytes}");
+}

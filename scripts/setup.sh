@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# What a fresh Debian/Ubuntu machine lacks for the test suite, installed with apt-get:
+# redis-server and redis-cli (the tests start their own servers), and libclang (bindgen, for the
+# Redis module crate, reads Redis' module header with it).
+set -euo pipefail
+
+missing=()
+command -v redis-server >/dev/null && command -v redis-cli >/dev/null || missing+=(redis-server redis-tools)
+dpkg -s libclang-dev >/dev/null 2>&1 || missing+=(libclang-dev clang)
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "== installing ${missing[*]} (apt-get)"
+  sudo_cmd=""
+  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+redis-server --version
