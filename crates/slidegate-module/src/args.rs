@@ -121,8 +121,16 @@ impl<A: AsRef<[u8]>> Parser<'_, A> {
                 arg.escape_ascii()
             ))
         };
-        let name = std::str::from_utf8(arg).map_err(|_| unknown())?.to_ascii_lowercase();
-        let algorithm: Algorithm = name.parse().map_err(|_| unknown())?;
+        let algorithm = [
+            (&b"sliding_log"[..], Algorithm::SlidingLog),
+            (b"sliding_window", Algorithm::SlidingWindow { buckets: DEFAULT_BUCKETS }),
+            (b"fixed_window", Algorithm::FixedWindow),
+            (b"gcra", Algorithm::Gcra { burst: None }),
+            (b"token_bucket", Algorithm::Gcra { burst: None }),
+        ]
+        .into_iter()
+        .find_map(|(name, algorithm)| arg.eq_ignore_ascii_case(name).then_some(algorithm))
+        .ok_or_else(unknown)?;
         let limit = self.number("limit")?;
         let window_ms = self.number("window_ms")?;
         let cost = if with_cost { self.number("cost")? } else { 1 };
@@ -161,27 +169,27 @@ impl<A: AsRef<[u8]>> Parser<'_, A> {
     /// Without `options`, only `NOW` is accepted.
     fn options(&mut self, mut options: Option<&mut Options>) -> Result<(), Error> {
         while let Some(arg) = self.args.get(self.at) {
-            let keyword = arg.as_ref().to_ascii_uppercase();
+            let is = |keyword: &str| arg.as_ref().eq_ignore_ascii_case(keyword.as_bytes());
             let once = |set: bool, name: &str| {
                 if set { Err(Error::Syntax(format!("{name} given twice"))) } else { Ok(()) }
             };
-            match (keyword.as_slice(), options.as_deref_mut()) {
-                (b"NOW", _) => {
+            match options.as_deref_mut() {
+                _ if is("NOW") => {
                     once(self.now.is_some(), "NOW")?;
                     self.at += 1;
                     self.now = Some(self.number("NOW")?);
                 }
-                (b"BUCKETS", Some(o)) => {
+                Some(o) if is("BUCKETS") => {
                     once(o.buckets.is_some(), "BUCKETS")?;
                     self.at += 1;
                     o.buckets = Some(self.number("BUCKETS")?);
                 }
-                (b"BURST", Some(o)) => {
+                Some(o) if is("BURST") => {
                     once(o.burst.is_some(), "BURST")?;
                     self.at += 1;
                     o.burst = Some(self.number("BURST")?);
                 }
-                (b"WARMUP", Some(o)) => {
+                Some(o) if is("WARMUP") => {
                     once(o.warm_up.is_some(), "WARMUP")?;
                     self.at += 1;
                     o.warm_up = Some((self.number("WARMUP period_ms")?, self.number("WARMUP cold_permille")?));

@@ -62,11 +62,17 @@ pub enum Error {
 
 impl std::fmt::Display for Error {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Syntax(message) => write!(f, "ERR {message}"),
-            Self::Quota(e) => write!(f, "ERR {e}"),
-            Self::WrongType(message) => write!(f, "WRONGTYPE {message}"),
-        }
+        let (code, message) = match self {
+            Self::Syntax(message) => ("ERR", message.clone()),
+            Self::Quota(e) => ("ERR", e.to_string()),
+            Self::WrongType(message) => ("WRONGTYPE", message.clone()),
+        };
+        // ASCII only: redis-module truncates every other character to a byte, which would make
+        // the reply invalid UTF-8 for clients.
+        write!(f, "{code} ")?;
+        message
+            .chars()
+            .try_for_each(|c| if c.is_ascii() { write!(f, "{c}") } else { write!(f, "{}", c.escape_unicode()) })
     }
 }
 
@@ -281,16 +287,34 @@ fn set_expiry(key: &RedisKeyWritable, expires_at: u64, now: u64, slack: u64) -> 
     key.set_expire(std::time::Duration::from_millis(ttl))
 }
 
-/// Replicates the command as it was run, with `NOW server_now` appended when the server's clock
+/// Replicates the command as it was run, with `NOW <ms>` appended when the server's clock
 /// decided: replicas and AOF reloads then decide with the master's time.
 fn replicate_at(ctx: &Context, argv: &[RedisString], server_now: Option<u64>) {
-    let now = server_now.map(|t| t.to_string());
-    let mut args: Vec<&[u8]> = argv[1..].iter().map(RedisString::as_slice).collect();
-    if let Some(now) = &now {
-        args.extend([b"NOW".as_slice(), now.as_bytes()]);
+    let Some(now) = server_now else {
+        ctx.replicate_verbatim();
+        return;
+    };
+    // The arguments are handed over as they are (format `v`: Redis takes a reference to each,
+    // copying nothing); only `NOW` and the time are new. Cheaper than redis-module's
+    // `replicate`, which copies every argument into a new string.
+    let args: Vec<*mut raw::RedisModuleString> = argv[1..].iter().map(|s| s.inner).collect();
+    let now = std::ffi::c_longlong::try_from(now).unwrap_or(std::ffi::c_longlong::MAX);
+    // SAFETY: the format `vcl` takes an array of strings with its length, a C string and a long
+    // long, exactly as passed; the strings are the command's own arguments, alive for the call.
+    #[allow(unsafe_code)]
+    unsafe {
+        if let Some(replicate) = raw::RedisModule_Replicate {
+            replicate(
+                ctx.get_raw(),
+                c"SLIDEGATE.CHECK".as_ptr(),
+                c"vcl".as_ptr(),
+                args.as_ptr(),
+                args.len(),
+                c"NOW".as_ptr(),
+                now,
+            );
+        }
     }
-    let command = argv[0].to_string_lossy();
-    ctx.replicate(&command, args.as_slice());
 }
 
 fn quota_reply(q: &slidegate::Quota) -> [RedisValue; 3] {

@@ -243,7 +243,7 @@ impl Quota {
                     ));
                 }
                 if self.limit.checked_mul(self.window_ms / u64::from(buckets)).is_none_or(|p| p >= EXACT) {
-                    return bad("limit × bucket length (ms) must stay below 2^53".into());
+                    return bad("limit * bucket length (ms) must stay below 2^53".into());
                 }
             }
             Algorithm::Gcra { burst } => {
@@ -253,7 +253,7 @@ impl Quota {
                 match burst {
                     Some(b) if b == 0 || b > MAX_LIMIT => return bad(format!("burst must be 1 to {MAX_LIMIT}")),
                     Some(b) if b.checked_mul(self.emission_us()).is_none_or(|tau| tau > MAX_WINDOW_MS * 1000) => {
-                        return bad("burst × window / limit must not exceed 366 days".into());
+                        return bad("burst * window / limit must not exceed 366 days".into());
                     }
                     _ => {}
                 }
