@@ -22,6 +22,36 @@ use crate::Error;
 /// must never make Redis allocate (or copy) without bound.
 pub const MAX_LOG_COST: u64 = 100_000;
 
+/// A command argument's bytes: Redis' strings in the module, plain strings in tests.
+pub trait Arg {
+    /// The argument as Redis received it.
+    fn bytes(&self) -> &[u8];
+}
+
+impl Arg for str {
+    fn bytes(&self) -> &[u8] {
+        self.as_bytes()
+    }
+}
+
+impl Arg for String {
+    fn bytes(&self) -> &[u8] {
+        self.as_bytes()
+    }
+}
+
+impl Arg for [u8] {
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+}
+
+impl<T: Arg + ?Sized> Arg for &T {
+    fn bytes(&self) -> &[u8] {
+        (**self).bytes()
+    }
+}
+
 /// One check of a command: `cost` permits of `quota`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Spec {
@@ -43,13 +73,13 @@ pub struct Checks {
 }
 
 /// Parses `SLIDEGATE.CHECK`'s arguments (`args[0]` is the command's name). Keys must be distinct.
-pub fn parse_checks<A: AsRef<[u8]>>(args: &[A]) -> Result<Checks, Error> {
+pub fn parse_checks<A: Arg>(args: &[A]) -> Result<Checks, Error> {
     let mut p = Parser { args, at: 1, now: None };
     let (mut keys, mut specs) = (Vec::new(), Vec::new());
     loop {
         let key = p.at;
         let name = p.next("key")?;
-        if keys.iter().any(|&k: &usize| args[k].as_ref() == name) {
+        if keys.iter().any(|&k: &usize| args[k].bytes() == name) {
             return Err(Error::Syntax("keys must be distinct".into()));
         }
         if keys.len() == MAX_CHECKS {
@@ -58,7 +88,7 @@ pub fn parse_checks<A: AsRef<[u8]>>(args: &[A]) -> Result<Checks, Error> {
         keys.push(key);
         specs.push(p.spec(true)?);
         match args.get(p.at) {
-            Some(arg) if arg.as_ref().eq_ignore_ascii_case(b"AND") => p.at += 1,
+            Some(arg) if arg.bytes().eq_ignore_ascii_case(b"AND") => p.at += 1,
             _ => break,
         }
     }
@@ -68,13 +98,13 @@ pub fn parse_checks<A: AsRef<[u8]>>(args: &[A]) -> Result<Checks, Error> {
 
 /// Where `SLIDEGATE.CHECK`'s keys are, for Redis' key-position requests: those of a well-formed
 /// command, or the first argument alone (the command then fails with its error when run).
-pub fn key_positions<A: AsRef<[u8]>>(args: &[A]) -> Vec<usize> {
+pub fn key_positions<A: Arg>(args: &[A]) -> Vec<usize> {
     parse_checks(args).map_or_else(|_| if args.len() > 1 { vec![1] } else { Vec::new() }, |c| c.keys)
 }
 
 /// Parses `SLIDEGATE.INSPECT`'s optional quota (`algorithm limit window_ms [options]`, no cost)
 /// and `NOW`, after the key.
-pub fn parse_inspect<A: AsRef<[u8]>>(args: &[A]) -> Result<(Option<Quota>, Option<u64>), Error> {
+pub fn parse_inspect<A: Arg>(args: &[A]) -> Result<(Option<Quota>, Option<u64>), Error> {
     let mut p = Parser { args, at: 0, now: None };
     p.options(None)?;
     let quota = if p.at < args.len() { Some(p.spec(false)?.quota) } else { None };
@@ -96,11 +126,11 @@ struct Options {
     warm_up: Option<(u64, u64)>,
 }
 
-impl<A: AsRef<[u8]>> Parser<'_, A> {
+impl<A: Arg> Parser<'_, A> {
     fn next(&mut self, what: &str) -> Result<&[u8], Error> {
         let arg = self.args.get(self.at).ok_or_else(|| Error::Syntax(format!("missing {what}")))?;
         self.at += 1;
-        Ok(arg.as_ref())
+        Ok(arg.bytes())
     }
 
     fn number(&mut self, what: &str) -> Result<u64, Error> {
@@ -169,7 +199,7 @@ impl<A: AsRef<[u8]>> Parser<'_, A> {
     /// Without `options`, only `NOW` is accepted.
     fn options(&mut self, mut options: Option<&mut Options>) -> Result<(), Error> {
         while let Some(arg) = self.args.get(self.at) {
-            let is = |keyword: &str| arg.as_ref().eq_ignore_ascii_case(keyword.as_bytes());
+            let is = |keyword: &str| arg.bytes().eq_ignore_ascii_case(keyword.as_bytes());
             let once = |set: bool, name: &str| {
                 if set { Err(Error::Syntax(format!("{name} given twice"))) } else { Ok(()) }
             };
@@ -203,7 +233,7 @@ impl<A: AsRef<[u8]>> Parser<'_, A> {
     fn finish(&self) -> Result<(), Error> {
         match self.args.get(self.at) {
             None => Ok(()),
-            Some(extra) => Err(Error::Syntax(format!("unexpected argument \"{}\"", extra.as_ref().escape_ascii()))),
+            Some(extra) => Err(Error::Syntax(format!("unexpected argument \"{}\"", extra.bytes().escape_ascii()))),
         }
     }
 }

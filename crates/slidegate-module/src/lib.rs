@@ -36,7 +36,6 @@ mod value;
 
 use redis_module::key::RedisKeyWritable;
 use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue, raw, redis_module};
-use slidegate::Decision;
 use slidegate::state::Counter;
 
 use crate::args::{Checks, Spec};
@@ -91,24 +90,22 @@ impl From<Error> for RedisError {
 /// `SLIDEGATE.CHECK`: one check, or several joined by `AND`, decided all or nothing.
 #[allow(clippy::needless_pass_by_value, reason = "the signature redis-module calls")]
 fn check(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    let argv = bytes(&args);
     if ctx.is_keys_position_request() {
         // Asked by Redis (Cluster routing, ACLs, `COMMAND GETKEYS`) where the keys are.
-        for position in args::key_positions(&argv) {
+        for position in args::key_positions(&args) {
             ctx.key_at_pos(i32::try_from(position).unwrap_or(1));
         }
         return Ok(RedisValue::NoReply);
     }
-    let checks = args::parse_checks(&argv)?;
-    let keys: Vec<&RedisString> = checks.keys.iter().map(|&k| &args[k]).collect();
-    if ctx.get_flags().contains(ContextFlags::CLUSTER) {
+    let checks = args::parse_checks(&args)?;
+    if checks.keys.len() > 1 && ctx.get_flags().contains(ContextFlags::CLUSTER) {
         // Redis checked that this node serves the first key; the others must share its slot.
-        let slot = |k: &RedisString| slidegate::key_slot(k.as_slice());
-        if keys.iter().any(|k| slot(k) != slot(keys[0])) {
+        let slot = |at: &usize| slidegate::key_slot(args[*at].as_slice());
+        if checks.keys.iter().any(|at| slot(at) != slot(&checks.keys[0])) {
             return Err(RedisError::Str("CROSSSLOT Keys in request don't hash to the same slot"));
         }
     }
-    decide(ctx, &args, &keys, &checks)
+    decide(ctx, &args, &checks)
 }
 
 /// `SLIDEGATE.INSPECT`: what a key holds now, changing nothing.
@@ -117,7 +114,7 @@ fn inspect(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     if args.len() < 2 {
         return Err(RedisError::WrongArity);
     }
-    let (asked, now) = args::parse_inspect(&bytes(&args[2..]))?;
+    let (asked, now) = args::parse_inspect(&args[2..])?;
     let now = now.unwrap_or_else(server_now);
     let key = ctx.open_key(&args[1]);
     let found = match key.get_value::<Value>(&SLIDEGATE_TYPE) {
@@ -177,65 +174,55 @@ impl Slot<'_> {
     }
 }
 
-/// Decides `checks` on `keys` all or nothing, writes what changed, and replicates the command
-/// with the time it used.
-fn decide(ctx: &Context, argv: &[RedisString], keys: &[&RedisString], checks: &Checks) -> RedisResult {
+/// Decides `checks` all or nothing, writes what changed, and replicates the command with the
+/// time it used.
+fn decide(ctx: &Context, argv: &[RedisString], checks: &Checks) -> RedisResult {
     let now = checks.now.unwrap_or_else(server_now);
-    let opened: Vec<RedisKeyWritable> = keys.iter().map(|k| ctx.open_key_writable(k)).collect();
-    let mut slots = Vec::with_capacity(keys.len());
-    for ((key, name), spec) in opened.iter().zip(keys).zip(&checks.specs) {
-        slots.push(slot(ctx, key, name, spec)?);
-    }
-    // Every check is evaluated before any is recorded; evaluating drops expired admissions,
+    // Every check is evaluated before any is recorded. Evaluating drops expired admissions,
     // which is a change to replicate even when nothing is admitted.
     let mut changed = false;
-    let verdicts: Vec<Decision> = slots
-        .iter_mut()
-        .zip(&checks.specs)
-        .map(|(slot, spec)| {
-            let counter = &mut slot.value().counter;
-            let before = counter.len();
-            let decision = counter.evaluate(now, &spec.quota, spec.cost);
-            changed |= counter.len() != before && matches!(slot, Slot::Stored(_));
-            decision
-        })
-        .collect();
-    let admitted = verdicts.iter().all(|d| d.allowed);
+    let mut evaluated = Vec::with_capacity(checks.keys.len());
+    for (&at, spec) in checks.keys.iter().zip(&checks.specs) {
+        let key = ctx.open_key_writable(&argv[at]);
+        let mut slot = slot(ctx, &key, &argv[at], spec)?;
+        let stored = matches!(slot, Slot::Stored(_));
+        let counter = &mut slot.value().counter;
+        let before = counter.len();
+        let verdict = counter.evaluate(now, &spec.quota, spec.cost);
+        changed |= stored && counter.len() != before;
+        evaluated.push((key, slot, spec, verdict));
+    }
+    let admitted = evaluated.iter().all(|(.., verdict)| verdict.allowed);
     let slack = if checks.now.is_some() { CALLER_CLOCK_SLACK_MS } else { 0 };
-    let mut reply = Vec::with_capacity(1 + 5 * keys.len());
+    let mut reply = Vec::with_capacity(1 + 5 * evaluated.len());
     reply.push(int(i64::from(admitted)));
-    for (((slot, key), spec), verdict) in slots.into_iter().zip(&opened).zip(&checks.specs).zip(verdicts) {
+    for (key, mut slot, spec, verdict) in evaluated {
+        let value = slot.value();
         let decision = if admitted {
+            value.counter.record(now, &spec.quota, spec.cost);
+            value.quota = spec.quota;
             verdict
         } else if verdict.allowed {
-            slot_counter(&slot).held(now, &spec.quota, spec.cost, &verdict)
+            value.counter.held(now, &spec.quota, spec.cost, &verdict)
         } else {
             verdict
         };
-        let (write, mut slot) = match slot {
-            Slot::Made { converted: false, .. } if !admitted => (false, slot),
-            Slot::Made { .. } => (true, slot),
-            Slot::Stored(_) => (admitted, slot),
-        };
-        if admitted {
-            let value = slot.value();
-            value.counter.record(now, &spec.quota, spec.cost);
-            value.quota = spec.quota;
-        }
-        if let Slot::Made { value, converted } = slot {
-            if write {
+        let expires_at = value.counter.expires_at(&spec.quota);
+        match slot {
+            // A new key is stored only if admitted; a converted one in any case (once).
+            Slot::Made { value, converted } if admitted || converted => {
                 if converted {
                     key.delete()?;
                 }
-                let expires_at = value.counter.expires_at(&spec.quota);
                 key.set_value(&SLIDEGATE_TYPE, value)?;
-                set_expiry(key, expires_at, now, slack)?;
+                set_expiry(&key, expires_at, now, slack)?;
                 changed = true;
             }
-        } else if write {
-            let expires_at = slot_counter(&slot).expires_at(&spec.quota);
-            set_expiry(key, expires_at, now, slack)?;
-            changed = true;
+            Slot::Stored(_) if admitted => {
+                set_expiry(&key, expires_at, now, slack)?;
+                changed = true;
+            }
+            _ => {}
         }
         reply.extend([
             int(i64::from(decision.allowed || decision.retry_after.is_none())),
@@ -251,8 +238,10 @@ fn decide(ctx: &Context, argv: &[RedisString], keys: &[&RedisString], checks: &C
     Ok(RedisValue::Array(reply))
 }
 
-/// The slot of one key: its value, a conversion of the Lua scripts' state, or a new counter.
-fn slot<'a>(ctx: &Context, key: &'a RedisKeyWritable, name: &RedisString, spec: &Spec) -> Result<Slot<'a>, RedisError> {
+/// The slot of one key: its value (borrowed from Redis for as long as its key stays open and
+/// unchanged, which `decide` guarantees: it keeps each key beside its slot and replaces only
+/// values it made), a conversion of the Lua scripts' state, or a new counter.
+fn slot<'v>(ctx: &Context, key: &RedisKeyWritable, name: &RedisString, spec: &Spec) -> Result<Slot<'v>, RedisError> {
     let algorithm = spec.quota.algorithm();
     match key.get_value::<Value>(&SLIDEGATE_TYPE) {
         Ok(Some(value)) if value.counter.counts_by(algorithm) => Ok(Slot::Stored(value)),
@@ -267,13 +256,6 @@ fn slot<'a>(ctx: &Context, key: &'a RedisKeyWritable, name: &RedisString, spec: 
                 converted: false,
             }),
         },
-    }
-}
-
-fn slot_counter<'s>(slot: &'s Slot<'_>) -> &'s Counter {
-    match slot {
-        Slot::Stored(value) => &value.counter,
-        Slot::Made { value, .. } => &value.counter,
     }
 }
 
@@ -297,7 +279,18 @@ fn replicate_at(ctx: &Context, argv: &[RedisString], server_now: Option<u64>) {
     // The arguments are handed over as they are (format `v`: Redis takes a reference to each,
     // copying nothing); only `NOW` and the time are new. Cheaper than redis-module's
     // `replicate`, which copies every argument into a new string.
-    let args: Vec<*mut raw::RedisModuleString> = argv[1..].iter().map(|s| s.inner).collect();
+    // A command of up to 32 arguments (every one the backend sends) needs no allocation.
+    let mut stack = [std::ptr::null_mut(); 32];
+    let heap: Vec<*mut raw::RedisModuleString>;
+    let args: &[*mut raw::RedisModuleString] = if argv.len() <= stack.len() {
+        for (slot, s) in stack.iter_mut().zip(&argv[1..]) {
+            *slot = s.inner;
+        }
+        &stack[..argv.len() - 1]
+    } else {
+        heap = argv[1..].iter().map(|s| s.inner).collect();
+        &heap
+    };
     let now = std::ffi::c_longlong::try_from(now).unwrap_or(std::ffi::c_longlong::MAX);
     // SAFETY: the format `vcl` takes an array of strings with its length, a C string and a long
     // long, exactly as passed; the strings are the command's own arguments, alive for the call.
@@ -329,8 +322,10 @@ fn server_now() -> u64 {
     u64::try_from(ms).unwrap_or(0)
 }
 
-fn bytes(args: &[RedisString]) -> Vec<&[u8]> {
-    args.iter().map(RedisString::as_slice).collect()
+impl args::Arg for RedisString {
+    fn bytes(&self) -> &[u8] {
+        self.as_slice()
+    }
 }
 
 fn int(n: i64) -> RedisValue {

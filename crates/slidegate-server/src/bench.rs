@@ -26,6 +26,8 @@ pub struct BenchOptions {
     pub target: String,
     /// With a library target: a near-cache of this many denied keys (0: none).
     pub near_cache: usize,
+    /// With a Redis target: which code decides.
+    pub redis_engine: slidegate::RedisEngine,
     /// Distinct keys, drawn uniformly (1 = one hot key).
     pub keys: u64,
     /// Decisions in flight.
@@ -45,6 +47,9 @@ pub struct BenchOptions {
 pub struct Report {
     /// The target.
     pub target: String,
+    /// With a library target, the code that decided at the end: `memory`, `lua` or `module`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub engine: Option<&'static str>,
     /// Distinct keys.
     pub keys: u64,
     /// Decisions in flight.
@@ -137,12 +142,12 @@ pub async fn run(options: BenchOptions) -> anyhow::Result<Report> {
         library(AnyBackend::Memory(MemoryBackend::new()))
     } else if options.target.starts_with("redis://") {
         let backend = RedisBackend::connect(&options.target).await.context("connecting to Redis")?;
-        library(AnyBackend::Redis(backend.with_timeout(Duration::from_secs(2))))
+        library(AnyBackend::Redis(backend.with_timeout(Duration::from_secs(2)).with_engine(options.redis_engine)))
     } else if let Some(nodes) = options.target.strip_prefix("redis-cluster://") {
         let urls: Vec<String> = nodes.split(',').map(|n| format!("redis://{n}")).collect();
         let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
         let backend = RedisBackend::connect_cluster(&urls).await.context("connecting to the Redis Cluster")?;
-        library(AnyBackend::Cluster(backend.with_timeout(Duration::from_secs(2))))
+        library(AnyBackend::Cluster(backend.with_timeout(Duration::from_secs(2)).with_engine(options.redis_engine)))
     } else if let Some(addr) = options.target.strip_prefix("grpc://") {
         let client = RateLimitServiceClient::connect(format!("http://{addr}")).await.context("connecting over gRPC")?;
         Target::Grpc(client)
@@ -240,8 +245,13 @@ pub async fn run(options: BenchOptions) -> anyhow::Result<Report> {
         u64::from(latencies[i])
     };
     let answered = latencies.len() as u64;
+    let engine = match &*target {
+        Target::Library(limiter) => Some(limiter.backend().engine()),
+        _ => None,
+    };
     Ok(Report {
         target: options.target,
+        engine,
         keys: options.keys,
         concurrency: options.concurrency,
         duration_s: elapsed,
@@ -259,6 +269,9 @@ pub async fn run(options: BenchOptions) -> anyhow::Result<Report> {
 impl std::fmt::Display for Report {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         writeln!(f, "target        {}", self.target)?;
+        if let Some(engine) = self.engine {
+            writeln!(f, "engine        {engine}")?;
+        }
         writeln!(f, "keys          {}", self.keys)?;
         writeln!(f, "concurrency   {}", self.concurrency)?;
         writeln!(f, "duration      {:.2} s", self.duration_s)?;

@@ -89,6 +89,9 @@ enum Command {
         /// Against a backend: a near-cache of this many denied keys (0: none).
         #[arg(long, default_value_t = 0)]
         near_cache: usize,
+        /// Against Redis: which code decides (`auto`: the module when loaded, `lua`, `module`).
+        #[arg(long, default_value = "auto")]
+        redis_engine: slidegate::RedisEngine,
         /// Print one JSON object instead of the table.
         #[arg(long)]
         json: bool,
@@ -171,7 +174,19 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             );
             Ok(if d.allowed { ExitCode::SUCCESS } else { ExitCode::from(1) })
         }
-        Command::Bench { target, keys, concurrency, duration, limit, window, algorithm, rule, near_cache, json } => {
+        Command::Bench {
+            target,
+            keys,
+            concurrency,
+            duration,
+            limit,
+            window,
+            algorithm,
+            rule,
+            near_cache,
+            redis_engine,
+            json,
+        } => {
             let algorithm: Algorithm = algorithm.parse()?;
             let quota = Quota::new(limit, window)?.with_algorithm(algorithm)?;
             let report = bench::run(BenchOptions {
@@ -182,6 +197,7 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
                 quota,
                 rule,
                 near_cache,
+                redis_engine,
                 progress: !json,
             })
             .await?;
