@@ -59,6 +59,11 @@ def commands(shape, shas):
     return rows
 
 
+def redis_cpu():
+    info = dict(line.split(":", 1) for line in cli("INFO", "cpu").splitlines() if ":" in line)
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
 def command_stat(name):
     for line in cli("INFO", "commandstats").splitlines():
         if line.startswith(f"cmdstat_{name}:"):
@@ -71,14 +76,16 @@ def run(shape, system, args, pipeline):
     _, rand, _, _, n = SHAPES[shape]
     cli("FLUSHALL")
     cli("CONFIG", "RESETSTAT")
+    cpu = redis_cpu()
     out = subprocess.run(
         ["taskset", "-c", "0", "redis-benchmark", "-p", str(PORT), "-c", "64", "-P", str(pipeline), "-n", str(n),
          "-r", str(rand), "--csv", *map(str, args)],
         capture_output=True, text=True, check=True,
     ).stdout
+    cpu = (redis_cpu() - cpu) / n * 1e6
     rps = float(out.strip().splitlines()[-1].split(",")[1].strip('"'))
     name = {"module": "slidegate.check", "cell": "cl.throttle"}.get(system, "evalsha")
-    return rps, command_stat(name)
+    return rps, command_stat(name), cpu
 
 
 def bytes_per_key(args_for, admissions):
@@ -118,17 +125,18 @@ def main():
                     for pipeline in (1, 16):
                         results.setdefault((shape, system, pipeline), []).append(run(shape, system, args, pipeline))
             print(f"rep {rep + 1}/{REPS} done", file=sys.stderr)
-        print(f"medians of {REPS}; decisions/s and Redis µs inside the command per call\n")
-        print("| shape | system | -P 1 (64 in flight) | -P 16 | µs/call | × module µs |")
-        print("|---|---|---|---|---|---|")
+        print(f"medians of {REPS}: decisions/s; Redis CPU per decision, µs: inside the command "
+              "(INFO commandstats) and all of it (INFO cpu, parsing and replies included)\n")
+        print("| shape | system | -P 1 (64 in flight) | -P 16 | in command | all, -P 1 | all, -P 16 "
+              "| -P 16 throughput / module's |")
+        print("|---|---|---|---|---|---|---|---|")
+        med = lambda rows, i: statistics.median(r[i] for r in rows)
         for shape in SHAPES:
-            base = statistics.median(u for _, u in results[(shape, "module", 16)])
+            base = med(results[(shape, "module", 16)], 0)
             for system in commands(shape, shas):
-                p1 = results[(shape, system, 1)]
-                p16 = results[(shape, system, 16)]
-                usec = statistics.median([u for _, u in p1 + p16])
-                print(f"| {shape} | {system} | {statistics.median(r for r, _ in p1):,.0f}/s "
-                      f"| {statistics.median(r for r, _ in p16):,.0f}/s | {usec:.2f} | {usec / base:.2f} |")
+                p1, p16 = results[(shape, system, 1)], results[(shape, system, 16)]
+                print(f"| {shape} | {system} | {med(p1, 0):,.0f}/s | {med(p16, 0):,.0f}/s | {med(p1 + p16, 1):.2f} "
+                      f"| {med(p1, 2):.2f} | {med(p16, 2):.2f} | {med(p16, 0) / base:.2f} |")
         # Bytes per key holding n admissions (limit and window far above: every call admits).
         memory = {
             "module": lambda n: ["SLIDEGATE.CHECK", "mem", "sliding_log", 1_000_000, 3_600_000, 1],
