@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # Redis CPU per decision, counted in instructions instead of seconds: redis-server runs under
-# callgrind (collecting only inside EVALSHA), redis-benchmark sends the same calls to the seed's
-# sliding-log script and to slidegate's, and the script prints instructions per call. Unlike
-# usec_per_call on a shared 2-core VM, the counts repeat to within a fraction of a percent.
+# callgrind, redis-benchmark sends the same calls to each system, and the script prints
+# instructions per call. Unlike usec_per_call on a shared 2-core VM, the counts repeat to within
+# a fraction of a percent.
 #
 #   bash bench/script_cost.sh [calls]     (needs valgrind; the seed script from ../shared/peers)
+#
+# Table 1, the scripts (collected inside EVALSHA): the seed's sliding-log script and slidegate's.
+# Table 2, when the module is built (cargo build --release -p slidegate-module), collected inside
+# processCommand (command lookup, the command, replication bookkeeping, the reply): slidegate's
+# module, both scripts, and redis-cell's CL.THROTTLE when REDIS_CELL_MODULE names its .so.
 #
 # Shapes: W1 one hot key, 100 per 10 s (after 100 admissions every call is a denial);
 #         W2 fresh: keys drawn from 10,000 (nearly every call admits into a near-empty key);
@@ -14,22 +19,27 @@ cd "$(dirname "$0")/.."
 calls=${1:-3000}
 seed=${SEED_SCRIPT:-../shared/peers/lua/sliding_log_servertime.lua}
 ours=crates/slidegate/src/redis/sliding_log.lua
+module=target/release/libslidegate_module.so
 command -v valgrind >/dev/null || { echo "valgrind is needed (apt-get install valgrind)"; exit 1; }
 [ -f "$seed" ] || { echo "seed script not found at $seed (set SEED_SCRIPT)"; exit 1; }
 
-per_call() { # script, redis-benchmark args with @SHA@ -> instructions per EVALSHA
-  local script=$1; shift
-  local port out pid sha n ir
+per_call() { # function to collect in, redis-benchmark args (@SEED@/@OURS@ = SHAs) -> instructions per call
+  local collect=$1; shift
+  local port out pid n ir load=()
+  [ -f "$module" ] && load+=(--loadmodule "$PWD/$module")
+  [ -n "${REDIS_CELL_MODULE:-}" ] && load+=(--loadmodule "$REDIS_CELL_MODULE")
   port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   out=$(mktemp)
-  valgrind --tool=callgrind --callgrind-out-file="$out" --toggle-collect=evalShaCommand \
-    redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no >/dev/null 2>&1 &
+  valgrind --tool=callgrind --callgrind-out-file="$out" --toggle-collect="$collect" \
+    redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no "${load[@]}" >/dev/null 2>&1 &
   pid=$!
   for _ in $(seq 1 300); do redis-cli -p "$port" PING 2>/dev/null | grep -q PONG && break; sleep 0.1; done
-  sha=$(redis-cli -p "$port" SCRIPT LOAD "$(cat "$script")")
-  local args=("$@"); args=("${args[@]/@SHA@/$sha}")
+  local args=("$@")
+  args=("${args[@]/@SEED@/$(redis-cli -p "$port" SCRIPT LOAD "$(cat "$seed")")}")
+  args=("${args[@]/@OURS@/$(redis-cli -p "$port" SCRIPT LOAD "$(cat "$ours")")}")
   redis-benchmark -p "$port" -n "$calls" -c 4 -P 16 -q "${args[@]}" >/dev/null 2>&1
-  n=$(redis-cli -p "$port" INFO commandstats | sed -n 's/^cmdstat_evalsha:calls=\([0-9]*\),.*/\1/p')
+  n=$(redis-cli -p "$port" INFO commandstats |
+    sed -n 's/^cmdstat_\(evalsha\|slidegate.check\|cl.throttle\):calls=\([0-9]*\),.*/\2/p')
   redis-cli -p "$port" SHUTDOWN NOSAVE >/dev/null 2>&1 || true
   wait "$pid" || true
   ir=$(awk '/^(summary|totals):/ { print $2; exit }' "$out")
@@ -37,14 +47,39 @@ per_call() { # script, redis-benchmark args with @SHA@ -> instructions per EVALS
   echo $((ir / n))
 }
 
+shapes=("W1:-r 1000000:hot:10000" "W2 fresh:-r 10000:k__rand_int__:60000" "W2 warm:-r 100:k__rand_int__:60000")
 # Seed ARGV: window, limit, random token. Ours: id, now ("" = TIME), window, limit-cost,
 # -(limit-cost+1), cost, limit.
+calls_for() { # key window -> the arrays seed_call and ours_call
+  seed_call=(EVALSHA @SEED@ 1 "$1" "$2" 100 __rand_int__)
+  ours_call=(EVALSHA @OURS@ 1 "$1" m__rand_int__ "" "$2" 99 -100 1 100)
+}
+
 printf '| shape | seed script (instr/call) | slidegate (instr/call) | ratio |\n|---|---|---|---|\n'
-for shape in "W1:-r 1000000:hot:10000" "W2 fresh:-r 10000:k__rand_int__:60000" "W2 warm:-r 100:k__rand_int__:60000"; do
+for shape in "${shapes[@]}"; do
   IFS=: read -r name rand key window <<<"$shape"
+  calls_for "$key" "$window"
   # shellcheck disable=SC2086
-  s=$(per_call "$seed" $rand EVALSHA @SHA@ 1 "$key" "$window" 100 __rand_int__)
+  s=$(per_call evalShaCommand $rand "${seed_call[@]}")
   # shellcheck disable=SC2086
-  o=$(per_call "$ours" $rand EVALSHA @SHA@ 1 "$key" m__rand_int__ "" "$window" 99 -100 1 100)
+  o=$(per_call evalShaCommand $rand "${ours_call[@]}")
   python3 -c "print(f'| $name | {$s:,} | {$o:,} | **{$o / $s:.2f}** |')"
+done
+
+[ -f "$module" ] || exit 0
+printf '\n| shape | module | slidegate script | seed script | redis-cell | module / seed | module / cell |\n'
+printf '|---|---|---|---|---|---|---|\n'
+for shape in "${shapes[@]}"; do
+  IFS=: read -r name rand key window <<<"$shape"
+  calls_for "$key" "$window"
+  # shellcheck disable=SC2086
+  m=$(per_call processCommand $rand SLIDEGATE.CHECK "$key" sliding_log 100 "$window" 1)
+  # shellcheck disable=SC2086
+  o=$(per_call processCommand $rand "${ours_call[@]}")
+  # shellcheck disable=SC2086
+  s=$(per_call processCommand $rand "${seed_call[@]}")
+  c=0
+  # shellcheck disable=SC2086
+  [ -n "${REDIS_CELL_MODULE:-}" ] && c=$(per_call processCommand $rand CL.THROTTLE "$key" 99 100 $((window / 1000)) 1)
+  python3 -c "print(f'| $name | {$m:,} | {$o:,} | {$s:,} | {$c:,} | **{$m / $s:.2f}** | **{$m / max($c, 1):.2f}** |')"
 done

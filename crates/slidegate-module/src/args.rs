@@ -200,34 +200,28 @@ impl<A: Arg> Parser<'_, A> {
     fn options(&mut self, mut options: Option<&mut Options>) -> Result<(), Error> {
         while let Some(arg) = self.args.get(self.at) {
             let is = |keyword: &str| arg.bytes().eq_ignore_ascii_case(keyword.as_bytes());
-            let once = |set: bool, name: &str| {
-                if set { Err(Error::Syntax(format!("{name} given twice"))) } else { Ok(()) }
-            };
             match options.as_deref_mut() {
-                _ if is("NOW") => {
-                    once(self.now.is_some(), "NOW")?;
-                    self.at += 1;
-                    self.now = Some(self.number("NOW")?);
-                }
-                Some(o) if is("BUCKETS") => {
-                    once(o.buckets.is_some(), "BUCKETS")?;
-                    self.at += 1;
-                    o.buckets = Some(self.number("BUCKETS")?);
-                }
-                Some(o) if is("BURST") => {
-                    once(o.burst.is_some(), "BURST")?;
-                    self.at += 1;
-                    o.burst = Some(self.number("BURST")?);
-                }
+                _ if is("NOW") => self.now = Some(self.option(self.now.is_some(), "NOW")?),
+                Some(o) if is("BUCKETS") => o.buckets = Some(self.option(o.buckets.is_some(), "BUCKETS")?),
+                Some(o) if is("BURST") => o.burst = Some(self.option(o.burst.is_some(), "BURST")?),
                 Some(o) if is("WARMUP") => {
-                    once(o.warm_up.is_some(), "WARMUP")?;
-                    self.at += 1;
-                    o.warm_up = Some((self.number("WARMUP period_ms")?, self.number("WARMUP cold_permille")?));
+                    let period = self.option(o.warm_up.is_some(), "WARMUP period_ms")?;
+                    o.warm_up = Some((period, self.number("WARMUP cold_permille")?));
                 }
                 _ => return Ok(()),
             }
         }
         Ok(())
+    }
+
+    /// The number after the keyword at the cursor, refused if the option was `set` already.
+    fn option(&mut self, set: bool, name: &str) -> Result<u64, Error> {
+        if set {
+            let keyword = name.split(' ').next().unwrap_or(name);
+            return Err(Error::Syntax(format!("{keyword} given twice")));
+        }
+        self.at += 1;
+        self.number(name)
     }
 
     fn finish(&self) -> Result<(), Error> {
