@@ -85,9 +85,12 @@ struct Config {
 #[non_exhaustive]
 pub enum RedisEngine {
     /// The module when the server has it loaded, the Lua scripts otherwise (the default).
-    /// Asked with `COMMAND INFO SLIDEGATE.CHECK` at the first call and again after the
-    /// connection failed (a restart or a failover may have changed the server); a server that
-    /// stops knowing the command is noticed at once and the same call is made by the scripts.
+    /// The first call, and the first after the connection failed (a restart or a failover may
+    /// have changed the server), goes to the module: if the server does not know the command,
+    /// the scripts make that call and the ones after it. A script meeting a key of the
+    /// module's type (the module was loaded since) makes the next call try the module again;
+    /// so does [`RedisBackend::detect_module`] (`COMMAND INFO SLIDEGATE.CHECK`), which
+    /// [`RedisBackend::ready`] calls.
     #[default]
     Auto,
     /// Always the Lua scripts.
@@ -309,40 +312,55 @@ where
         Ok(loaded)
     }
 
-    /// Whether this call goes to the module first.
-    async fn module_first(&self) -> bool {
+    /// Whether this call goes to the module first: unless the engine is `Lua` or the server
+    /// said it has no module. Not knowing yet (the first call, or the first after a failed
+    /// connection), the call itself asks: no extra round trip, and no second deadline.
+    fn module_first(&self) -> bool {
         match self.config.engine {
             RedisEngine::Lua => false,
             RedisEngine::Module => true,
-            RedisEngine::Auto => match self.module.0.load(Ordering::Relaxed) {
-                MODULE_LOADED => true,
-                MODULE_ABSENT => false,
-                // Unreachable now: the scripts' call will fail (or succeed) on its own.
-                _ => self.detect_module().await.unwrap_or(false),
-            },
+            RedisEngine::Auto => self.module.0.load(Ordering::Relaxed) != MODULE_ABSENT,
         }
     }
 
     /// The module's answer, or `None` when the call is to be made by the scripts instead: the
-    /// server does not know the command (a failover to a server without the module) and the
-    /// engine is `Auto` (forced to the module, that is [`Error::ModuleNotLoaded`]). A failed
-    /// connection makes the next call ask the server again.
+    /// server does not know the command (no module, or a failover to a server without it) and
+    /// the engine is `Auto` (forced to the module, that is [`Error::ModuleNotLoaded`]).
     fn module_answer<T>(&self, answer: Result<T, Error>) -> Option<Result<T, Error>> {
         match &answer {
             Err(Error::Redis(e)) if unknown_command(e) => {
-                self.module.0.store(MODULE_ABSENT, Ordering::Relaxed);
+                self.remember(MODULE_ABSENT);
                 (self.config.engine == RedisEngine::Module).then_some(Err(Error::ModuleNotLoaded))
             }
-            _ => Some(self.noting_failure(answer)),
+            Ok(_) => {
+                self.remember(MODULE_LOADED);
+                Some(answer)
+            }
+            Err(_) => Some(self.noting_failure(answer)),
         }
     }
 
-    /// Passes `answer` on; a backend failure makes the next call ask for the module again.
+    /// Passes the scripts' (or the module's) `answer` on. A failed connection, or a script
+    /// meeting a key of the module's type (another instance found the module first), makes
+    /// the next call ask the server again.
     fn noting_failure<T>(&self, answer: Result<T, Error>) -> Result<T, Error> {
-        if answer.as_ref().is_err_and(|e| e.is_backend_failure() && !matches!(e, Error::UnexpectedReply(_))) {
-            self.module.0.store(MODULE_UNKNOWN, Ordering::Relaxed);
+        let recheck = match &answer {
+            Err(Error::Redis(e)) => e.code() == Some("WRONGTYPE") || e.is_io_error() || e.is_connection_dropped(),
+            Err(Error::Timeout(_)) => true,
+            _ => false,
+        };
+        if recheck {
+            self.remember(MODULE_UNKNOWN);
         }
         answer
+    }
+
+    /// Records what the server said of its module; a store only when it changed, so that the
+    /// calls of many threads do not pass one cache line around.
+    fn remember(&self, state: u8) {
+        if self.module.0.load(Ordering::Relaxed) != state {
+            self.module.0.store(state, Ordering::Relaxed);
+        }
     }
 
     /// Namespaces keys as `<prefix>:<key>`; an empty prefix uses the key as it is.
@@ -635,7 +653,7 @@ where
 {
     async fn check(&self, key: &str, quota: &Quota, cost: u64) -> Result<Decision, Error> {
         let check = [Check { key, quota: *quota, cost }];
-        let group = if self.module_first().await
+        let group = if self.module_first()
             && let Some(answer) = self.module_answer(self.module_check(&check).await)
         {
             answer?
@@ -657,7 +675,7 @@ where
                 }
             }
         }
-        if self.module_first().await
+        if self.module_first()
             && let Some(answer) = self.module_answer(self.module_check(checks).await)
         {
             return answer;
@@ -666,7 +684,7 @@ where
     }
 
     async fn inspect(&self, key: &str, quota: &Quota) -> Result<KeyState, Error> {
-        if self.module_first().await
+        if self.module_first()
             && let Some(answer) = self.module_answer(self.module_inspect(key, quota).await)
         {
             return answer;
