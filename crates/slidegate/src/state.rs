@@ -68,6 +68,7 @@ impl Counter {
     }
 
     /// A key that holds nothing yet, with room for `log_capacity` admissions if it is a log.
+    #[inline]
     pub fn with_capacity(algorithm: Algorithm, log_capacity: usize) -> Self {
         Self(match algorithm {
             Algorithm::SlidingLog => {
@@ -78,11 +79,13 @@ impl Counter {
     }
 
     /// Whether this counter counts by `algorithm`'s kind (its parameters come with each quota).
+    #[inline]
     pub fn counts_by(&self, algorithm: Algorithm) -> bool {
         std::mem::discriminant(&self.algorithm_kind()) == std::mem::discriminant(&algorithm)
     }
 
     /// The algorithm this counter counts by, with placeholder parameters.
+    #[inline]
     pub fn algorithm_kind(&self) -> Algorithm {
         match &self.0 {
             Inner::Log(_) => Algorithm::SlidingLog,
@@ -92,6 +95,8 @@ impl Counter {
 
     /// Whether `cost` more permits of `quota` fit at `now`: the admission to answer if they are
     /// recorded, or the denial. Drops expired log entries on the way.
+    // The memory backend's hot path calls these from another module (and codegen unit).
+    #[inline]
     pub fn evaluate(&mut self, now: u64, quota: &Quota, cost: u64) -> Decision {
         match &mut self.0 {
             Inner::Log(log) => log.evaluate(now, quota, cost),
@@ -100,6 +105,7 @@ impl Counter {
     }
 
     /// Records `cost` permits at `now`, after [`Counter::evaluate`] found that they fit.
+    #[inline]
     pub fn record(&mut self, now: u64, quota: &Quota, cost: u64) {
         match &mut self.0 {
             Inner::Log(log) => log.record(now, cost),
@@ -108,6 +114,7 @@ impl Counter {
     }
 
     /// When, at the earliest, the key holds nothing; forgetting it then changes no decision.
+    #[inline]
     pub fn expires_at(&self, quota: &Quota) -> u64 {
         match &self.0 {
             Inner::Log(log) => log.log.back().map_or(0, |&t| t + quota.window_ms()),
@@ -214,6 +221,7 @@ impl Counter {
 }
 
 impl Log {
+    #[inline]
     fn evaluate(&mut self, now: u64, quota: &Quota, cost: u64) -> Decision {
         let window = quota.window_ms();
         if self.oldest.saturating_add(window) <= now {
