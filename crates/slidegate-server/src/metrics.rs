@@ -63,6 +63,36 @@ pub fn handle() -> PrometheusHandle {
         .clone()
 }
 
+/// One Envoy descriptor's `slidegate_envoy_*` counters (domain and descriptor key as labels),
+/// registered once per configured descriptor so that counting is an atomic add.
+#[derive(Debug, Clone)]
+pub struct EnvoyCounters {
+    /// Every hit.
+    pub total: Counter,
+    /// Hits over the limit.
+    pub over: Counter,
+    /// Hits within the limit.
+    pub within: Counter,
+    /// Hits within the limit with 80% or more of it used.
+    pub near: Counter,
+    /// Hits over a shadow-mode limit.
+    pub shadow: Counter,
+}
+
+impl EnvoyCounters {
+    /// The counters of descriptor `key` in `domain`.
+    pub fn new(domain: &str, key: &str) -> Self {
+        let labels = [("domain", domain.to_owned()), ("key", key.to_owned())];
+        Self {
+            total: metrics::counter!(ENVOY_TOTAL_HITS, &labels),
+            over: metrics::counter!(ENVOY_OVER_LIMIT, &labels),
+            within: metrics::counter!(ENVOY_WITHIN_LIMIT, &labels),
+            near: metrics::counter!(ENVOY_NEAR_LIMIT, &labels),
+            shadow: metrics::counter!(ENVOY_SHADOW_MODE, &labels),
+        }
+    }
+}
+
 /// One rule's decision counters, registered once so that counting is an atomic add, not a
 /// label allocation and a registry lookup per request.
 #[derive(Debug, Clone)]

@@ -239,12 +239,22 @@ async fn malformed_requests_get_envoyproxy_ratelimit_s_answers(extra: &[&str]) {
 
 #[tokio::test]
 async fn metrics_and_hot_reload_of_the_config_directory() {
-    let mut e = Envoy::start(&[("messaging.yaml", MESSAGING)], &[]).await;
+    const DETAIL: &str = "domain: detail\ndescriptors:\n  - key: user\n    detailed_metric: true\n    rate_limit:\n      unit: minute\n      requests_per_unit: 10\n";
+    let mut e = Envoy::start(&[("messaging.yaml", MESSAGING), ("detail.yaml", DETAIL)], &[]).await;
     let number: &[(&str, &str)] = &[("to_number", "1")];
     e.ask("messaging", &[number], 0).await;
     let page = reqwest::get(e.server.url("/metrics")).await.expect("metrics").text().await.expect("text");
     assert!(page.contains(r#"slidegate_envoy_total_hits{domain="messaging",key="to_number"} 1"#), "{page}");
     assert!(page.contains(r#"slidegate_envoy_within_limit{domain="messaging",key="to_number"} 1"#), "{page}");
+    // Under detailed_metric, each value is counted apart; the configured counters go on.
+    for user in ["ann", "ann", "bob"] {
+        e.ask("detail", &[&[("user", user)]], 0).await;
+    }
+    e.ask("messaging", &[number], 0).await;
+    let page = reqwest::get(e.server.url("/metrics")).await.expect("metrics").text().await.expect("text");
+    assert!(page.contains(r#"slidegate_envoy_total_hits{domain="detail",key="user_ann"} 2"#), "{page}");
+    assert!(page.contains(r#"slidegate_envoy_total_hits{domain="detail",key="user_bob"} 1"#), "{page}");
+    assert!(page.contains(r#"slidegate_envoy_total_hits{domain="messaging",key="to_number"} 2"#), "{page}");
     // Lower the limit to 1 a day: the next request is over.
     std::fs::write(e.dir.0.join("messaging.yaml"), MESSAGING.replace("requests_per_unit: 100", "requests_per_unit: 1"))
         .expect("write");

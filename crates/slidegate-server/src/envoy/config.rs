@@ -137,6 +137,8 @@ pub struct Node {
     pub detailed_metric: bool,
     /// The configured path (`key_value.key`), for metrics.
     pub stat_key: String,
+    /// Its counters, registered at its first hit (unless `detailed_metric`).
+    pub counters: std::sync::OnceLock<crate::metrics::EnvoyCounters>,
     children: Level,
 }
 
@@ -240,6 +242,7 @@ fn build_level(specs: Vec<DescriptorSpec>, parent: &str) -> Result<Level, String
             detailed_metric: d.detailed_metric,
             children: build_level(d.descriptors, &stat_key)?,
             stat_key,
+            counters: std::sync::OnceLock::new(),
         };
         let duplicate = match &d.value {
             Some(v) if v.ends_with('*') => {

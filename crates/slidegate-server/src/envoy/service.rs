@@ -15,6 +15,7 @@ use tonic::{Request, Response, Status};
 
 use super::config::{Limit, Node, Unit};
 use crate::app::App;
+use crate::metrics::EnvoyCounters;
 
 /// The gRPC service: one per server, sharing the HTTP API's limiter, backend and metrics.
 #[derive(Debug, Clone)]
@@ -34,8 +35,9 @@ struct Item<'a> {
     node: Option<&'a Node>,
     /// The backend key: `<domain>:{<key>_<value>.<key>_<value>…}`.
     key: String,
-    /// The metrics key: the configured path, or the request's values under `detailed_metric`.
-    stat: String,
+    /// The metrics key of a descriptor without configured counters: the request's values
+    /// (`detailed_metric`, or no match).
+    stat: Option<String>,
     cost: u64,
 }
 
@@ -84,8 +86,8 @@ impl RateLimitService for EnvoyRateLimit {
             let path: Vec<String> = entries.iter().map(|(k, v)| format!("{k}_{v}")).collect();
             let key = format!("{domain}:{{{}}}", path.join("."));
             let stat = match node {
-                Some(n) if !n.detailed_metric => n.stat_key.clone(),
-                _ => path.join("."),
+                Some(n) if !n.detailed_metric => None,
+                _ => Some(path.join(".")),
             };
             let hits = d.hits_addend.as_ref().map_or(u64::from(request.hits_addend), |h| h.value);
             items.push(Item { node, key, stat, cost: hits.max(1) });
@@ -276,22 +278,30 @@ fn rate_limit_headers(limit: &Limit, d: &Decision) -> Vec<HeaderValue> {
     .collect()
 }
 
-/// The counters envoyproxy/ratelimit's users graph, by domain and descriptor key.
+/// The counters envoyproxy/ratelimit's users graph, by domain and descriptor key: a configured
+/// descriptor's own (registered at its first hit), or, by the request's values, looked up.
 fn count(domain: &str, item: &Item<'_>, limit: Option<&Limit>, within: bool, shadow: bool, remaining: u32) {
-    let labels = [("domain", domain.to_owned()), ("key", item.stat.clone())];
-    metrics::counter!(crate::metrics::ENVOY_TOTAL_HITS, &labels).increment(item.cost);
+    let looked_up;
+    let counters = match (item.node, &item.stat) {
+        (Some(n), None) => n.counters.get_or_init(|| EnvoyCounters::new(domain, &n.stat_key)),
+        (_, stat) => {
+            looked_up = EnvoyCounters::new(domain, stat.as_deref().unwrap_or_default());
+            &looked_up
+        }
+    };
+    counters.total.increment(item.cost);
     if !within {
-        metrics::counter!(crate::metrics::ENVOY_OVER_LIMIT, &labels).increment(item.cost);
+        counters.over.increment(item.cost);
         if shadow {
-            metrics::counter!(crate::metrics::ENVOY_SHADOW_MODE, &labels).increment(item.cost);
+            counters.shadow.increment(item.cost);
         }
         return;
     }
-    metrics::counter!(crate::metrics::ENVOY_WITHIN_LIMIT, &labels).increment(item.cost);
+    counters.within.increment(item.cost);
     // Near: 80% or more of the limit used once this request is counted.
     if let Some(l) = limit.filter(|l| !l.unlimited && l.requests_per_unit > 0)
         && u64::from(remaining) * 5 <= l.requests_per_unit
     {
-        metrics::counter!(crate::metrics::ENVOY_NEAR_LIMIT, &labels).increment(item.cost);
+        counters.near.increment(item.cost);
     }
 }
