@@ -574,6 +574,13 @@ tiers = { vip = { limit = 100 } }
         );
         assert!(error("[backend]\nlocal_share = 0.5\n").contains("needs failure_policy"));
         assert!(
+            error("[backend]\nengine = \"fast\"\n")
+                .starts_with("rules.toml:2:10: backend.engine: \"fast\" is not one of")
+        );
+        let c = Config::parse("[backend]\nengine = \"module\"\n", "rules.toml").expect("valid");
+        assert_eq!(c.backend.engine, RedisEngine::Module);
+        assert_eq!(Config::default().backend.engine, RedisEngine::Auto);
+        assert!(
             error("[backend]\nredis = \"redis://a\"\nredis_cluster = [\"redis://b\"]\n")
                 .contains("either `redis` or `redis_cluster`")
         );

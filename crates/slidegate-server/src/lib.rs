@@ -11,7 +11,7 @@
 //! - [`server`]: `serve` — bind, graceful shutdown, rules-file watching and SIGHUP.
 //! - [`envoy`]: the Envoy rate limit service (gRPC) and envoyproxy/ratelimit's YAML files.
 //! - [`metrics`]: metric names and the Prometheus recorder.
-//! - [`bench`]: the load generator.
+//! - [`bench`](mod@bench): the load generator.
 
 pub mod api;
 pub mod app;

@@ -47,7 +47,7 @@ impl RedisServer {
         panic!("redis-server did not start: {last_error}");
     }
 
-    /// Starts a server with slidegate's Redis module loaded ([`module_path`]), `DEBUG` enabled
+    /// Starts a server with slidegate's Redis module loaded ([`module_path`](fn@module_path)), `DEBUG` enabled
     /// (for `DEBUG RELOAD`) and `extra` arguments.
     ///
     /// # Panics

@@ -31,7 +31,7 @@
 //! - [`quota`]: what a key may do — [`Quota`] (limit, window, [`Algorithm`], [`WarmUp`]).
 //! - [`decision`]: the answer — [`Decision`] (allowed, remaining, reset/retry after) and the
 //!   operator's view of a key, [`KeyState`].
-//! - [`reference`]: each algorithm's semantics written plainly; the backends are tested against it.
+//! - [`reference`](mod@reference): each algorithm's semantics written plainly; the backends are tested against it.
 //! - [`backend`]: the [`Backend`] trait, where storage varies.
 //! - [`state`]: [`state::Counter`], what one key keeps and how it decides, shared by the memory
 //!   backend and the Redis module.
