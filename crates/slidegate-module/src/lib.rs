@@ -117,12 +117,15 @@ fn inspect(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let (asked, now) = args::parse_inspect(&args[2..])?;
     let now = now.unwrap_or_else(server_now);
     let key = ctx.open_key(&args[1]);
+    let converted;
     let found = match key.get_value::<Value>(&SLIDEGATE_TYPE) {
-        Ok(value) => value.cloned(),
+        Ok(value) => value,
         // Not ours: perhaps the Lua scripts' state, read without converting it.
         Err(_) => match asked {
             Some(quota) => {
-                value::read_lua_key(ctx, &args[1], quota.algorithm())?.map(|counter| Value { counter, quota })
+                converted =
+                    value::read_lua_key(ctx, &args[1], quota.algorithm())?.map(|counter| Value { counter, quota });
+                converted.as_ref()
             }
             None => return Err(Error::WrongType("the key holds no slidegate value; name its quota".into()).into()),
         },
@@ -134,7 +137,7 @@ fn inspect(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     };
     let quota = asked.unwrap_or(value.quota);
     if !value.counter.counts_by(quota.algorithm()) {
-        return Err(mismatch(&value, &quota).into());
+        return Err(mismatch(value, &quota).into());
     }
     let state = value.counter.inspect(now, &quota);
     let oldest = state.oldest_ms.map_or(-1, clamp);

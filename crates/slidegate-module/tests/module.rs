@@ -119,21 +119,23 @@ fn a_lua_sorted_set_is_taken_over_with_its_admissions() {
     let mut c = server.conn();
     // What sliding_log.lua writes: members `<ms>:<id>` scored by their time.
     run(&mut c, &["ZADD", "k", "1000", "1000:a", "1200", "1200:b", "1200", "1200:c"]).expect("zadd");
+    let expected = Value::Array(vec![
+        Value::Int(3),
+        Value::Int(1000),
+        Value::Int(9700),
+        Value::SimpleString("sliding_log".into()),
+        Value::Int(3),
+        Value::Int(10_000),
+    ]);
+    // INSPECT reads the scripts' set as it is, converting nothing.
+    let state = run(&mut c, &["SLIDEGATE.INSPECT", "k", "sliding_log", "3", "10000", "NOW", "1500"]).expect("inspect");
+    assert_eq!(state, expected);
+    assert_eq!(run(&mut c, &["TYPE", "k"]).expect("type"), Value::SimpleString("zset".into()));
     let d = ints(&mut c, &["SLIDEGATE.CHECK", "k", "sliding_log", "3", "10000", "1", "NOW", "1500"]);
     assert_eq!(d, [0, 0, 0, 9700, 9500, 3], "denied: the oldest leaves at 11,000");
     assert_eq!(run(&mut c, &["TYPE", "k"]).expect("type"), Value::SimpleString("slidegate".into()));
     let state = run(&mut c, &["SLIDEGATE.INSPECT", "k", "NOW", "1500"]).expect("inspect");
-    assert_eq!(
-        state,
-        Value::Array(vec![
-            Value::Int(3),
-            Value::Int(1000),
-            Value::Int(9700),
-            Value::SimpleString("sliding_log".into()),
-            Value::Int(3),
-            Value::Int(10_000)
-        ])
-    );
+    assert_eq!(state, expected, "the same state, now the module's");
     assert_eq!(ints(&mut c, &["SLIDEGATE.CHECK", "k", "sliding_log", "3", "10000", "1", "NOW", "11000"])[0], 1);
 }
 

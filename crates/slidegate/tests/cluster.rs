@@ -154,5 +154,10 @@ async fn a_master_killed_under_load_fails_over_and_decisions_continue() {
     assert!(back < Duration::from_secs(20), "back after {back:?}");
     // Generous slack over the deadline on a shared 2-core machine; the point is: never hung.
     assert!(slowest < deadline + Duration::from_millis(200), "slowest {slowest:?}");
-    assert!(cluster.is_ok(), "the cluster healed");
+    // The promoted replica serves the slot before every node has seen the failover.
+    let healing = Instant::now();
+    while !cluster.is_ok() {
+        assert!(healing.elapsed() < Duration::from_secs(15), "the cluster heals");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
