@@ -1,7 +1,7 @@
 //! The module inside real redis-server processes (`--loadmodule`): bad input never hurts the
 //! server (fuzzed), the Lua scripts' keys are taken over, and the native type survives RDB
-//! round trips, AOF rewrites, replication and expiry. Decisions themselves are checked against
-//! the reference in `crates/slidegate/tests/conformance.rs`.
+//! round trips, `DUMP`/`RESTORE` and `COPY`, AOF rewrites, replication and expiry. Decisions
+//! themselves are checked against the reference in `crates/slidegate/tests/conformance.rs`.
 
 use std::time::{Duration, Instant};
 
@@ -194,6 +194,10 @@ fn values_survive_debug_reload_and_dump_restore() {
     redis::cmd("RESTORE").arg("copy").arg(0).arg(dump.as_slice()).query::<()>(&mut c).expect("restore");
     let copy = run(&mut c, &["SLIDEGATE.INSPECT", "copy", "NOW", &at]).expect("inspect");
     assert_eq!(copy, before[0].1);
+    // COPY makes an independent value: charging the copy leaves the original as it was.
+    assert_eq!(run(&mut c, &["COPY", "gcra", "gcra2"]).expect("copy"), Value::Int(1));
+    ints(&mut c, &["SLIDEGATE.CHECK", "gcra2", "gcra", "1000", "60000", "1", "BURST", "500"]);
+    assert_eq!(snapshot(&mut c, &at)[3], before[3], "the original is untouched");
 }
 
 fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
