@@ -53,8 +53,8 @@ impl RedisServer {
     /// # Panics
     /// As [`RedisServer::start`], or when the module is not built.
     pub fn start_with_module(extra: &[&str]) -> Self {
-        let module = module_path();
-        let mut args = vec!["--loadmodule", module.to_str().expect("a UTF-8 path"), "--enable-debug-command", "yes"];
+        let module = module_arg();
+        let mut args = vec!["--loadmodule", &module, "--enable-debug-command", "yes"];
         args.extend_from_slice(extra);
         Self::start_with(&args)
     }
@@ -65,8 +65,7 @@ impl RedisServer {
     /// # Panics
     /// As [`RedisServer::start_on`], or when the module is not built.
     pub fn start_with_module_on(port: u16) -> Self {
-        let module = module_path();
-        Self::launch(port, &["--loadmodule", module.to_str().expect("a UTF-8 path")])
+        Self::launch(port, &["--loadmodule", &module_arg()])
             .unwrap_or_else(|e| panic!("redis-server on port {port}: {e}"))
     }
 
@@ -191,6 +190,11 @@ pub fn module_path() -> PathBuf {
         .max()
         .map(|(_, p)| p.clone())
         .unwrap_or_else(|| panic!("{} is not built: run `cargo build -p slidegate-module`", candidates[1].display()))
+}
+
+/// [`module_path`](fn@module_path) as a `--loadmodule` argument.
+fn module_arg() -> String {
+    module_path().to_str().expect("a UTF-8 path").to_owned()
 }
 
 /// A port of 127.0.0.1 that was free a moment ago.

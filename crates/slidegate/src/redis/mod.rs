@@ -308,7 +308,7 @@ where
         cmd.arg("INFO").arg("SLIDEGATE.CHECK");
         let info: Vec<redis::Value> = self.query(&cmd).await?;
         let loaded = info.first().is_some_and(|v| !matches!(v, redis::Value::Nil));
-        self.module.0.store(if loaded { MODULE_LOADED } else { MODULE_ABSENT }, Ordering::Relaxed);
+        self.remember(if loaded { MODULE_LOADED } else { MODULE_ABSENT });
         Ok(loaded)
     }
 
@@ -550,12 +550,13 @@ where
             cmd.arg("NOW").arg(now);
         }
         let reply: Vec<redis::Value> = self.query(&cmd).await?;
+        let bad = || Error::UnexpectedReply(format!("{reply:?}"));
         let number = |i: usize| match reply.get(i) {
             Some(redis::Value::Int(n)) => Ok(*n),
-            _ => Err(Error::UnexpectedReply(format!("{reply:?}"))),
+            _ => Err(bad()),
         };
         Ok(KeyState {
-            count: u64::try_from(number(0)?).map_err(|_| Error::UnexpectedReply(format!("{reply:?}")))?,
+            count: u64::try_from(number(0)?).map_err(|_| bad())?,
             oldest_ms: u64::try_from(number(1)?).ok(),
             reset_after: ms(number(2)?),
         })
