@@ -48,11 +48,11 @@ per_call() { # function to collect in, redis-benchmark args (@SEED@/@OURS@ = SHA
 }
 
 shapes=("W1:-r 1000000:hot:10000" "W2 fresh:-r 10000:k__rand_int__:60000" "W2 warm:-r 100:k__rand_int__:60000")
-# Seed ARGV: window, limit, random token. Ours: id, now ("" = TIME), window, limit-cost,
-# -(limit-cost+1), cost, limit.
+# Seed ARGV: window, limit, random token. Ours (cost 1, Redis' TIME): id, window, limit-cost,
+# -(limit-cost+1).
 calls_for() { # key window -> the arrays seed_call and ours_call
   seed_call=(EVALSHA @SEED@ 1 "$1" "$2" 100 __rand_int__)
-  ours_call=(EVALSHA @OURS@ 1 "$1" m__rand_int__ "" "$2" 99 -100 1 100)
+  ours_call=(EVALSHA @OURS@ 1 "$1" m__rand_int__ "$2" 99 -100)
 }
 
 printf '| shape | seed script (instr/call) | slidegate (instr/call) | ratio |\n|---|---|---|---|\n'

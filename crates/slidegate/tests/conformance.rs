@@ -155,6 +155,10 @@ async fn named_edge_cases_agree() {
         (2, 1, vec![(0, 1), (0, 1), (0, 1), (1, 1), (1, 2), (2, 1)]),
         // Long idle, then a burst.
         (3, 100, vec![(0, 3), (10, 1), (1_000_000, 2), (1_000_000, 1), (1_000_001, 1)]),
+        // Long windows: the sliding-log script packs a cost-1 denial into one integer up to
+        // 94,906,264 ms (about 26 h) and answers a table beyond; both sides of that line.
+        (2, 94_906_264, vec![(0, 1), (1, 1), (2, 1), (3, 2), (94_906_264, 1), (94_906_265, 1), (94_906_265, 1)]),
+        (2, 94_906_265, vec![(0, 1), (1, 1), (2, 1), (3, 2), (94_906_265, 1), (94_906_266, 1), (94_906_266, 1)]),
     ];
     let algorithms = [
         Algorithm::SlidingLog,

@@ -498,29 +498,28 @@ where
 
     /// One run of the one-key sliding-log script.
     async fn sliding_log(&self, key: &str, quota: &Quota, cost: u64) -> Result<Decision, Error> {
-        let (id, now, limit) = (self.members.next(), self.now_arg(), quota.limit());
+        let (id, now, limit, window) = (self.members.next(), self.now_arg(), quota.limit(), quota.window_ms());
         // Precomputed here so that Redis formats no number: see the script's header.
         let room = limit - cost;
         let blocking_index = -i64::try_from(room).unwrap_or(i64::MAX) - 1;
-        let reply: Vec<i64> = self
+        let reply: redis::Value = self
             .run_script(&scripts().sliding_log, &[(key, Algorithm::SlidingLog)], |cmd| {
-                cmd.arg(id.as_str());
+                cmd.arg(id.as_str()).arg(window).arg(room).arg(blocking_index);
                 match now {
-                    Some(now) => cmd.arg(now),
-                    None => cmd.arg(""),
-                };
-                cmd.arg(quota.window_ms()).arg(room).arg(blocking_index).arg(cost).arg(limit);
+                    Some(now) => {
+                        cmd.arg(now);
+                    }
+                    None if cost > 1 => {
+                        cmd.arg("");
+                    }
+                    None => {}
+                }
+                if cost > 1 {
+                    cmd.arg(cost).arg(limit);
+                }
             })
             .await?;
-        let &[allowed, remaining, reset_after, retry_after] = reply.as_slice() else {
-            return Err(unexpected(&reply));
-        };
-        let remaining = u64::try_from(remaining).map_err(|_| unexpected(&reply))?;
-        match allowed {
-            1 => Ok(Decision::allowed(limit, remaining, ms(reset_after))),
-            0 => Ok(Decision::denied(limit, remaining, ms(reset_after), ms(retry_after))),
-            _ => Err(unexpected(&reply)),
-        }
+        parse_sliding_log(&reply, limit, window)
     }
 
     /// `SLIDEGATE.CHECK` over `checks` (joined by `AND`): the module's decision, answered as
@@ -638,6 +637,30 @@ fn parse_group(reply: &[i64], count: usize) -> Result<MultiDecision, Error> {
         })
         .collect::<Result<Vec<_>, Error>>()?;
     Ok(MultiDecision::new(decisions))
+}
+
+/// Reads `sliding_log.lua`'s answer: `remaining` when admitted; a denial packed into one
+/// negative integer, or `[remaining, reset_after, retry_after]`.
+fn parse_sliding_log(reply: &redis::Value, limit: u64, window: u64) -> Result<Decision, Error> {
+    let unexpected = || Error::UnexpectedReply(format!("{reply:?}"));
+    match *reply {
+        redis::Value::Int(remaining) if remaining >= 0 => {
+            Ok(Decision::allowed(limit, remaining.unsigned_abs(), Duration::from_millis(window)))
+        }
+        redis::Value::Int(packed) => {
+            // -1 - (reset * (window + 1) + retry), with retry <= window.
+            let (packed, base) = ((-1 - packed).unsigned_abs(), window + 1);
+            Ok(Decision::denied(limit, 0, Duration::from_millis(packed / base), Duration::from_millis(packed % base)))
+        }
+        redis::Value::Array(ref items) => match items.as_slice() {
+            [redis::Value::Int(remaining), redis::Value::Int(reset), redis::Value::Int(retry)] => {
+                let remaining = u64::try_from(*remaining).map_err(|_| unexpected())?;
+                Ok(Decision::denied(limit, remaining, ms(*reset), ms(*retry)))
+            }
+            _ => Err(unexpected()),
+        },
+        _ => Err(unexpected()),
+    }
 }
 
 fn ms(value: i64) -> Duration {

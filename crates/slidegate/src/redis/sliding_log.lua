@@ -3,29 +3,39 @@
 -- KEYS[1]  the key's sorted set: score = admission time (ms); member = '<time ms>:<id>' (plus
 --          ':<i>' for the i-th permit of a call admitting cost > 1), unique per admitted permit
 -- ARGV[1]  id: unique per call across all clients (the client's random id + a counter)
--- ARGV[2]  now in ms, or "" for Redis' own TIME (so application servers with skewed clocks
---          share one window; scripts replicate their effects since Redis 5, so reading TIME
---          before a write is allowed)
--- ARGV[3]  window in ms
--- ARGV[4]  limit - cost (1 <= cost <= limit, checked by the caller)
--- ARGV[5]  -(limit - cost + 1): the index, from the newest entry, of the entry that blocks
--- ARGV[6]  cost
--- ARGV[7]  limit
--- Returns  {allowed 0|1, remaining, reset_after_ms, retry_after_ms or -1}
+-- ARGV[2]  window in ms
+-- ARGV[3]  limit - cost (1 <= cost <= limit, checked by the caller)
+-- ARGV[4]  -(limit - cost + 1): the index, from the newest entry, of the entry that blocks
+-- ARGV[5]  now in ms; absent or "" for Redis' own TIME (so application servers with skewed
+--          clocks share one window; scripts replicate their effects since Redis 5, so reading
+--          TIME before a write is allowed)
+-- ARGV[6]  cost, and ARGV[7] limit: only when cost > 1 (absent: cost 1)
+-- Returns  admitted: remaining, an integer >= 0 (reset_after is the window; no retry_after).
+--          denied, cost 1, window <= 94,906,264 ms (about 26 h): the integer
+--            -1 - (reset_after_ms * (window + 1) + retry_after_ms), below 2^53 so exact;
+--          denied otherwise: {remaining, reset_after_ms, retry_after_ms}.
 -- Cluster  touches KEYS[1] only.
 --
 -- An entry with score <= now - window has left the window; the expired entries are a prefix of
 -- the set. With n entries, cost more fit iff the k = n + cost - limit oldest have expired, i.e.
--- iff the entry at index k - 1 (= ARGV[5] from the end) is missing or expired; that entry is
--- also the one a denied request must wait for. The script is shaped by Redis' costs (measured
--- with callgrind on Redis 7.0; see BENCHMARKS.md): every redis.call has a fixed overhead, a Lua
--- number argument is formatted with %.17g, and WITHSCORES formats every score. So a denial is
--- three calls (TIME, ZRANGE, PTTL) that write nothing; the entry's time is read from its member,
--- not its score; the timestamp string (a score without formatting) is built only when admitting;
--- and the caller passes precomputed strings (ARGV[4], ARGV[5]).
+-- iff the entry at index k - 1 (= ARGV[4] from the end) is missing or expired; that entry is
+-- also the one a denied request must wait for. When it is missing, the set holds at most
+-- limit - cost entries, so expired ones are counted out (ZCOUNT) rather than removed: the set
+-- never exceeds `limit` entries either way, and is removed whole one window after its last
+-- admission.
+--
+-- The script is shaped by Redis' costs (measured with callgrind on Redis 7.0; see
+-- BENCHMARKS.md): every redis.call has a fixed overhead; a Lua number formatted as a string
+-- (an argument to redis.call, or `..`) goes through printf's %.17g / %.14g, where
+-- string.format('%d') is several times cheaper; WITHSCORES formats every score; each ARGV is a
+-- string Redis builds before the script runs; and a table reply costs ~5,000 instructions more
+-- than an integer (Redis probes it for err/ok/double/map/set fields first). So a denial is three
+-- calls (TIME, ZRANGE, PTTL) that write nothing and answers one integer; an admission is five
+-- calls and answers one integer; the entry's time is read from its member, not its score; the
+-- timestamp string is built only when admitting; and the caller passes precomputed strings.
 local key = KEYS[1]
-local now_s = ARGV[2]
-local server_time = now_s == ''
+local now_s = ARGV[5]
+local server_time = not now_s or now_s == ''
 local t, now
 if server_time then
   t = redis.call('TIME')
@@ -33,17 +43,17 @@ if server_time then
 else
   now = tonumber(now_s)
 end
-local window = tonumber(ARGV[3])
+local window = tonumber(ARGV[2])
 local edge = now - window
 
-local blocking = redis.call('ZRANGE', key, ARGV[5], ARGV[5])[1]
+local blocking = redis.call('ZRANGE', key, ARGV[4], ARGV[4])[1]
 if blocking then
   blocking = tonumber(string.match(blocking, '^%d+'))
   if blocking > edge then
     -- With cost 1 a denial means the window holds `limit` or more: nothing remains.
     local remaining = 0
-    if ARGV[6] ~= '1' then
-      remaining = math.max(tonumber(ARGV[7]) - redis.call('ZCOUNT', key, '(' .. edge, '+inf'), 0)
+    if ARGV[6] then
+      remaining = math.max(ARGV[7] - redis.call('ZCOUNT', key, string.format('(%d', edge), '+inf'), 0)
     end
     local reset
     if server_time then
@@ -52,16 +62,25 @@ if blocking then
     else
       reset = tonumber(string.match(redis.call('ZRANGE', key, '-1', '-1')[1], '^%d+')) + window - now
     end
-    return {0, remaining, reset, blocking + window - now}
+    local retry = blocking + window - now
+    if not ARGV[6] and window <= 94906264 and reset >= 0 and reset <= window and retry <= window then
+      return -1 - (reset * (window + 1) + retry)
+    end
+    return {remaining, reset, retry}
   end
 end
 
 if server_time then
-  now_s = t[1] .. string.sub('00000' .. t[2], -6, -4)
+  now_s = string.format('%d', now)
 end
-local live = redis.call('ZCARD', key) - redis.call('ZREMRANGEBYSCORE', key, '-inf', edge)
+local live
+if blocking then
+  live = redis.call('ZCARD', key) - redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', edge))
+else
+  live = redis.call('ZCOUNT', key, string.format('(%d', edge), '+inf')
+end
 local member = now_s .. ':' .. ARGV[1]
-if ARGV[6] == '1' then
+if not ARGV[6] then
   redis.call('ZADD', key, now_s, member)
 else
   local args = {}
@@ -72,11 +91,11 @@ else
   redis.call('ZADD', key, unpack(args))
 end
 if server_time then
-  redis.call('PEXPIRE', key, ARGV[3])
+  redis.call('PEXPIRE', key, ARGV[2])
 else
   -- Expiry runs on Redis' clock, which a caller's clock need not follow (a test's fake clock,
   -- a replay): a minute of slack keeps live entries from vanishing early. Nothing reads the
   -- TTL in this mode; it only reclaims memory.
-  redis.call('PEXPIRE', key, window + 60000)
+  redis.call('PEXPIRE', key, string.format('%d', window + 60000))
 end
-return {1, tonumber(ARGV[4]) - live, window, -1}
+return ARGV[3] - live
