@@ -13,7 +13,8 @@
 #
 # Shapes: W1 one hot key, 100 per 10 s (after 100 admissions every call is a denial);
 #         W2 fresh: keys drawn from 10,000 (nearly every call admits into a near-empty key);
-#         W2 warm: keys drawn from 100 (admissions into keys holding ~15 entries on average).
+#         W2 warm: keys drawn from 100 (admissions into keys holding ~15 entries on average);
+#         busy: keys drawn from 30, 1,000 per 60 s (admissions into keys of ~50-100 entries).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 calls=${1:-3000}
@@ -47,18 +48,19 @@ per_call() { # function to collect in, redis-benchmark args (@SEED@/@OURS@ = SHA
   echo $((ir / n))
 }
 
-shapes=("W1:-r 1000000:hot:10000" "W2 fresh:-r 10000:k__rand_int__:60000" "W2 warm:-r 100:k__rand_int__:60000")
+shapes=("W1:-r 1000000:hot:10000:100" "W2 fresh:-r 10000:k__rand_int__:60000:100"
+  "W2 warm:-r 100:k__rand_int__:60000:100" "busy:-r 30:k__rand_int__:60000:1000")
 # Seed ARGV: window, limit, random token. Ours (cost 1, Redis' TIME): id, window, limit-cost,
 # -(limit-cost+1).
-calls_for() { # key window -> the arrays seed_call and ours_call
-  seed_call=(EVALSHA @SEED@ 1 "$1" "$2" 100 __rand_int__)
-  ours_call=(EVALSHA @OURS@ 1 "$1" m__rand_int__ "$2" 99 -100)
+calls_for() { # key window limit -> the arrays seed_call and ours_call
+  seed_call=(EVALSHA @SEED@ 1 "$1" "$2" "$3" __rand_int__)
+  ours_call=(EVALSHA @OURS@ 1 "$1" m__rand_int__ "$2" $(($3 - 1)) -"$3")
 }
 
 printf '| shape | seed script (instr/call) | slidegate (instr/call) | ratio |\n|---|---|---|---|\n'
 for shape in "${shapes[@]}"; do
-  IFS=: read -r name rand key window <<<"$shape"
-  calls_for "$key" "$window"
+  IFS=: read -r name rand key window limit <<<"$shape"
+  calls_for "$key" "$window" "$limit"
   # shellcheck disable=SC2086
   s=$(per_call evalShaCommand $rand "${seed_call[@]}")
   # shellcheck disable=SC2086
@@ -70,16 +72,16 @@ done
 printf '\n| shape | module | slidegate script | seed script | redis-cell | module / seed | module / cell |\n'
 printf '|---|---|---|---|---|---|---|\n'
 for shape in "${shapes[@]}"; do
-  IFS=: read -r name rand key window <<<"$shape"
-  calls_for "$key" "$window"
+  IFS=: read -r name rand key window limit <<<"$shape"
+  calls_for "$key" "$window" "$limit"
   # shellcheck disable=SC2086
-  m=$(per_call processCommand $rand SLIDEGATE.CHECK "$key" sliding_log 100 "$window" 1)
+  m=$(per_call processCommand $rand SLIDEGATE.CHECK "$key" sliding_log "$limit" "$window" 1)
   # shellcheck disable=SC2086
   o=$(per_call processCommand $rand "${ours_call[@]}")
   # shellcheck disable=SC2086
   s=$(per_call processCommand $rand "${seed_call[@]}")
   c=0
   # shellcheck disable=SC2086
-  [ -n "${REDIS_CELL_MODULE:-}" ] && c=$(per_call processCommand $rand CL.THROTTLE "$key" 99 100 $((window / 1000)) 1)
+  [ -n "${REDIS_CELL_MODULE:-}" ] && c=$(per_call processCommand $rand CL.THROTTLE "$key" $((limit - 1)) "$limit" $((window / 1000)) 1)
   python3 -c "print(f'| $name | {$m:,} | {$o:,} | {$s:,} | {$c:,} | **{$m / $s:.2f}** | **{$m / max($c, 1):.2f}** |')"
 done

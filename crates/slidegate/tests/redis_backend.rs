@@ -145,26 +145,24 @@ async fn idle_keys_expire_one_window_after_the_last_admission() {
     }
 }
 
-/// The one-key script counts expired entries out instead of removing them while the set has
-/// room, so it is the size bound that must hold: never more than `limit` entries, whatever the
-/// costs, with expired ones dropped as soon as they would push it over.
+/// A busy key's set stays bounded: never more than `limit` entries, whatever the costs, since
+/// admissions drop what has expired (the key itself goes one window after its last admission).
 #[tokio::test]
 async fn a_key_never_holds_more_than_limit_entries() {
     let server = RedisServer::start();
     let clock = ManualClock::new(1_795_000_000_000);
     let limiter = Limiter::new(backend(&server).await.with_clock(clock.clone()));
     let q = quota(5, 1_000);
-    let (mut admitted, mut largest) = (0, 0);
+    let mut admitted = 0;
     for step in 0..200u64 {
         clock.advance(Duration::from_millis(170));
         let cost = 1 + step % 3;
         admitted += u64::from(limiter.check_cost("k", &q, cost).await.expect("check").allowed);
         let size: u64 = server.query(&["ZCARD", "slidegate:k"]);
         assert!(size <= 5, "step {step}: {size} entries under a limit of 5");
-        largest = largest.max(size);
     }
+    // 200 steps span 34 windows: far more admissions than one window holds.
     assert!(admitted > 100, "the key kept admitting: {admitted}");
-    assert_eq!(largest, 5, "the set filled up to its bound");
 }
 
 #[tokio::test]
