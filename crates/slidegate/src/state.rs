@@ -50,6 +50,9 @@ struct Log {
     /// The log's first entry (`u64::MAX` when empty), kept beside the ring so that a decision
     /// that expires nothing need not load the head of the log.
     oldest: u64,
+    /// The log's last entry (meaningless when empty), kept beside the ring for the same reason:
+    /// an admission then reads nothing from the ring, and only writes its tail.
+    newest: u64,
     /// When the current warm-up began (quotas with a warm-up only).
     warm_since: u64,
 }
@@ -71,9 +74,12 @@ impl Counter {
     #[inline]
     pub fn with_capacity(algorithm: Algorithm, log_capacity: usize) -> Self {
         Self(match algorithm {
-            Algorithm::SlidingLog => {
-                Inner::Log(Log { log: VecDeque::with_capacity(log_capacity), oldest: u64::MAX, warm_since: 0 })
-            }
+            Algorithm::SlidingLog => Inner::Log(Log {
+                log: VecDeque::with_capacity(log_capacity),
+                oldest: u64::MAX,
+                newest: 0,
+                warm_since: 0,
+            }),
             other => Inner::Model(reference::Key::new(other)),
         })
     }
@@ -117,7 +123,7 @@ impl Counter {
     #[inline]
     pub fn expires_at(&self, quota: &Quota) -> u64 {
         match &self.0 {
-            Inner::Log(log) => log.log.back().map_or(0, |&t| t + quota.window_ms()),
+            Inner::Log(log) => log.newest().map_or(0, |t| t + quota.window_ms()),
             Inner::Model(key) => key.expires_at(quota),
         }
     }
@@ -125,9 +131,7 @@ impl Counter {
     /// Time until the key holds nothing.
     pub fn reset_after(&self, now: u64, quota: &Quota) -> Duration {
         match &self.0 {
-            Inner::Log(log) => {
-                log.log.back().map_or(Duration::ZERO, |&t| ms((t + quota.window_ms()).saturating_sub(now)))
-            }
+            Inner::Log(log) => log.reset_after(now, quota.window_ms()),
             Inner::Model(key) => key.reset_after(now, quota),
         }
     }
@@ -215,8 +219,8 @@ impl Counter {
     /// A sliding log holding the admissions `log` (oldest first) whose warm-up began at
     /// `warm_since`.
     pub fn from_log(log: VecDeque<u64>, warm_since: u64) -> Self {
-        let oldest = log.front().copied().unwrap_or(u64::MAX);
-        Self(Inner::Log(Log { log, oldest, warm_since }))
+        let (oldest, newest) = (log.front().copied().unwrap_or(u64::MAX), log.back().copied().unwrap_or(0));
+        Self(Inner::Log(Log { log, oldest, newest, warm_since }))
     }
 }
 
@@ -238,7 +242,32 @@ impl Log {
             Some(_) if self.log.is_empty() => quota.limit_at(0),
             Some(_) => quota.limit_at(now.saturating_sub(self.warm_since)),
         };
-        evaluate_log(&self.log, now, limit, window, cost)
+        self.decide(now, limit, window, cost)
+    }
+
+    /// The sliding log on a sorted ring whose expired prefix is already gone: every question is
+    /// answered by position. Semantics: [`crate::reference::SlidingLog`].
+    #[inline]
+    fn decide(&self, now: u64, limit: u64, window: u64, cost: u64) -> Decision {
+        let live = self.log.len() as u64;
+        if live + cost <= limit {
+            // What the admission will answer once recorded: the newest entry is then `now` (or
+            // a later one, when the clock stepped back).
+            let newest = self.newest().map_or(now, |t| t.max(now));
+            return Decision::allowed(limit, limit - live - cost, ms(newest + window - now));
+        }
+        let k = usize::try_from(live + cost - limit).unwrap_or(usize::MAX);
+        let retry = self.log.get(k - 1).map_or(Duration::MAX, |&t| ms(t + window - now));
+        Decision::denied(limit, limit.saturating_sub(live), self.reset_after(now, window), retry)
+    }
+
+    #[inline]
+    fn newest(&self) -> Option<u64> {
+        (!self.log.is_empty()).then_some(self.newest)
+    }
+
+    fn reset_after(&self, now: u64, window: u64) -> Duration {
+        self.newest().map_or(Duration::ZERO, |t| ms((t + window).saturating_sub(now)))
     }
 
     /// Records `cost` admissions at `now`, keeping the log sorted.
@@ -247,8 +276,13 @@ impl Log {
             self.warm_since = now;
         }
         let permits = usize::try_from(cost).unwrap_or(usize::MAX);
-        if self.log.back().is_none_or(|&t| t <= now) {
-            self.log.extend(std::iter::repeat_n(now, permits));
+        if self.newest().is_none_or(|t| t <= now) {
+            if permits == 1 {
+                self.log.push_back(now);
+            } else {
+                self.log.extend(std::iter::repeat_n(now, permits));
+            }
+            self.newest = now;
         } else {
             // The clock stepped back: insert in order, moving the later entries once.
             let later = self.log.split_off(self.log.partition_point(|&t| t <= now));
@@ -257,22 +291,6 @@ impl Log {
         }
         self.oldest = self.oldest.min(now);
     }
-}
-
-/// The sliding log on a sorted ring whose expired prefix is already gone: every question is
-/// answered by position. Semantics: [`crate::reference::SlidingLog`].
-fn evaluate_log(log: &VecDeque<u64>, now: u64, limit: u64, window: u64, cost: u64) -> Decision {
-    let live = log.len() as u64;
-    let reset = |log: &VecDeque<u64>| log.back().map_or(Duration::ZERO, |&t| ms((t + window).saturating_sub(now)));
-    if live + cost <= limit {
-        // What the admission will answer once recorded: the newest entry is then `now` (or a
-        // later one, when the clock stepped back).
-        let newest = log.back().map_or(now, |&t| t.max(now));
-        return Decision::allowed(limit, limit - live - cost, ms(newest + window - now));
-    }
-    let k = usize::try_from(live + cost - limit).unwrap_or(usize::MAX);
-    let retry = log.get(k - 1).map_or(Duration::MAX, |&t| ms(t + window - now));
-    Decision::denied(limit, limit.saturating_sub(live), reset(log), retry)
 }
 
 fn ms(ms: u64) -> Duration {
