@@ -1,22 +1,23 @@
 //! The HTTP/JSON API. Handlers translate JSON to library calls and back; every client mistake
 //! is a 4xx with `{"error": {"code", "message"}}`, never a 500.
 
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll, ready};
 use std::time::Instant;
 
 use ::metrics::Histogram;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, PathRejection};
 use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
-use axum::http::{HeaderMap, StatusCode, header};
-use axum::middleware::{self, Next};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, get, post};
 use axum::{Json, Router};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::json;
-use slidegate::{Algorithm, Check, Decision, FailurePolicy, Quota};
-use slidegate_tower::rate_limit_headers;
+use slidegate::{Algorithm, Check, Decision, Quota};
+use slidegate_tower::{push_u64, rate_limit_headers};
 
 use crate::app::{App, Live};
 use crate::config::{AlgorithmSpec, INLINE_RULE, parse_duration};
@@ -30,7 +31,7 @@ pub fn router(app: Arc<App>) -> Router {
     // Each route's latency histogram is registered here, once, not looked up per request.
     let timed = |route: &'static str, handler: MethodRouter<Arc<App>>| {
         let histogram = ::metrics::histogram!(metrics::HTTP_SECONDS, "route" => route);
-        (route, handler.layer(middleware::from_fn_with_state(histogram, time_request)))
+        (route, handler.layer(TimedLayer(histogram)))
     };
     let routes = [
         timed("/v1/check", post(check)),
@@ -51,11 +52,105 @@ pub fn router(app: Arc<App>) -> Router {
         .with_state(app)
 }
 
-async fn time_request(State(histogram): State<Histogram>, request: Request, next: Next) -> Response {
-    let started = Instant::now();
-    let response = next.run(request).await;
-    histogram.record(started.elapsed().as_secs_f64());
+/// Records each request's latency in a route's histogram. A plain tower layer rather than
+/// `middleware::from_fn`, whose `Next` boxes the inner service and its future on every request
+/// (~2,400 instructions of a ~34,000-instruction check, measured with callgrind).
+#[derive(Clone)]
+struct TimedLayer(Histogram);
+
+impl<S> tower_layer::Layer<S> for TimedLayer {
+    type Service = Timed<S>;
+
+    fn layer(&self, inner: S) -> Timed<S> {
+        Timed { inner, histogram: self.0.clone() }
+    }
+}
+
+#[derive(Clone)]
+struct Timed<S> {
+    inner: S,
+    histogram: Histogram,
+}
+
+impl<S: tower_service::Service<Request>> tower_service::Service<Request> for Timed<S> {
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = TimedFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request) -> Self::Future {
+        TimedFuture { started: Instant::now(), histogram: self.histogram.clone(), inner: self.inner.call(request) }
+    }
+}
+
+pin_project_lite::pin_project! {
+    struct TimedFuture<F> {
+        #[pin]
+        inner: F,
+        started: Instant,
+        histogram: Histogram,
+    }
+}
+
+impl<F: Future> Future for TimedFuture<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.project();
+        let output = ready!(this.inner.poll(cx));
+        this.histogram.record(this.started.elapsed().as_secs_f64());
+        Poll::Ready(output)
+    }
+}
+
+/// A JSON answer already written out (the decisions, by [`write_decision`]).
+fn json_response(headers: HeaderMap, body: String) -> Response {
+    let mut response = (headers, body).into_response();
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     response
+}
+
+/// Appends one decision as the API answers it: `{"rule", "allowed", "limit", "remaining",
+/// "reset_after_ms", "retry_after_ms" (null when admitted), "degraded", then "policy" when a
+/// failure policy decided, else "engine"}`. Written by hand, as the RateLimit headers are:
+/// serde_json spent ~2,100 instructions on this object, a sixteenth of a whole check. Only the
+/// rule name can need escaping (config names are `[A-Za-z0-9_.-]`, the rest are constants).
+fn write_decision(out: &mut String, rule: &str, d: &Decision, engine: &str) {
+    out.push_str(r#"{"rule":"#);
+    if rule.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.push('"');
+        out.push_str(rule);
+        out.push('"');
+    } else {
+        out.push_str(&serde_json::Value::from(rule).to_string());
+    }
+    out.push_str(if d.allowed { r#","allowed":true,"limit":"# } else { r#","allowed":false,"limit":"# });
+    push_u64(out, d.limit);
+    out.push_str(r#","remaining":"#);
+    push_u64(out, d.remaining);
+    out.push_str(r#","reset_after_ms":"#);
+    write_optional_ms(out, Some(d.reset_after));
+    out.push_str(r#","retry_after_ms":"#);
+    write_optional_ms(out, d.retry_after);
+    out.push_str(if d.degraded.is_some() { r#","degraded":true"# } else { r#","degraded":false"# });
+    let (field, value) = match d.degraded {
+        Some(policy) => (r#","policy":""#, policy.as_str()),
+        None => (r#","engine":""#, engine),
+    };
+    for part in [field, value, "\"}"] {
+        out.push_str(part);
+    }
+}
+
+/// Appends a duration in ms, or `null`.
+fn write_optional_ms(out: &mut String, ms: Option<std::time::Duration>) {
+    match ms {
+        Some(ms) => push_u64(out, u64::try_from(ms.as_millis()).unwrap_or(u64::MAX)),
+        None => out.push_str("null"),
+    }
 }
 
 /// A client's or the backend's failure as an HTTP answer.
@@ -213,48 +308,6 @@ impl CheckBody {
     }
 }
 
-#[derive(Serialize)]
-struct DecisionBody<'a> {
-    rule: &'a str,
-    allowed: bool,
-    limit: u64,
-    remaining: u64,
-    reset_after_ms: u128,
-    retry_after_ms: Option<u128>,
-    /// The backend could not answer; a failure policy did.
-    degraded: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    policy: Option<&'static str>,
-    /// The code that decided (`memory`, `lua`, `module`); absent when a failure policy did.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    engine: Option<&'static str>,
-}
-
-impl<'a> DecisionBody<'a> {
-    fn new(rule: &'a str, d: &Decision, engine: &'static str) -> Self {
-        Self {
-            engine: d.degraded.is_none().then_some(engine),
-            rule,
-            allowed: d.allowed,
-            limit: d.limit,
-            remaining: d.remaining,
-            reset_after_ms: d.reset_after.as_millis(),
-            retry_after_ms: d.retry_after.map(|r| r.as_millis()),
-            degraded: d.degraded.is_some(),
-            policy: d.degraded.map(FailurePolicy::as_str),
-        }
-    }
-}
-
-#[derive(Serialize)]
-struct MultiBody<'a> {
-    allowed: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    denied_by: Option<usize>,
-    retry_after_ms: Option<u128>,
-    results: Vec<DecisionBody<'a>>,
-}
-
 async fn check(State(app): State<Arc<App>>, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
     let body = body?;
     let mut request: CheckBody =
@@ -286,7 +339,9 @@ async fn check_one(app: &App, live: &Live, r: Resolved) -> Result<Response, ApiE
     let d = app.timed(app.limiter.check_cost(&r.key, &r.quota, r.cost)).await?;
     count(live, &r.policy, &d);
     let headers = rate_limit_headers(&[(&r.policy, &r.quota, &d)], d.retry_after);
-    Ok((headers, Json(DecisionBody::new(&r.policy, &d, app.limiter.backend().engine()))).into_response())
+    let mut body = String::with_capacity(192);
+    write_decision(&mut body, &r.policy, &d, app.limiter.backend().engine());
+    Ok(json_response(headers, body))
 }
 
 async fn check_many(app: &App, live: &Live, resolved: &[Resolved]) -> Result<Response, ApiError> {
@@ -298,13 +353,25 @@ async fn check_many(app: &App, live: &Live, resolved: &[Resolved]) -> Result<Res
     let items: Vec<_> = resolved.iter().zip(&group.decisions).map(|(r, d)| (r.policy.as_str(), &r.quota, d)).collect();
     let headers = rate_limit_headers(&items, group.retry_after());
     let engine = app.limiter.backend().engine();
-    let body = MultiBody {
-        allowed: group.allowed,
-        denied_by: group.denied_by,
-        retry_after_ms: group.retry_after().map(|r| r.as_millis()),
-        results: items.iter().map(|(name, _, d)| DecisionBody::new(name, d, engine)).collect(),
-    };
-    Ok((headers, Json(body)).into_response())
+    // `{"allowed", "denied_by" (absent when allowed), "retry_after_ms", "results": [...]}`
+    let mut body = String::with_capacity(64 + 192 * items.len());
+    body.push_str(if group.allowed { r#"{"allowed":true,"# } else { r#"{"allowed":false,"# });
+    if let Some(i) = group.denied_by {
+        body.push_str(r#""denied_by":"#);
+        push_u64(&mut body, i as u64);
+        body.push(',');
+    }
+    body.push_str(r#""retry_after_ms":"#);
+    write_optional_ms(&mut body, group.retry_after());
+    body.push_str(r#","results":["#);
+    for (i, (name, _, d)) in items.iter().enumerate() {
+        if i > 0 {
+            body.push(',');
+        }
+        write_decision(&mut body, name, d, engine);
+    }
+    body.push_str("]}");
+    Ok(json_response(headers, body))
 }
 
 async fn rules(State(app): State<Arc<App>>) -> Json<serde_json::Value> {
@@ -429,5 +496,49 @@ async fn ready(State(app): State<Arc<App>>) -> Response {
             })),
         )
             .into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use serde_json::{Value, json};
+    use slidegate::{Decision, FailurePolicy};
+
+    use super::write_decision;
+
+    fn written(rule: &str, d: &Decision) -> Value {
+        let mut out = String::new();
+        write_decision(&mut out, rule, d, "memory");
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{out:?} is not JSON: {e}"))
+    }
+
+    #[test]
+    fn decisions_are_written_as_the_api_documents_them() {
+        let admitted = Decision::allowed(5, 4, Duration::from_millis(60_000));
+        assert_eq!(
+            written("sms", &admitted),
+            json!({"rule": "sms", "allowed": true, "limit": 5, "remaining": 4, "reset_after_ms": 60_000,
+                   "retry_after_ms": null, "degraded": false, "engine": "memory"})
+        );
+        let denied = Decision::denied(5, 0, Duration::from_millis(9_500), Duration::from_millis(1_250));
+        assert_eq!(
+            written("api.v2-x_y", &denied),
+            json!({"rule": "api.v2-x_y", "allowed": false, "limit": 5, "remaining": 0, "reset_after_ms": 9_500,
+                   "retry_after_ms": 1_250, "degraded": false, "engine": "memory"})
+        );
+        let degraded = Decision::allowed(u64::MAX, u64::MAX, Duration::ZERO).degraded_by(FailurePolicy::FailOpen);
+        let v = written("sms", &degraded);
+        assert_eq!((v["degraded"].clone(), v["policy"].clone()), (json!(true), json!("fail_open")));
+        assert_eq!((v["limit"].as_u64(), v.get("engine")), (Some(u64::MAX), None));
+    }
+
+    #[test]
+    fn a_rule_name_that_needs_escaping_stays_valid_json() {
+        let d = Decision::allowed(1, 0, Duration::from_millis(1));
+        for rule in ["say \"hi\"", "back\\slash", "tab\there", "naïve"] {
+            assert_eq!(written(rule, &d)["rule"], json!(rule));
+        }
     }
 }

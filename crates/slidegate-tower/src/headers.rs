@@ -63,8 +63,9 @@ pub fn ceil_secs(d: Duration) -> u64 {
     d.as_millis().div_ceil(1000).try_into().unwrap_or(u64::MAX)
 }
 
-/// Appends `n` in decimal, without the formatting machinery (this runs on every request).
-fn push_u64(out: &mut String, mut n: u64) {
+/// Appends `n` in decimal, without the formatting machinery (this runs on every request; the
+/// server writes its JSON answers with it too).
+pub fn push_u64(out: &mut String, mut n: u64) {
     let mut digits = [0u8; 20];
     let mut i = digits.len();
     loop {
