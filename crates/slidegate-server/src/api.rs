@@ -4,7 +4,7 @@
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use ::metrics::Histogram;
 use axum::body::Bytes;
@@ -17,7 +17,7 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::json;
 use slidegate::{Algorithm, Check, Decision, Quota};
-use slidegate_tower::{push_u64, rate_limit_headers};
+use slidegate_tower::{insert_rate_limit_headers, push_u64};
 
 use crate::app::{App, Live};
 use crate::config::{AlgorithmSpec, INLINE_RULE, parse_duration};
@@ -106,10 +106,13 @@ impl<F: Future> Future for TimedFuture<F> {
     }
 }
 
-/// A JSON answer already written out (the decisions, by [`write_decision`]).
-fn json_response(headers: HeaderMap, body: String) -> Response {
-    let mut response = (headers, body).into_response();
-    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+/// A JSON answer already written out (the decisions, by [`write_decision`]), with the RateLimit
+/// headers for `items`.
+fn json_response(body: String, items: &[(&str, &Quota, &Decision)], retry_after: Option<Duration>) -> Response {
+    let mut response = body.into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    insert_rate_limit_headers(headers, items, retry_after);
     response
 }
 
@@ -146,7 +149,7 @@ fn write_decision(out: &mut String, rule: &str, d: &Decision, engine: &str) {
 }
 
 /// Appends a duration in ms, or `null`.
-fn write_optional_ms(out: &mut String, ms: Option<std::time::Duration>) {
+fn write_optional_ms(out: &mut String, ms: Option<Duration>) {
     match ms {
         Some(ms) => push_u64(out, u64::try_from(ms.as_millis()).unwrap_or(u64::MAX)),
         None => out.push_str("null"),
@@ -338,10 +341,9 @@ fn count(live: &Live, rule: &str, d: &Decision) {
 async fn check_one(app: &App, live: &Live, r: Resolved) -> Result<Response, ApiError> {
     let d = app.timed(app.limiter.check_cost(&r.key, &r.quota, r.cost)).await?;
     count(live, &r.policy, &d);
-    let headers = rate_limit_headers(&[(&r.policy, &r.quota, &d)], d.retry_after);
     let mut body = String::with_capacity(192);
     write_decision(&mut body, &r.policy, &d, app.limiter.backend().engine());
-    Ok(json_response(headers, body))
+    Ok(json_response(body, &[(&r.policy, &r.quota, &d)], d.retry_after))
 }
 
 async fn check_many(app: &App, live: &Live, resolved: &[Resolved]) -> Result<Response, ApiError> {
@@ -351,7 +353,6 @@ async fn check_many(app: &App, live: &Live, resolved: &[Resolved]) -> Result<Res
         count(live, &r.policy, d);
     }
     let items: Vec<_> = resolved.iter().zip(&group.decisions).map(|(r, d)| (r.policy.as_str(), &r.quota, d)).collect();
-    let headers = rate_limit_headers(&items, group.retry_after());
     let engine = app.limiter.backend().engine();
     // `{"allowed", "denied_by" (absent when allowed), "retry_after_ms", "results": [...]}`
     let mut body = String::with_capacity(64 + 192 * items.len());
@@ -371,7 +372,7 @@ async fn check_many(app: &App, live: &Live, resolved: &[Resolved]) -> Result<Res
         write_decision(&mut body, name, d, engine);
     }
     body.push_str("]}");
-    Ok(json_response(headers, body))
+    Ok(json_response(body, &items, group.retry_after()))
 }
 
 async fn rules(State(app): State<Arc<App>>) -> Json<serde_json::Value> {

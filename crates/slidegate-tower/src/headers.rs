@@ -23,6 +23,21 @@ use slidegate::{Decision, Quota};
 /// # Ok::<(), slidegate::Error>(())
 /// ```
 pub fn rate_limit_headers(items: &[(&str, &Quota, &Decision)], retry_after: Option<Duration>) -> HeaderMap {
+    let mut headers = HeaderMap::with_capacity(3);
+    insert_rate_limit_headers(&mut headers, items, retry_after);
+    headers
+}
+
+/// [`rate_limit_headers`] written into an existing map (a response's own), which saves building
+/// and merging a second one on every request.
+pub fn insert_rate_limit_headers(
+    headers: &mut HeaderMap,
+    items: &[(&str, &Quota, &Decision)],
+    retry_after: Option<Duration>,
+) {
+    // Names as constants: `from_static` validates its argument each time it runs.
+    const POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+    const STATE: HeaderName = HeaderName::from_static("ratelimit");
     let (mut policy, mut state) = (String::with_capacity(40 * items.len()), String::with_capacity(40 * items.len()));
     for (i, (name, q, d)) in items.iter().enumerate() {
         if i > 0 {
@@ -42,20 +57,18 @@ pub fn rate_limit_headers(items: &[(&str, &Quota, &Decision)], retry_after: Opti
             push_u64(out, d);
         }
     }
-    let mut headers = HeaderMap::with_capacity(3);
-    let mut put = |name: &'static str, value: String| {
+    let mut put = |name: HeaderName, value: String| {
         if let Ok(v) = HeaderValue::try_from(value) {
-            headers.insert(HeaderName::from_static(name), v);
+            headers.insert(name, v);
         }
     };
-    put("ratelimit-policy", policy);
-    put("ratelimit", state);
+    put(POLICY, policy);
+    put(STATE, state);
     if let Some(r) = retry_after {
         let mut secs = String::new();
         push_u64(&mut secs, ceil_secs(r).max(1));
-        put("retry-after", secs);
+        put(http::header::RETRY_AFTER, secs);
     }
-    headers
 }
 
 /// Whole seconds, rounded up: a client that waits this long is never early.

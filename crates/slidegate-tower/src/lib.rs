@@ -41,7 +41,7 @@ pub mod rule;
 pub mod service;
 
 pub use error::Error;
-pub use headers::{ceil_secs, push_u64, rate_limit_headers};
+pub use headers::{ceil_secs, insert_rate_limit_headers, push_u64, rate_limit_headers};
 pub use key::{Extension, Header, KeyExtractor, PeerIp, Route, TrustedProxies};
 pub use layer::RateLimitLayer;
 pub use rule::Rule;
