@@ -135,7 +135,7 @@ fn write_decision(out: &mut String, rule: &str, d: &Decision, engine: &str) {
     out.push_str(r#","remaining":"#);
     push_u64(out, d.remaining);
     out.push_str(r#","reset_after_ms":"#);
-    write_optional_ms(out, Some(d.reset_after));
+    push_ms(out, d.reset_after);
     out.push_str(r#","retry_after_ms":"#);
     write_optional_ms(out, d.retry_after);
     out.push_str(if d.degraded.is_some() { r#","degraded":true"# } else { r#","degraded":false"# });
@@ -148,10 +148,15 @@ fn write_decision(out: &mut String, rule: &str, d: &Decision, engine: &str) {
     }
 }
 
+/// Appends a duration in whole ms.
+fn push_ms(out: &mut String, d: Duration) {
+    push_u64(out, u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+}
+
 /// Appends a duration in ms, or `null`.
 fn write_optional_ms(out: &mut String, ms: Option<Duration>) {
     match ms {
-        Some(ms) => push_u64(out, u64::try_from(ms.as_millis()).unwrap_or(u64::MAX)),
+        Some(ms) => push_ms(out, ms),
         None => out.push_str("null"),
     }
 }
