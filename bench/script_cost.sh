@@ -7,7 +7,9 @@
 #   bash bench/script_cost.sh [calls]     (needs valgrind; the seed script from ../shared/peers)
 #
 # Table 1, the scripts (collected inside EVALSHA): the seed's sliding-log script and slidegate's.
-# Table 2, when the module is built (cargo build --release -p slidegate-module), collected inside
+# Table 2, the fixed window and the GCRA: one_key.lua beside check.lua, which decides
+# them in groups and with warm-up (collected inside EVALSHA).
+# Table 3, when the module is built (cargo build --release -p slidegate-module), collected inside
 # processCommand (command lookup, the command, replication bookkeeping, the reply): slidegate's
 # module, both scripts, and redis-cell's CL.THROTTLE when REDIS_CELL_MODULE names its .so.
 #
@@ -20,6 +22,7 @@ cd "$(dirname "$0")/.."
 calls=${1:-3000}
 seed=${SEED_SCRIPT:-../shared/peers/lua/sliding_log_servertime.lua}
 ours=crates/slidegate/src/redis/sliding_log.lua
+scripts=crates/slidegate/src/redis
 module=target/release/libslidegate_module.so
 command -v valgrind >/dev/null || { echo "valgrind is needed (apt-get install valgrind)"; exit 1; }
 [ -f "$seed" ] || { echo "seed script not found at $seed (set SEED_SCRIPT)"; exit 1; }
@@ -38,6 +41,10 @@ per_call() { # function to collect in, redis-benchmark args (@SEED@/@OURS@ = SHA
   local args=("$@")
   args=("${args[@]/@SEED@/$(redis-cli -p "$port" SCRIPT LOAD "$(cat "$seed")")}")
   args=("${args[@]/@OURS@/$(redis-cli -p "$port" SCRIPT LOAD "$(cat "$ours")")}")
+  local name
+  for name in check one_key; do
+    args=("${args[@]/@${name^^}@/$(redis-cli -p "$port" SCRIPT LOAD "$(cat "$scripts/$name.lua")")}")
+  done
   redis-benchmark -p "$port" -n "$calls" -c 4 -P 16 -q "${args[@]}" >/dev/null 2>&1
   n=$(redis-cli -p "$port" INFO commandstats |
     sed -n 's/^cmdstat_\(evalsha\|slidegate.check\|cl.throttle\):calls=\([0-9]*\),.*/\2/p')
@@ -68,6 +75,23 @@ for shape in "${shapes[@]}"; do
   python3 -c "print(f'| $name | {$s:,} | {$o:,} | **{$o / $s:.2f}** |')"
 done
 
+printf '\n| shape | algorithm | check.lua (instr/call) | one_key.lua (instr/call) | ratio |\n|---|---|---|---|---|\n'
+for shape in "${shapes[@]}"; do
+  IFS=: read -r name rand key window limit <<<"$shape"
+  te=$((window * 1000 / limit))
+  # check.lua ARGV: id, now ("" = TIME), record, then algorithm limit window cost param period cold.
+  # shellcheck disable=SC2086
+  c=$(per_call evalShaCommand $rand EVALSHA @CHECK@ 1 "$key" m__rand_int__ "" 1 f "$limit" "$window" 1 0 0 0)
+  # shellcheck disable=SC2086
+  o=$(per_call evalShaCommand $rand EVALSHA @ONE_KEY@ 1 "$key" f "$window" "$limit" 1)
+  python3 -c "print(f'| $name | fixed_window | {$c:,} | {$o:,} | **{$o / $c:.2f}** |')"
+  # shellcheck disable=SC2086
+  c=$(per_call evalShaCommand $rand EVALSHA @CHECK@ 1 "$key" m__rand_int__ "" 1 g "$limit" "$window" 1 "$limit" 0 0)
+  # shellcheck disable=SC2086
+  o=$(per_call evalShaCommand $rand EVALSHA @ONE_KEY@ 1 "$key" g "$te" $((limit * te)) "$te")
+  python3 -c "print(f'| $name | gcra | {$c:,} | {$o:,} | **{$o / $c:.2f}** |')"
+done
+
 [ -f "$module" ] || exit 0
 printf '\n| shape | module | slidegate script | seed script | redis-cell | module / seed | module / cell |\n'
 printf '|---|---|---|---|---|---|---|\n'
@@ -83,5 +107,5 @@ for shape in "${shapes[@]}"; do
   c=0
   # shellcheck disable=SC2086
   [ -n "${REDIS_CELL_MODULE:-}" ] && c=$(per_call processCommand $rand CL.THROTTLE "$key" $((limit - 1)) "$limit" $((window / 1000)) 1)
-  python3 -c "print(f'| $name | {$m:,} | {$o:,} | {$s:,} | {$c:,} | **{$m / $s:.2f}** | **{$m / max($c, 1):.2f}** |')"
+  python3 -c "c = $c; cell, ratio = (f'{c:,}', f'**{$m / c:.2f}**') if c else ('–', '–'); print(f'| $name | {$m:,} | {$o:,} | {$s:,} | {cell} | **{$m / $s:.2f}** | {ratio} |')"
 done

@@ -3,7 +3,9 @@
 //! caller's clock, against a real redis-server; the module's loaded with `--loadmodule`), and
 //! all must give identical decisions — `allowed`, `remaining`, `reset_after`, `retry_after`.
 //! On a fifth key each scenario starts on the scripts and finishes on the module, on the same
-//! server: the module takes over what the scripts wrote without losing an admission.
+//! server: the module takes over what the scripts wrote without losing an admission. On a sixth
+//! it starts with single checks (the one-key scripts) and finishes in groups of one
+//! (`check.lua`): both scripts read and write one format.
 
 use std::time::Duration;
 
@@ -36,6 +38,28 @@ impl Scenario {
             out.push(limiter.check_cost(key, &self.quota, cost).await.expect("check"));
         }
         out
+    }
+
+    /// As [`Scenario::run`], each request a group of one check.
+    async fn run_in_groups<B: slidegate::Backend>(
+        &self,
+        limiter: &Limiter<B>,
+        clock: &ManualClock,
+        key: &str,
+    ) -> Vec<Decision> {
+        let mut out = Vec::new();
+        for &(t, cost) in &self.requests {
+            clock.set_ms(self.start_ms + t);
+            let group = limiter.check_all(&[Check { key, quota: self.quota, cost }]).await.expect("check_all");
+            out.extend(group.decisions);
+        }
+        out
+    }
+
+    /// The scenario split in two: its first half, and its second.
+    fn halves(&self) -> (Self, Self) {
+        let (first, second) = self.requests.split_at(self.requests.len() / 2);
+        (Self { requests: first.to_vec(), ..self.clone() }, Self { requests: second.to_vec(), ..self.clone() })
     }
 }
 
@@ -79,16 +103,13 @@ impl Backends {
         let redis = scenario.run(&self.redis, &self.clock, key).await;
         let module = scenario.run(&self.module, &self.clock, key).await;
         let half = scenario.requests.len() / 2;
-        let (first, second) = scenario.requests.split_at(half);
+        let (first, second) = scenario.halves();
         let handover_key = format!("{key}:handover");
-        let mut handover = Scenario { requests: first.to_vec(), ..scenario.clone() }
-            .run(&self.lua_on_module_server, &self.clock, &handover_key)
-            .await;
-        handover.extend(
-            Scenario { requests: second.to_vec(), ..scenario.clone() }
-                .run(&self.module, &self.clock, &handover_key)
-                .await,
-        );
+        let mut handover = first.run(&self.lua_on_module_server, &self.clock, &handover_key).await;
+        handover.extend(second.run(&self.module, &self.clock, &handover_key).await);
+        let groups_key = format!("{key}:groups");
+        let mut groups = first.run(&self.redis, &self.clock, &groups_key).await;
+        groups.extend(second.run_in_groups(&self.redis, &self.clock, &groups_key).await);
         for (i, e) in expected.iter().enumerate() {
             let (q, at) = (scenario.quota, &scenario.requests[..=i]);
             let context = format!("{q:?}, requests (ms, cost) up to #{i}: {at:?}");
@@ -96,6 +117,7 @@ impl Backends {
             assert_eq!(&redis[i], e, "redis (Lua) differs from reference; {context}");
             assert_eq!(&module[i], e, "redis module differs from reference; {context}");
             assert_eq!(&handover[i], e, "Lua then module (from #{half}) differs from reference; {context}");
+            assert_eq!(&groups[i], e, "single checks then groups (from #{half}) differ from reference; {context}");
         }
         expected
     }

@@ -59,6 +59,42 @@ async fn time_comes_from_redis_by_default() {
 }
 
 #[tokio::test]
+async fn the_fixed_window_and_gcra_scripts_read_redis_time() {
+    let server = RedisServer::start();
+    let limiter = limiter(&server).await;
+    let redis_ms = || {
+        let t: Vec<u64> = server.query(&["TIME"]);
+        t[0] * 1000 + t[1] / 1000
+    };
+    let minute = |a| Quota::per_minute(2).and_then(|q| q.with_algorithm(a)).expect("valid");
+    // A fixed window starts at a multiple of its length on Redis' clock; a new key per attempt,
+    // until one attempt does not straddle a window's edge.
+    let mut attempt = None;
+    for i in 0..3 {
+        let key = format!("fixed{i}");
+        let before = redis_ms();
+        let d = limiter.check(&key, &minute(Algorithm::FixedWindow)).await.expect("check");
+        let after = redis_ms();
+        if before / 60_000 == after / 60_000 {
+            attempt = Some((key, before, after, d));
+            break;
+        }
+    }
+    let (key, before, after, d) = attempt.expect("three attempts, at most one at a window's edge");
+    assert!(d.allowed, "{d:?}");
+    let reset = d.reset_after.as_millis() as u64;
+    assert!((60_000 - after % 60_000..=60_000 - before % 60_000).contains(&reset), "{d:?} at {before}..{after}");
+    let index: u64 = server.query(&["HGET", &format!("slidegate.fw:{key}"), "i"]);
+    assert_eq!(index, before / 60_000);
+    // A GCRA's first admission sets the theoretical arrival time one emission interval ahead.
+    let before = redis_ms();
+    assert!(limiter.check("gcra", &minute(Algorithm::Gcra { burst: None })).await.expect("check").allowed);
+    let after = redis_ms();
+    let tat: u64 = server.query(&["HGET", "slidegate.gcra:gcra", "t"]);
+    assert!((before * 1000 + 30_000_000..=after * 1000 + 30_000_000).contains(&tat), "{tat} at {before}..{after}");
+}
+
+#[tokio::test]
 async fn noscript_after_script_flush_is_recovered_transparently() {
     let server = RedisServer::start();
     let limiter = limiter(&server).await;

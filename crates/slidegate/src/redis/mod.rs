@@ -1,9 +1,11 @@
 //! The Redis backend: one key per limited key and algorithm, one atomic Lua script per decision.
 //!
 //! Scripts live beside this file, each opening with its KEYS/ARGV contract: `sliding_log.lua`
-//! (the hot path: one sliding-log key without warm-up), `check.lua` (every algorithm, one key or
-//! an atomic group) and `inspect.lua`. They run by `EVALSHA`; when Redis answers `NOSCRIPT` (after a restart, a
-//! failover or `SCRIPT FLUSH`) the same call is sent once more as `EVAL` with the body, which
+//! (one sliding-log key without warm-up, the hot path), `one_key.lua` (one fixed-window or GCRA
+//! key without warm-up), `check.lua` (every algorithm, warm-up, one key or an atomic group, on
+//! the same keys and fields, at about twice the one-key scripts' work) and `inspect.lua`. They
+//! run by `EVALSHA`; when Redis answers `NOSCRIPT` (after a restart, a failover or `SCRIPT
+//! FLUSH`) the same call is sent once more as `EVAL` with the body, which
 //! also puts the script back in Redis' cache. Callers never see that error.
 //!
 //! When the server has slidegate's module loaded (`crates/slidegate-module`), the same
@@ -53,6 +55,7 @@ impl LuaScript {
 
 struct Scripts {
     sliding_log: LuaScript,
+    one_key: LuaScript,
     check: LuaScript,
     inspect: LuaScript,
 }
@@ -61,6 +64,7 @@ fn scripts() -> &'static Scripts {
     static SCRIPTS: std::sync::OnceLock<Scripts> = std::sync::OnceLock::new();
     SCRIPTS.get_or_init(|| Scripts {
         sliding_log: LuaScript::new(include_str!("sliding_log.lua")),
+        one_key: LuaScript::new(include_str!("one_key.lua")),
         check: LuaScript::new(include_str!("check.lua")),
         inspect: LuaScript::new(include_str!("inspect.lua")),
     })
@@ -424,7 +428,7 @@ where
     /// loaded on first use anyway.
     pub async fn load_scripts(&self) -> Result<(), Error> {
         let s = scripts();
-        for script in [&s.sliding_log, &s.check, &s.inspect] {
+        for script in [&s.sliding_log, &s.one_key, &s.check, &s.inspect] {
             let mut cmd = redis::cmd("SCRIPT");
             cmd.arg("LOAD").arg(script.body);
             let _: String = self.query(&cmd).await?;
@@ -520,6 +524,30 @@ where
             })
             .await?;
         parse_sliding_log(&reply, limit, window)
+    }
+
+    /// One run of `one_key.lua` for a fixed window or a GCRA without warm-up: `code` names the
+    /// algorithm, `args` are its numbers, and the caller's clock, if any, comes last.
+    async fn one_key(
+        &self,
+        key: &str,
+        algorithm: Algorithm,
+        code: &str,
+        args: [u64; 3],
+        limit: u64,
+    ) -> Result<Decision, Error> {
+        let now = self.now_arg();
+        let reply: Vec<i64> = self
+            .run_script(&scripts().one_key, &[(key, algorithm)], |cmd| {
+                cmd.arg(code).arg(&args[..]).arg(now);
+            })
+            .await?;
+        let number = |v: i64| u64::try_from(v).map_err(|_| unexpected(&reply));
+        match *reply.as_slice() {
+            [remaining, reset] => Ok(Decision::allowed(limit, number(remaining)?, ms(reset))),
+            [remaining, reset, retry] => Ok(Decision::denied(limit, number(remaining)?, ms(reset), ms(retry))),
+            _ => Err(unexpected(&reply)),
+        }
     }
 
     /// `SLIDEGATE.CHECK` over `checks` (joined by `AND`): the module's decision, answered as
@@ -677,16 +705,28 @@ where
 {
     async fn check(&self, key: &str, quota: &Quota, cost: u64) -> Result<Decision, Error> {
         let check = [Check { key, quota: *quota, cost }];
-        let group = if self.module_first()
+        let first = |group: MultiDecision| group.decisions.into_iter().next().ok_or_else(|| unexpected(&[]));
+        if self.module_first()
             && let Some(answer) = self.module_answer(self.module_check(&check).await)
         {
-            answer?
-        } else if quota.algorithm() == Algorithm::SlidingLog && quota.warm_up().is_none() {
-            return self.noting_failure(self.sliding_log(key, quota, cost).await);
-        } else {
-            self.noting_failure(self.check_script(&check, true).await)?
+            return first(answer?);
+        }
+        let algorithm = quota.algorithm();
+        let decision = match algorithm {
+            _ if quota.warm_up().is_some() => self.check_script(&check, true).await.and_then(first),
+            Algorithm::SlidingLog => self.sliding_log(key, quota, cost).await,
+            Algorithm::FixedWindow => {
+                let args = [quota.window_ms(), quota.limit(), cost];
+                self.one_key(key, algorithm, "f", args, quota.limit()).await
+            }
+            Algorithm::Gcra { .. } => {
+                let te = quota.emission_us();
+                let args = [te, quota.burst() * te, cost * te];
+                self.one_key(key, algorithm, "g", args, quota.burst()).await
+            }
+            Algorithm::SlidingWindow { .. } => self.check_script(&check, true).await.and_then(first),
         };
-        group.decisions.into_iter().next().ok_or_else(|| unexpected(&[]))
+        self.noting_failure(decision)
     }
 
     async fn check_all(&self, checks: &[Check<'_>]) -> Result<MultiDecision, Error> {
