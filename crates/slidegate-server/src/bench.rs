@@ -1,6 +1,15 @@
-//! `slidegate bench`: a closed-loop load generator. `concurrency` workers each keep one
-//! decision in flight against a running server (`http://…`) or straight against a backend
-//! through the library (`memory`, `redis://…`), for a fixed time, bounded in count as well.
+//! `slidegate bench`: a load generator. `concurrency` workers each keep one decision in flight
+//! against a running server (`http://…`) or straight against a backend through the library
+//! (`memory`, `redis://…`), for a fixed time, bounded in count as well.
+//!
+//! Closed loop by default: a worker sends its next decision as soon as the last is answered, so
+//! the load adapts to the target and the latencies are those of that load. With a `rate` the
+//! load is open loop: decision `i` is due at `i / rate` seconds, worker `w` sends those with `i
+//! mod concurrency = w`, and a decision that is due while its worker still waits for an answer
+//! is sent when that answer comes and timed from when it was due. A closed-loop generator would
+//! time it from when it was sent and so hide the stall behind it ("coordinated omission").
+//! A decision that is not held back is timed from when it was sent: the runtime's timer wakes a
+//! worker up to a millisecond late, and that delay is the generator's, not the target's.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -30,8 +39,10 @@ pub struct BenchOptions {
     pub redis_engine: slidegate::RedisEngine,
     /// Distinct keys, drawn uniformly (1 = one hot key).
     pub keys: u64,
-    /// Decisions in flight.
+    /// Decisions in flight (at most, with a `rate`).
     pub concurrency: usize,
+    /// Decisions per second on a fixed schedule (open loop); `None`: closed loop.
+    pub rate: Option<u64>,
     /// How long to run.
     pub duration: Duration,
     /// The quota.
@@ -52,8 +63,14 @@ pub struct Report {
     pub engine: Option<&'static str>,
     /// Distinct keys.
     pub keys: u64,
-    /// Decisions in flight.
+    /// Decisions in flight (at most, with a `rate`).
     pub concurrency: usize,
+    /// The scheduled decisions per second, when open loop.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rate: Option<u64>,
+    /// Open loop: decisions held back by a pending answer, timed from when they were due.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub late: Option<u64>,
     /// Seconds measured.
     pub duration_s: f64,
     /// Decisions answered per second (admitted or denied).
@@ -185,12 +202,32 @@ pub async fn run(options: BenchOptions) -> anyhow::Result<Report> {
         .map(|w| {
             let (target, keys, done, decided) =
                 (Arc::clone(&target), Arc::clone(&keys), Arc::clone(&done), Arc::clone(&decided));
-            let quota = options.quota;
+            let (quota, workers) = (options.quota, options.concurrency.max(1) as u64);
+            // Open loop: this worker's k-th decision is due at (k * workers + w) / rate seconds.
+            let due = options.rate.map(|rate| {
+                move |k: u64| started + Duration::from_secs_f64((k * workers + w as u64) as f64 / rate as f64)
+            });
             tokio::spawn(async move {
                 let mut rng = 0x9E37_79B9_7F4A_7C15_u64 ^ ((w as u64 + 1) << 17);
-                let (mut latencies, mut allowed, mut errors) = (Vec::with_capacity(1 << 16), 0u64, 0u64);
+                let (mut latencies, mut allowed, mut errors, mut late) =
+                    (Vec::with_capacity(1 << 16), 0u64, 0u64, 0u64);
                 for i in 0..MAX_PER_WORKER {
-                    if done.load(Ordering::Relaxed) || Instant::now() >= deadline {
+                    let now = Instant::now();
+                    let t = match &due {
+                        None => now,
+                        Some(due) => match due(i) {
+                            at if at >= deadline => break,
+                            at if at > now => {
+                                tokio::time::sleep_until(at.into()).await;
+                                Instant::now()
+                            }
+                            at => {
+                                late += 1;
+                                at
+                            }
+                        },
+                    };
+                    if done.load(Ordering::Relaxed) || t >= deadline {
                         break;
                     }
                     if i % 64 == 63 {
@@ -202,7 +239,6 @@ pub async fn run(options: BenchOptions) -> anyhow::Result<Report> {
                     rng ^= rng >> 7;
                     rng ^= rng << 17;
                     let index = (rng % keys.len() as u64) as usize;
-                    let t = Instant::now();
                     match target.decide(index, &keys, &quota).await {
                         Ok(a) => {
                             latencies.push(u32::try_from(t.elapsed().as_micros()).unwrap_or(u32::MAX));
@@ -212,7 +248,7 @@ pub async fn run(options: BenchOptions) -> anyhow::Result<Report> {
                         Err(_) => errors += 1,
                     }
                 }
-                (latencies, allowed, errors)
+                (latencies, allowed, errors, late)
             })
         })
         .collect();
@@ -228,12 +264,13 @@ pub async fn run(options: BenchOptions) -> anyhow::Result<Report> {
         }
     }
     done.store(true, Ordering::Relaxed);
-    let (mut latencies, mut allowed, mut errors) = (Vec::new(), 0, 0);
+    let (mut latencies, mut allowed, mut errors, mut late) = (Vec::new(), 0, 0, 0);
     for w in workers {
-        let (l, a, e) = w.await?;
+        let (l, a, e, held) = w.await?;
         latencies.extend(l);
         allowed += a;
         errors += e;
+        late += held;
     }
     let elapsed = started.elapsed().as_secs_f64();
     latencies.sort_unstable();
@@ -254,6 +291,8 @@ pub async fn run(options: BenchOptions) -> anyhow::Result<Report> {
         engine,
         keys: options.keys,
         concurrency: options.concurrency,
+        rate: options.rate,
+        late: options.rate.map(|_| late),
         duration_s: elapsed,
         decisions_per_sec: answered as f64 / elapsed,
         p50_us: pct(50.0),
@@ -274,6 +313,9 @@ impl std::fmt::Display for Report {
         }
         writeln!(f, "keys          {}", self.keys)?;
         writeln!(f, "concurrency   {}", self.concurrency)?;
+        if let (Some(rate), Some(late)) = (self.rate, self.late) {
+            writeln!(f, "rate          {rate}/s scheduled; {late} held back by a pending answer")?;
+        }
         writeln!(f, "duration      {:.2} s", self.duration_s)?;
         writeln!(f, "decisions/s   {:.0}", self.decisions_per_sec)?;
         writeln!(

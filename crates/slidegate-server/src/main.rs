@@ -61,16 +61,21 @@ enum Command {
     },
     /// Generate load against a server or a backend and report throughput and latency.
     Bench {
-        /// `http://host:port` (a running server), `memory`, `redis://host:port`, or
-        /// `redis-cluster://host:port,host:port`.
+        /// `http://host:port` (a running server), `grpc://host:port` (its Envoy rate limit
+        /// service), `memory`, `redis://host:port`, or `redis-cluster://host:port,host:port`.
         #[arg(long, default_value = "memory")]
         target: String,
         /// Distinct keys, uniformly drawn (1 = one hot key).
         #[arg(long, default_value_t = 1)]
         keys: u64,
-        /// Requests in flight.
+        /// Requests in flight (with `--rate`: at most).
         #[arg(long, default_value_t = 64)]
         concurrency: usize,
+        /// Send this many decisions per second on a fixed schedule (open loop) instead of each
+        /// worker sending as soon as its last answer came (closed loop). A decision held back by
+        /// a slow answer is timed from when it was due, so stalls show in the latencies.
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+        rate: Option<u64>,
         /// How long to run, e.g. 10s.
         #[arg(long, default_value = "10s", value_parser = parse_duration)]
         duration: Duration,
@@ -178,6 +183,7 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             target,
             keys,
             concurrency,
+            rate,
             duration,
             limit,
             window,
@@ -193,6 +199,7 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
                 target,
                 keys,
                 concurrency,
+                rate,
                 duration,
                 quota,
                 rule,

@@ -362,6 +362,34 @@ fn the_check_command_answers_with_its_exit_code() {
 }
 
 #[test]
+fn bench_open_loop_sends_at_the_scheduled_rate() {
+    let run = |extra: &[&str]| -> Value {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_slidegate"))
+            .args(["bench", "--target", "memory", "--keys", "10", "--concurrency", "4", "--duration", "1s"])
+            .args(["--limit", "1000", "--window", "60s", "--json"])
+            .args(extra)
+            .output()
+            .expect("run");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).expect("one JSON object")
+    };
+    // 400 decisions are due in the second; a closed loop on memory decides far more.
+    let open = run(&["--rate", "400"]);
+    let decided = open["allowed"].as_u64().unwrap_or(0) + open["denied"].as_u64().unwrap_or(0);
+    assert!((360..=400).contains(&decided), "{open}");
+    assert_eq!((open["rate"].as_u64(), open["errors"].as_u64()), (Some(400), Some(0)), "{open}");
+    assert!(open["late"].as_u64().is_some_and(|late| late <= decided), "{open}");
+    let closed = run(&[]);
+    assert!(closed["allowed"].as_u64().unwrap_or(0) > 1_000, "{closed}");
+    assert!(closed.get("rate").is_none() && closed.get("late").is_none(), "{closed}");
+    let refused = std::process::Command::new(env!("CARGO_BIN_EXE_slidegate"))
+        .args(["bench", "--rate", "0", "--duration", "10ms"])
+        .output()
+        .expect("run");
+    assert_eq!(refused.status.code(), Some(2), "a rate of 0 is refused");
+}
+
+#[test]
 fn bench_reports_json_against_memory_and_a_server() {
     let server = Slidegate::serve(&[]);
     for target in ["memory", server.base.as_str()] {
