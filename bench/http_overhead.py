@@ -11,6 +11,11 @@ Shapes: one hot key (W1, 100 per 10 s) and 10,000 uniform keys (W2, 100 per 60 s
 Servers on CPU 1, load generators on CPU 0 (2-core machine). Loopback only; all processes ours.
 
     cargo build --release -p slidegate-server --example bare_axum && python3 bench/http_overhead.py [--reps 6]
+
+With `--rates 2000,5000`, only an open-loop comparison instead (W2): at each fixed rate, the
+library straight at Redis and the same load through the service (`slidegate bench --rate`),
+back to back in alternating order: what the service adds to each decision's latency when
+neither side is saturated.
 """
 import argparse, json, os, re, socket, statistics, subprocess, sys, tempfile, time, urllib.request
 
@@ -57,18 +62,51 @@ def wrk(url, keys, window, seconds):
     return {"rps": rps, "p50_us": us("50"), "p99_us": us("99")}
 
 
-def bench(target, keys, window, seconds):
+def bench(target, keys, window, seconds, rate=None):
+    extra = ["--rate", str(rate)] if rate else []
     out = subprocess.run(["taskset", "-c", "0", os.path.join(REL, "slidegate"), "bench", "--target", target, "--keys",
                           str(keys), "--concurrency", "64", "--duration", f"{seconds}s", "--limit", "100", "--window",
-                          window, "--json"], capture_output=True, text=True).stdout
+                          window, "--json", *extra], capture_output=True, text=True).stdout
     v = json.loads(out)
-    return {"rps": v["decisions_per_sec"], "p50_us": v["p50_us"], "p99_us": v["p99_us"], "errors": v["errors"]}
+    return {"rps": v["decisions_per_sec"], "p50_us": v["p50_us"], "p99_us": v["p99_us"], "errors": v["errors"],
+            "late": v.get("late")}
+
+
+def open_loop(rates, reps, seconds, redis_url, flush):
+    """Library vs service at fixed rates (W2); prints a table of medians."""
+    keys, window = SHAPES["W2"]
+    port = free_port()
+    p = start([os.path.join(REL, "slidegate"), "serve", "--http", f"127.0.0.1:{port}", "--redis", redis_url],
+              f"http://127.0.0.1:{port}/healthz", cpus="0,1")
+    rows = {}
+    try:
+        for rep in range(reps):
+            for rate in rates:
+                r = {}
+                sides = [("lib", redis_url), ("http", f"http://127.0.0.1:{port}")]
+                for side, target in sides if rep % 2 == 0 else sides[::-1]:
+                    flush()
+                    r[side] = bench(target, keys, window, seconds, rate)
+                rows.setdefault(rate, []).append(r)
+                print(f"rep {rep + 1} {rate}/s: {json.dumps(r)}", file=sys.stderr)
+    finally:
+        stop(p)
+    med = statistics.median
+    print("| rate (W2) | library p50 · p99 µs | service p50 · p99 µs | p50 added (µs) | p99 service / library | late (library · service) |")
+    print("|---|---|---|---|---|---|")
+    for rate, reps_ in rows.items():
+        g = lambda side, f: med([x[side][f] for x in reps_])
+        added = med([x["http"]["p50_us"] - x["lib"]["p50_us"] for x in reps_])
+        p99 = med([x["http"]["p99_us"] / max(x["lib"]["p99_us"], 1) for x in reps_])
+        print(f"| {rate:,}/s | {g('lib', 'p50_us'):,.0f} · {g('lib', 'p99_us'):,.0f} | {g('http', 'p50_us'):,.0f} · "
+              f"{g('http', 'p99_us'):,.0f} | {added:,.0f} | **{p99:.2f}** | {g('lib', 'late'):,.0f} · {g('http', 'late'):,.0f} |")
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=6)
     ap.add_argument("--seconds", type=int, default=3)
+    ap.add_argument("--rates", help="comma-separated decisions/s: run only the open-loop comparison")
     a = ap.parse_args()
     redis_port = free_port()
     redis_dir = tempfile.mkdtemp(prefix="slidegate-bench-")
@@ -78,6 +116,12 @@ def main():
     time.sleep(0.3)
     flush = lambda: subprocess.run(["redis-cli", "-p", str(redis_port), "FLUSHALL"], capture_output=True)
     rows = {}
+    if a.rates:
+        try:
+            open_loop([int(x) for x in a.rates.split(",")], a.reps, a.seconds, redis_url, flush)
+        finally:
+            redis.terminate()
+        return
     try:
         for rep in range(a.reps):
             for shape, (keys, window) in SHAPES.items():
