@@ -23,7 +23,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         && flag == "--memory-footprint"
     {
         // A child process of `footprint`: a fresh heap, so resident growth is this key set's.
-        let quota = Quota::per_minute(limit.parse()?)?.with_algorithm(algorithm.parse()?)?;
+        // The algorithm is named by its place in ALGORITHMS, parameters included.
+        let algorithm = ALGORITHMS.get(algorithm.parse::<usize>()?).ok_or("no such algorithm")?;
+        let quota = Quota::per_minute(limit.parse()?)?.with_algorithm(*algorithm)?;
         println!("{:.0}", memory_bytes_per_key(&quota));
         return Ok(());
     }
@@ -51,7 +53,7 @@ async fn footprint() -> Result<(), Box<dyn std::error::Error>> {
     println!("| algorithm | limit | Redis MEMORY USAGE | memory backend (resident) |");
     println!("|---|---|---|---|");
     for limit in [100u64, 100_000] {
-        for algorithm in ALGORITHMS {
+        for (index, algorithm) in ALGORITHMS.into_iter().enumerate() {
             let quota = Quota::per_minute(limit)?.with_algorithm(algorithm)?;
             for (t, cost) in fill(&quota) {
                 clock.set_ms(t);
@@ -61,7 +63,7 @@ async fn footprint() -> Result<(), Box<dyn std::error::Error>> {
             let bytes: u64 = server.query(&["MEMORY", "USAGE", &key, "SAMPLES", "0"]);
             redis.reset("footprint").await?;
             let child = std::process::Command::new(std::env::current_exe()?)
-                .args(["--memory-footprint", algorithm.as_str(), &limit.to_string()])
+                .args(["--memory-footprint", &index.to_string(), &limit.to_string()])
                 .output()?;
             let memory = String::from_utf8_lossy(&child.stdout).trim().to_owned();
             println!("| {algorithm} | {limit} | {bytes} | {memory} |");

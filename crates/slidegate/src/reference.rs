@@ -57,7 +57,6 @@
 //! - `limit` reported = `τ / Tₑ`; `remaining = (now + τ − new) / Tₑ`; `reset_after = new − now`
 //!   (the bucket full again); `retry_after = new − τ − now`, rounded up to the ms: exact.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::{Algorithm, Decision, MultiDecision, Quota};
@@ -149,8 +148,9 @@ pub struct Key {
 #[derive(Debug, Clone)]
 enum State {
     Log(SlidingLog),
-    /// Bucket index -> permits admitted in it.
-    Window(BTreeMap<u64, u64>),
+    /// `(bucket index, permits admitted in it)`, indexes increasing: a handful of buckets, where
+    /// a sorted vector is both the smallest and the quickest map.
+    Window(Vec<(u64, u64)>),
     /// The window of the last admission and its count.
     Fixed(Option<(u64, u64)>),
     /// The theoretical arrival time in µs.
@@ -162,7 +162,7 @@ impl Key {
     pub fn new(algorithm: Algorithm) -> Self {
         let state = match algorithm {
             Algorithm::SlidingLog => State::Log(SlidingLog::default()),
-            Algorithm::SlidingWindow { .. } => State::Window(BTreeMap::new()),
+            Algorithm::SlidingWindow { .. } => State::Window(Vec::new()),
             Algorithm::FixedWindow => State::Fixed(None),
             Algorithm::Gcra { .. } => State::Gcra(0),
         };
@@ -229,8 +229,20 @@ impl Key {
             State::Log(log) => log.record(now, cost),
             State::Window(counts) => {
                 let (n, b) = geometry(quota);
-                *counts.entry(now / b).or_default() += cost;
-                counts.retain(|&i, _| i + n >= now / b);
+                let j = now / b;
+                counts.retain(|&(i, _)| i + n >= j);
+                match counts.binary_search_by_key(&j, |&(i, _)| i) {
+                    Ok(at) => counts[at].1 += cost,
+                    Err(at) => {
+                        if counts.len() == counts.capacity() {
+                            // Doubling, but not past the n + 1 buckets one window spans.
+                            let span = usize::try_from(n + 1).unwrap_or(usize::MAX);
+                            let room = (counts.len() * 2).max(4).min(span).max(counts.len() + 1);
+                            counts.reserve_exact(room - counts.len());
+                        }
+                        counts.insert(at, (j, cost));
+                    }
+                }
             }
             State::Fixed(last) => match last {
                 Some((i, c)) if *i == now / w => *c += cost,
@@ -247,8 +259,8 @@ impl Key {
             State::Log(log) => log.reset_after(now, w),
             State::Window(counts) => {
                 let (n, b) = geometry(quota);
-                let newest = counts.iter().rev().find(|&(&i, &c)| c > 0 && i + n >= now / b);
-                newest.map_or(Duration::ZERO, |(&m, _)| ms((m + n + 1) * b - now))
+                let newest = counts.iter().rev().find(|&&(i, c)| c > 0 && i + n >= now / b);
+                newest.map_or(Duration::ZERO, |&(m, _)| ms((m + n + 1) * b - now))
             }
             State::Fixed(last) => match last {
                 Some((i, c)) if *i == now / w && *c > 0 => ms((i + 1) * w - now),
@@ -266,7 +278,7 @@ impl Key {
             State::Log(log) => log.admissions.iter().max().map_or(0, |&t| t + w),
             State::Window(counts) => {
                 let (n, b) = geometry(quota);
-                counts.keys().next_back().map_or(0, |&m| (m + n + 1) * b)
+                counts.last().map_or(0, |&(m, _)| (m + n + 1) * b)
             }
             State::Fixed(last) => last.map_or(0, |(i, _)| (i + 2) * w),
             &State::Gcra(tat) => ceil_ms(tat),
@@ -284,7 +296,7 @@ impl Key {
             }
             State::Window(counts) => {
                 words.extend([2, self.warm_since, counts.len() as u64]);
-                words.extend(counts.iter().flat_map(|(&i, &c)| [i, c]));
+                words.extend(counts.iter().flat_map(|&(i, c)| [i, c]));
             }
             State::Fixed(None) => words.extend([3, self.warm_since, 0]),
             State::Fixed(Some((i, c))) => words.extend([3, self.warm_since, 1, *i, *c]),
@@ -301,8 +313,8 @@ impl Key {
                 State::Log(SlidingLog { admissions: admissions.to_vec() })
             }
             (2, [n, pairs @ ..]) if pairs.len() as u64 == n.checked_mul(2)? => {
-                let counts: BTreeMap<u64, u64> = pairs.chunks_exact(2).map(|p| (p[0], p[1])).collect();
-                if counts.len() as u64 != *n {
+                let counts: Vec<(u64, u64)> = pairs.chunks_exact(2).map(|p| (p[0], p[1])).collect();
+                if !counts.is_sorted_by(|a, b| a.0 < b.0) {
                     return None;
                 }
                 State::Window(counts)
@@ -319,8 +331,7 @@ impl Key {
     pub(crate) fn heap_bytes(&self) -> usize {
         match &self.state {
             State::Log(log) => log.admissions.capacity() * size_of::<u64>(),
-            // A B-tree node per up to 11 buckets, about 200 bytes each.
-            State::Window(counts) => counts.len().div_ceil(11) * 200,
+            State::Window(counts) => counts.capacity() * size_of::<(u64, u64)>(),
             State::Fixed(_) | State::Gcra(_) => 0,
         }
     }
@@ -359,16 +370,16 @@ fn geometry(quota: &Quota) -> (u64, u64) {
 }
 
 /// The sliding window counter's estimate at `t`.
-fn window_estimate(counts: &BTreeMap<u64, u64>, t: u64, n: u64, b: u64) -> u64 {
+fn window_estimate(counts: &[(u64, u64)], t: u64, n: u64, b: u64) -> u64 {
     let (j, r) = (t / b, t % b);
-    let full: u64 = counts.range((j + 1).saturating_sub(n)..=j).map(|(_, c)| c).sum();
-    let oldest = j.checked_sub(n).and_then(|i| counts.get(&i)).copied().unwrap_or(0);
+    let full: u64 = counts.iter().filter(|&&(i, _)| i + n > j && i <= j).map(|&(_, c)| c).sum();
+    let oldest = counts.iter().find(|&&(i, _)| i + n == j).map_or(0, |&(_, c)| c);
     full + oldest * (b - r) / b
 }
 
 /// The first instant from `now` at which the estimate is at most `room`: bucket by bucket, then
 /// by bisection inside the first bucket that reaches it (the estimate only falls within one).
-fn window_retry(counts: &BTreeMap<u64, u64>, now: u64, n: u64, b: u64, room: u64) -> u64 {
+fn window_retry(counts: &[(u64, u64)], now: u64, n: u64, b: u64, room: u64) -> u64 {
     let mut start = now;
     loop {
         let end = (start / b + 1) * b;
@@ -542,7 +553,8 @@ mod tests {
                 now += gap;
                 let cost = cost.min(limit);
                 let State::Window(counts) = &key.state else { unreachable!() };
-                let weighted = (now / bucket_ms).checked_sub(u64::from(buckets)).and_then(|i| counts.get(&i)).copied().unwrap_or(0);
+                let oldest = (now / bucket_ms).checked_sub(u64::from(buckets));
+                let weighted = counts.iter().find(|&&(i, _)| Some(i) == oldest).map_or(0, |&(_, c)| c);
                 if key.check(now, &q, cost).allowed {
                     admitted.extend(std::iter::repeat_n(now, cost as usize));
                     let in_window = admitted.iter().filter(|&&t| now < t + window).count() as u64;
