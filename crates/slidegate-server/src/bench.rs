@@ -5,11 +5,12 @@
 //! Closed loop by default: a worker sends its next decision as soon as the last is answered, so
 //! the load adapts to the target and the latencies are those of that load. With a `rate` the
 //! load is open loop: decision `i` is due at `i / rate` seconds, worker `w` sends those with `i
-//! mod concurrency = w`, and a decision that is due while its worker still waits for an answer
-//! is sent when that answer comes and timed from when it was due. A closed-loop generator would
-//! time it from when it was sent and so hide the stall behind it ("coordinated omission").
-//! A decision that is not held back is timed from when it was sent: the runtime's timer wakes a
-//! worker up to a millisecond late, and that delay is the generator's, not the target's.
+//! mod concurrency = w`, and a decision that falls due while the target holds its worker's last
+//! one (or behind such a decision) is sent when the worker is free and timed from when it was
+//! due. A closed-loop generator would time it from when it was sent and so hide the stall behind
+//! it ("coordinated omission"). A decision that is late for the generator's own reasons is timed
+//! from when it was sent: the runtime's timer wakes a worker up to a millisecond late, and that
+//! delay is not the target's.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -68,7 +69,7 @@ pub struct Report {
     /// The scheduled decisions per second, when open loop.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rate: Option<u64>,
-    /// Open loop: decisions held back by a pending answer, timed from when they were due.
+    /// Open loop: decisions held back by the target, timed from when they were due.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub late: Option<u64>,
     /// Seconds measured.
@@ -211,37 +212,53 @@ pub async fn run(options: BenchOptions) -> anyhow::Result<Report> {
                 let mut rng = 0x9E37_79B9_7F4A_7C15_u64 ^ ((w as u64 + 1) << 17);
                 let (mut latencies, mut allowed, mut errors, mut late) =
                     (Vec::with_capacity(1 << 16), 0u64, 0u64, 0u64);
+                // When this worker's last decision went out, when its answer came, and whether
+                // it was held back by the target (then so is every decision that fell due
+                // before it went out: they queued behind the same stall).
+                let (mut sent, mut answered, mut held) = (started, started, false);
                 for i in 0..MAX_PER_WORKER {
+                    if i % 64 == 63 {
+                        // A memory backend never makes a worker wait: let the timer and the
+                        // progress printer run.
+                        tokio::task::yield_now().await;
+                    }
                     let now = Instant::now();
                     let t = match &due {
                         None => now,
                         Some(due) => match due(i) {
                             at if at >= deadline => break,
                             at if at > now => {
+                                held = false;
                                 tokio::time::sleep_until(at.into()).await;
                                 Instant::now()
                             }
                             at => {
-                                late += 1;
-                                at
+                                held = (sent < at && at < answered) || (at <= sent && held);
+                                if held {
+                                    // Held back by the target: timed from when it was due.
+                                    late += 1;
+                                    at
+                                } else {
+                                    // Behind for the generator's own reasons (start-up, a timer
+                                    // that woke late).
+                                    now
+                                }
                             }
                         },
                     };
                     if done.load(Ordering::Relaxed) || t >= deadline {
                         break;
                     }
-                    if i % 64 == 63 {
-                        // A memory backend never makes a worker wait: let the timer and the
-                        // progress printer run.
-                        tokio::task::yield_now().await;
-                    }
                     rng ^= rng << 13;
                     rng ^= rng >> 7;
                     rng ^= rng << 17;
                     let index = (rng % keys.len() as u64) as usize;
-                    match target.decide(index, &keys, &quota).await {
+                    sent = Instant::now();
+                    let outcome = target.decide(index, &keys, &quota).await;
+                    answered = Instant::now();
+                    match outcome {
                         Ok(a) => {
-                            latencies.push(u32::try_from(t.elapsed().as_micros()).unwrap_or(u32::MAX));
+                            latencies.push(u32::try_from((answered - t).as_micros()).unwrap_or(u32::MAX));
                             allowed += u64::from(a);
                             decided.fetch_add(1, Ordering::Relaxed);
                         }
@@ -314,7 +331,7 @@ impl std::fmt::Display for Report {
         writeln!(f, "keys          {}", self.keys)?;
         writeln!(f, "concurrency   {}", self.concurrency)?;
         if let (Some(rate), Some(late)) = (self.rate, self.late) {
-            writeln!(f, "rate          {rate}/s scheduled; {late} held back by a pending answer")?;
+            writeln!(f, "rate          {rate}/s scheduled; {late} held back by the target")?;
         }
         writeln!(f, "duration      {:.2} s", self.duration_s)?;
         writeln!(f, "decisions/s   {:.0}", self.decisions_per_sec)?;

@@ -390,6 +390,32 @@ fn bench_open_loop_sends_at_the_scheduled_rate() {
 }
 
 #[test]
+fn bench_open_loop_counts_a_stall_in_the_latencies() {
+    // 200 decisions/s from two workers; the server is stopped for 300 ms in the middle. Every
+    // decision that fell due meanwhile waits behind its worker's pending one and must be timed
+    // from when it was due: a closed loop would show two slow decisions, not ~60.
+    let server = Slidegate::serve(&[]);
+    let bench = std::process::Command::new(env!("CARGO_BIN_EXE_slidegate"))
+        .args(["bench", "--target", server.base.as_str(), "--keys", "10", "--concurrency", "2", "--rate", "200"])
+        .args(["--duration", "1500ms", "--limit", "1000", "--window", "60s", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("run");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    server.signal("STOP");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    server.signal("CONT");
+    let out = bench.wait_with_output().expect("bench ends");
+    assert!(out.status.success());
+    let v: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    let late = v["late"].as_u64().expect("late");
+    assert!((30..=200).contains(&late), "decisions held back by the stall: {v}");
+    assert!(v["max_us"].as_u64().is_some_and(|m| m >= 250_000), "{v}");
+    assert!(v["p50_us"].as_u64().is_some_and(|p| p < 100_000), "most decisions are quick: {v}");
+    assert_eq!(v["errors"], 0, "{v}");
+}
+
+#[test]
 fn bench_reports_json_against_memory_and_a_server() {
     let server = Slidegate::serve(&[]);
     for target in ["memory", server.base.as_str()] {
