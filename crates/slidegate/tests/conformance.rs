@@ -32,26 +32,26 @@ impl Scenario {
     }
 
     async fn run<B: slidegate::Backend>(&self, limiter: &Limiter<B>, clock: &ManualClock, key: &str) -> Vec<Decision> {
-        let mut out = Vec::new();
-        for &(t, cost) in &self.requests {
-            clock.set_ms(self.start_ms + t);
-            out.push(limiter.check_cost(key, &self.quota, cost).await.expect("check"));
-        }
-        out
+        self.run_as(limiter, clock, key, false).await
     }
 
-    /// As [`Scenario::run`], each request a group of one check.
-    async fn run_in_groups<B: slidegate::Backend>(
+    /// As [`Scenario::run`], or with each request a group of one check.
+    async fn run_as<B: slidegate::Backend>(
         &self,
         limiter: &Limiter<B>,
         clock: &ManualClock,
         key: &str,
+        in_groups: bool,
     ) -> Vec<Decision> {
         let mut out = Vec::new();
         for &(t, cost) in &self.requests {
             clock.set_ms(self.start_ms + t);
-            let group = limiter.check_all(&[Check { key, quota: self.quota, cost }]).await.expect("check_all");
-            out.extend(group.decisions);
+            if in_groups {
+                let group = limiter.check_all(&[Check { key, quota: self.quota, cost }]).await.expect("check_all");
+                out.extend(group.decisions);
+            } else {
+                out.push(limiter.check_cost(key, &self.quota, cost).await.expect("check"));
+            }
         }
         out
     }
@@ -109,7 +109,7 @@ impl Backends {
         handover.extend(second.run(&self.module, &self.clock, &handover_key).await);
         let groups_key = format!("{key}:groups");
         let mut groups = first.run(&self.redis, &self.clock, &groups_key).await;
-        groups.extend(second.run_in_groups(&self.redis, &self.clock, &groups_key).await);
+        groups.extend(second.run_as(&self.redis, &self.clock, &groups_key, true).await);
         for (i, e) in expected.iter().enumerate() {
             let (q, at) = (scenario.quota, &scenario.requests[..=i]);
             let context = format!("{q:?}, requests (ms, cost) up to #{i}: {at:?}");

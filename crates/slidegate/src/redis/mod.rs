@@ -712,19 +712,19 @@ where
             return first(answer?);
         }
         let algorithm = quota.algorithm();
-        let decision = match algorithm {
-            _ if quota.warm_up().is_some() => self.check_script(&check, true).await.and_then(first),
-            Algorithm::SlidingLog => self.sliding_log(key, quota, cost).await,
-            Algorithm::FixedWindow => {
+        // One key without warm-up has a lean script; everything else runs the general one.
+        let decision = match (algorithm, quota.warm_up()) {
+            (Algorithm::SlidingLog, None) => self.sliding_log(key, quota, cost).await,
+            (Algorithm::FixedWindow, None) => {
                 let args = [quota.window_ms(), quota.limit(), cost];
                 self.one_key(key, algorithm, "f", args, quota.limit()).await
             }
-            Algorithm::Gcra { .. } => {
+            (Algorithm::Gcra { .. }, None) => {
                 let te = quota.emission_us();
                 let args = [te, quota.burst() * te, cost * te];
                 self.one_key(key, algorithm, "g", args, quota.burst()).await
             }
-            Algorithm::SlidingWindow { .. } => self.check_script(&check, true).await.and_then(first),
+            _ => self.check_script(&check, true).await.and_then(first),
         };
         self.noting_failure(decision)
     }
