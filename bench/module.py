@@ -32,6 +32,7 @@ OURS = os.path.join(ROOT, "crates/slidegate/src/redis/sliding_log.lua")
 SEED = os.path.join(ROOT, "../shared/peers/lua/sliding_log_servertime.lua")
 CELL = os.environ.get("REDIS_CELL_MODULE")
 PORT = 7611
+# 0 repetitions: the bytes per key only.
 REPS = int(sys.argv[1]) if len(sys.argv) > 1 else 3
 
 SHAPES = {
@@ -125,18 +126,19 @@ def main():
                     for pipeline in (1, 16):
                         results.setdefault((shape, system, pipeline), []).append(run(shape, system, args, pipeline))
             print(f"rep {rep + 1}/{REPS} done", file=sys.stderr)
-        print(f"medians of {REPS}: decisions/s; Redis CPU per decision, µs: inside the command "
-              "(INFO commandstats) and all of it (INFO cpu, parsing and replies included)\n")
-        print("| shape | system | -P 1 (64 in flight) | -P 16 | in command | all, -P 1 | all, -P 16 "
-              "| -P 16 throughput / module's |")
-        print("|---|---|---|---|---|---|---|---|")
-        med = lambda rows, i: statistics.median(r[i] for r in rows)
-        for shape in SHAPES:
-            base = med(results[(shape, "module", 16)], 0)
-            for system in commands(shape, shas):
-                p1, p16 = results[(shape, system, 1)], results[(shape, system, 16)]
-                print(f"| {shape} | {system} | {med(p1, 0):,.0f}/s | {med(p16, 0):,.0f}/s | {med(p1 + p16, 1):.2f} "
-                      f"| {med(p1, 2):.2f} | {med(p16, 2):.2f} | {med(p16, 0) / base:.2f} |")
+        if REPS:
+            print(f"medians of {REPS}: decisions/s; Redis CPU per decision, µs: inside the command "
+                  "(INFO commandstats) and all of it (INFO cpu, parsing and replies included)\n")
+            print("| shape | system | -P 1 (64 in flight) | -P 16 | in command | all, -P 1 | all, -P 16 "
+                  "| -P 16 throughput / module's |")
+            print("|---|---|---|---|---|---|---|---|")
+            med = lambda rows, i: statistics.median(r[i] for r in rows)
+            for shape in SHAPES:
+                base = med(results[(shape, "module", 16)], 0)
+                for system in commands(shape, shas):
+                    p1, p16 = results[(shape, system, 1)], results[(shape, system, 16)]
+                    print(f"| {shape} | {system} | {med(p1, 0):,.0f}/s | {med(p16, 0):,.0f}/s | {med(p1 + p16, 1):.2f} "
+                          f"| {med(p1, 2):.2f} | {med(p16, 2):.2f} | {med(p16, 0) / base:.2f} |")
         # Bytes per key holding n admissions (limit and window far above: every call admits).
         memory = {
             "module": lambda n: ["SLIDEGATE.CHECK", "mem", "sliding_log", 1_000_000, 3_600_000, 1],

@@ -18,8 +18,8 @@ use slidegate::{Algorithm, MAX_CHECKS, Quota, quota::DEFAULT_BUCKETS};
 
 use crate::Error;
 
-/// The most permits one sliding-log check may record: each is an 8-byte entry, and one command
-/// must never make Redis allocate (or copy) without bound.
+/// The most permits one sliding-log check may record: each is an entry of the log, and one
+/// command must never make Redis allocate (or copy) without bound.
 pub const MAX_LOG_COST: u64 = 100_000;
 
 /// A command argument's bytes: Redis' strings in the module, plain strings in tests.

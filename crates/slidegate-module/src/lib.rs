@@ -1,7 +1,7 @@
 //! slidegate's decisions as a native Redis module: the same semantics as the Lua scripts
 //! ([`slidegate::reference`], and the very code of the embedded backend: [`slidegate::state`]),
-//! at a fraction of their CPU per decision, with the sliding log stored as a ring of 8-byte
-//! timestamps instead of a sorted set.
+//! at a fraction of their CPU per decision, with the sliding log stored as the gaps between its
+//! admissions (a byte or two each) instead of a sorted set.
 //!
 //! ```text
 //! redis-server --loadmodule target/release/libslidegate_module.so     # or: MODULE LOAD <path>

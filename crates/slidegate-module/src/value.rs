@@ -1,5 +1,5 @@
-//! The native data type: one [`Counter`] per key (for the sliding log a ring of 8-byte
-//! timestamps) and the quota it was last checked with, so `SLIDEGATE.INSPECT key` needs no
+//! The native data type: one [`Counter`] per key (for the sliding log a ring of the gaps between
+//! admissions, a byte or two each) and the quota it was last checked with, so `SLIDEGATE.INSPECT key` needs no
 //! arguments. Persisted as one binary string of little-endian words in RDB files (and so by
 //! `DUMP`/`RESTORE`, `DEBUG RELOAD`, replication's full sync); an AOF rewrite emits one
 //! `SLIDEGATE.RESTORE key payload` per key.

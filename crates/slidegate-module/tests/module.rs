@@ -266,5 +266,8 @@ fn keys_expire_after_their_last_admission_and_report_their_memory() {
         ints(&mut c, &["SLIDEGATE.CHECK", "hundred", "sliding_log", "100", "60000", "1"]);
     }
     let bytes: i64 = redis::cmd("MEMORY").arg("USAGE").arg("hundred").query(&mut c).expect("memory usage");
-    assert!((800..2_000).contains(&bytes), "100 admissions of 8 bytes and some overhead, got {bytes}");
+    assert!(
+        (100..600).contains(&bytes),
+        "100 admissions of a byte or two each (their gaps in ms) and some overhead, got {bytes}"
+    );
 }

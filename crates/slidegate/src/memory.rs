@@ -29,9 +29,9 @@ const MIN_OPS_BETWEEN_SWEEPS: usize = 64;
 /// at every budget would visit a key per operation for nothing.
 const MIN_MS_BETWEEN_SWEEPS: u64 = 100;
 
-/// Room for this many admissions is reserved when a key first appears, sparing the early
-/// regrowths of its log.
-const INITIAL_LOG_CAPACITY: usize = 8;
+/// Room for this many bytes of admissions (1–2 each) is reserved when a key first appears,
+/// sparing the early regrowths of its log.
+const INITIAL_LOG_CAPACITY: usize = 16;
 
 /// The in-process backend. Cheap to clone: clones share their state.
 ///

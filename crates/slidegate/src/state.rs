@@ -2,9 +2,10 @@
 //! the Redis module (`slidegate-module`) share, so both answer exactly as [`crate::reference`]
 //! specifies.
 //!
-//! The sliding log, the hot path, is a sorted ring of admission times (8 bytes per permit) whose
-//! expired prefix is dropped as it is met; every other algorithm keeps a few numbers per key, for
-//! which the reference model is already the right structure.
+//! The sliding log, the hot path, keeps its admission times oldest first as the gaps between
+//! them, one LEB128 number each (a byte for a gap under 128 ms, two under 16 s), and drops the
+//! expired prefix as it is met; every other algorithm keeps a few numbers per key, for which the
+//! reference model is already the right structure.
 //!
 //! ```
 //! use slidegate::{Quota, state::Counter};
@@ -43,23 +44,29 @@ enum Inner {
     Model(reference::Key),
 }
 
+/// One permit per admission, as in [`reference::SlidingLog`], but stored as gaps: an admission
+/// costs 1–2 bytes where a time would take 8, so a key's ring spans a quarter to an eighth of
+/// the cache lines, and on many keys a decision's cost is mostly the memory it touches
+/// (BENCHMARKS.md §3).
 #[derive(Debug, Clone)]
 struct Log {
-    /// Admission times in ms, oldest first, one per permit.
-    log: VecDeque<u64>,
-    /// The log's first entry (`u64::MAX` when empty), kept beside the ring so that a decision
-    /// that expires nothing need not load the head of the log.
+    /// For each admission after the oldest, its gap in ms to the one before, as LEB128: the
+    /// times are `oldest`, `oldest + gap₁`, `oldest + gap₁ + gap₂`, ….
+    gaps: VecDeque<u8>,
+    /// The number of admissions (permits) held.
+    len: u64,
+    /// The oldest admission (`u64::MAX` when empty): a decision that expires nothing reads no
+    /// gap.
     oldest: u64,
-    /// The log's last entry (meaningless when empty), kept beside the ring for the same reason:
-    /// an admission then reads nothing from the ring, and only writes its tail.
+    /// The newest admission (meaningless when empty): an admission appends its gap to it.
     newest: u64,
     /// When the current warm-up began (quotas with a warm-up only).
     warm_since: u64,
 }
 
 /// A log shrinks when it uses less than a quarter of its ring (a burst passed), and never below
-/// this many slots.
-const MIN_SHRINK_CAPACITY: usize = 16;
+/// this many bytes.
+const MIN_SHRINK_CAPACITY: usize = 64;
 
 /// The tag that opens an encoded sliding log (the reference model's tags are 1 to 4).
 const LOG_TAG: u64 = 0;
@@ -70,16 +77,12 @@ impl Counter {
         Self::with_capacity(algorithm, 0)
     }
 
-    /// A key that holds nothing yet, with room for `log_capacity` admissions if it is a log.
+    /// A key that holds nothing yet, with room for `log_capacity` bytes of admissions (1–2
+    /// each, see [`Counter`]) if it is a log.
     #[inline]
     pub fn with_capacity(algorithm: Algorithm, log_capacity: usize) -> Self {
         Self(match algorithm {
-            Algorithm::SlidingLog => Inner::Log(Log {
-                log: VecDeque::with_capacity(log_capacity),
-                oldest: u64::MAX,
-                newest: 0,
-                warm_since: 0,
-            }),
+            Algorithm::SlidingLog => Inner::Log(Log::with_capacity(log_capacity)),
             other => Inner::Model(reference::Key::new(other)),
         })
     }
@@ -145,14 +148,13 @@ impl Counter {
     /// What the key holds at `now`, for operators; changes nothing.
     pub fn inspect(&self, now: u64, quota: &Quota) -> KeyState {
         match &self.0 {
-            Inner::Log(Log { log, .. }) => {
+            Inner::Log(log) => {
                 let window = quota.window_ms();
-                let first_live = log.partition_point(|&t| t + window <= now);
-                let count = (log.len() - first_live) as u64;
+                let live = || log.times().skip_while(|&t| t + window <= now);
                 KeyState {
-                    count,
-                    oldest_ms: log.get(first_live).copied(),
-                    reset_after: log.back().filter(|_| count > 0).map_or(Duration::ZERO, |&t| ms(t + window - now)),
+                    count: live().count() as u64,
+                    oldest_ms: live().next(),
+                    reset_after: log.reset_after(now, window),
                 }
             }
             Inner::Model(model) => {
@@ -167,7 +169,7 @@ impl Counter {
     /// other algorithms.
     pub fn len(&self) -> usize {
         match &self.0 {
-            Inner::Log(log) => log.log.len(),
+            Inner::Log(log) => usize::try_from(log.len).unwrap_or(usize::MAX),
             Inner::Model(_) => 0,
         }
     }
@@ -180,7 +182,7 @@ impl Counter {
     /// The bytes this counter holds beyond its own size (the log's ring, the buckets' map).
     pub fn heap_bytes(&self) -> usize {
         match &self.0 {
-            Inner::Log(log) => log.log.capacity() * size_of::<u64>(),
+            Inner::Log(log) => log.gaps.capacity(),
             Inner::Model(key) => key.heap_bytes(),
         }
     }
@@ -197,9 +199,9 @@ impl Counter {
     pub fn encode(&self) -> Vec<u64> {
         match &self.0 {
             Inner::Log(log) => {
-                let mut words = Vec::with_capacity(3 + log.log.len());
-                words.extend([LOG_TAG, log.warm_since, log.log.len() as u64]);
-                words.extend(log.log.iter().copied());
+                let mut words = Vec::with_capacity(3 + self.len());
+                words.extend([LOG_TAG, log.warm_since, log.len]);
+                words.extend(log.times());
                 words
             }
             Inner::Model(key) => key.encode(),
@@ -210,87 +212,156 @@ impl Counter {
     pub fn decode(words: &[u64]) -> Option<Self> {
         match *words {
             [LOG_TAG, warm_since, n, ref rest @ ..] if rest.len() as u64 == n && rest.is_sorted() => {
-                Some(Self::from_log(rest.iter().copied().collect(), warm_since))
+                Some(Self::from_log(rest.iter().copied(), warm_since))
             }
             _ => reference::Key::decode(words).map(|key| Self(Inner::Model(key))),
         }
     }
 
-    /// A sliding log holding the admissions `log` (oldest first) whose warm-up began at
+    /// A sliding log holding the admissions `times` (sorted, oldest first) whose warm-up began at
     /// `warm_since`.
-    pub fn from_log(log: VecDeque<u64>, warm_since: u64) -> Self {
-        let (oldest, newest) = (log.front().copied().unwrap_or(u64::MAX), log.back().copied().unwrap_or(0));
-        Self(Inner::Log(Log { log, oldest, newest, warm_since }))
+    pub fn from_log(times: impl IntoIterator<Item = u64>, warm_since: u64) -> Self {
+        Self(Inner::Log(Log::from_times(times, warm_since)))
     }
 }
 
 impl Log {
+    fn with_capacity(bytes: usize) -> Self {
+        Self { gaps: VecDeque::with_capacity(bytes), len: 0, oldest: u64::MAX, newest: 0, warm_since: 0 }
+    }
+
+    /// A log of the admissions `times` (sorted, oldest first).
+    fn from_times(times: impl IntoIterator<Item = u64>, warm_since: u64) -> Self {
+        let mut log = Self::with_capacity(0);
+        for t in times {
+            log.push(t, 1);
+        }
+        log.warm_since = warm_since;
+        log
+    }
+
     #[inline]
     fn evaluate(&mut self, now: u64, quota: &Quota, cost: u64) -> Decision {
         let window = quota.window_ms();
         if self.oldest.saturating_add(window) <= now {
-            while self.log.front().is_some_and(|&t| t + window <= now) {
-                self.log.pop_front();
-            }
-            self.oldest = self.log.front().copied().unwrap_or(u64::MAX);
-            if self.log.capacity() > MIN_SHRINK_CAPACITY && self.log.len() < self.log.capacity() / 4 {
-                self.log.shrink_to((self.log.len() * 2).max(MIN_SHRINK_CAPACITY));
-            }
+            self.expire(now - window);
         }
         let limit = match quota.warm_up() {
             None => quota.limit(),
-            Some(_) if self.log.is_empty() => quota.limit_at(0),
+            Some(_) if self.len == 0 => quota.limit_at(0),
             Some(_) => quota.limit_at(now.saturating_sub(self.warm_since)),
         };
         self.decide(now, limit, window, cost)
     }
 
-    /// The sliding log on a sorted ring whose expired prefix is already gone: every question is
-    /// answered by position. Semantics: [`crate::reference::SlidingLog`].
+    /// Drops the admissions at or before `edge`; the oldest is one of them.
+    fn expire(&mut self, edge: u64) {
+        if self.newest <= edge {
+            self.gaps.clear();
+            (self.len, self.oldest) = (0, u64::MAX);
+        } else {
+            // The newest stays, so a gap follows every admission dropped here.
+            while self.oldest <= edge {
+                self.oldest += read_gap(&mut std::iter::from_fn(|| self.gaps.pop_front()));
+                self.len -= 1;
+            }
+        }
+        if self.gaps.capacity() > MIN_SHRINK_CAPACITY && self.gaps.len() < self.gaps.capacity() / 4 {
+            self.gaps.shrink_to((self.gaps.len() * 2).max(MIN_SHRINK_CAPACITY));
+        }
+    }
+
+    /// The sliding log whose expired prefix is already gone: every question is answered by
+    /// position. Semantics: [`crate::reference::SlidingLog`].
     #[inline]
     fn decide(&self, now: u64, limit: u64, window: u64, cost: u64) -> Decision {
-        let live = self.log.len() as u64;
+        let live = self.len;
         if live + cost <= limit {
             // What the admission will answer once recorded: the newest entry is then `now` (or
             // a later one, when the clock stepped back).
             let newest = self.newest().map_or(now, |t| t.max(now));
             return Decision::allowed(limit, limit - live - cost, ms(newest + window - now));
         }
+        // The k-th oldest must leave first; usually the oldest itself (k = 1), read from no gap.
         let k = usize::try_from(live + cost - limit).unwrap_or(usize::MAX);
-        let retry = self.log.get(k - 1).map_or(Duration::MAX, |&t| ms(t + window - now));
+        let retry = self.times().nth(k - 1).map_or(Duration::MAX, |t| ms(t + window - now));
         Decision::denied(limit, limit.saturating_sub(live), self.reset_after(now, window), retry)
     }
 
     #[inline]
     fn newest(&self) -> Option<u64> {
-        (!self.log.is_empty()).then_some(self.newest)
+        (self.len > 0).then_some(self.newest)
     }
 
     fn reset_after(&self, now: u64, window: u64) -> Duration {
         self.newest().map_or(Duration::ZERO, |t| ms((t + window).saturating_sub(now)))
     }
 
+    /// The admission times, oldest first.
+    fn times(&self) -> impl Iterator<Item = u64> + '_ {
+        let mut bytes = self.gaps.iter().copied();
+        let mut t = self.oldest;
+        (0..self.len).map(move |i| {
+            if i > 0 {
+                t += read_gap(&mut bytes);
+            }
+            t
+        })
+    }
+
+    /// Appends `permits` admissions at `now`, which is not older than the newest.
+    fn push(&mut self, now: u64, permits: u64) {
+        if permits == 0 {
+            return;
+        }
+        if self.len == 0 {
+            self.oldest = now;
+        } else {
+            let mut gap = now - self.newest;
+            while gap >= 0x80 {
+                self.gaps.push_back(gap as u8 | 0x80);
+                gap >>= 7;
+            }
+            self.gaps.push_back(gap as u8);
+        }
+        // The permits after the first are gaps of zero, a byte each.
+        let zeros = usize::try_from(permits - 1).unwrap_or(usize::MAX);
+        if zeros > 0 {
+            self.gaps.extend(std::iter::repeat_n(0, zeros));
+        }
+        self.len += permits;
+        self.newest = now;
+    }
+
     /// Records `cost` admissions at `now`, keeping the log sorted.
     fn record(&mut self, now: u64, cost: u64) {
-        if self.log.is_empty() {
+        if self.len == 0 {
             self.warm_since = now;
         }
-        let permits = usize::try_from(cost).unwrap_or(usize::MAX);
         if self.newest().is_none_or(|t| t <= now) {
-            if permits == 1 {
-                self.log.push_back(now);
-            } else {
-                self.log.extend(std::iter::repeat_n(now, permits));
-            }
-            self.newest = now;
+            self.push(now, cost);
         } else {
-            // The clock stepped back: insert in order, moving the later entries once.
-            let later = self.log.split_off(self.log.partition_point(|&t| t <= now));
-            self.log.extend(std::iter::repeat_n(now, permits));
-            self.log.extend(later);
+            // The clock stepped back: rebuild in order, once.
+            let times: Vec<u64> = self.times().collect();
+            let (before, after) = times.split_at(times.partition_point(|&t| t <= now));
+            let inserted = std::iter::repeat_n(now, usize::try_from(cost).unwrap_or(usize::MAX));
+            *self =
+                Self::from_times(before.iter().copied().chain(inserted).chain(after.iter().copied()), self.warm_since);
         }
-        self.oldest = self.oldest.min(now);
     }
+}
+
+/// Reads one LEB128 number (the encoding [`Log::push`] writes) from `bytes`.
+fn read_gap(bytes: &mut impl Iterator<Item = u8>) -> u64 {
+    let (mut gap, mut shift) = (0, 0);
+    for byte in bytes {
+        gap |= u64::from(byte & 0x7f) << shift;
+        if byte < 0x80 {
+            break;
+        }
+        shift += 7;
+    }
+    gap
 }
 
 fn ms(ms: u64) -> Duration {
@@ -332,6 +403,45 @@ mod tests {
     fn malformed_encodings_are_refused() {
         for words in [&[][..], &[0, 0, 2, 5], &[0, 0, 2, 9, 5], &[9, 0], &[2, 0, 3, 1, 1], &[4]] {
             assert!(Counter::decode(words).is_none(), "{words:?}");
+        }
+    }
+
+    proptest::proptest! {
+        /// The gaps are written in 1 to 10 bytes each: every width, over windows up to the
+        /// longest, with the clock now and then stepping back, must answer as the reference's
+        /// plain list of times does, and give that list back when encoded. (A step back never
+        /// goes so far that an admission dropped as expired would be live again: the log, like
+        /// the sorted set in Redis, has forgotten it, where the reference keeps every one.)
+        #[test]
+        fn a_log_of_gaps_of_every_width_answers_as_the_reference(
+            limit in 1u64..=40,
+            window_bits in 0u32..=34,
+            steps in proptest::collection::vec((0u32..=44, 0u64..u64::MAX, proptest::bool::weighted(0.1), 1u64..=40), 1..120),
+        ) {
+            let window = (1u64 << window_bits).min(crate::quota::MAX_WINDOW.as_millis() as u64);
+            let q = Quota::new(limit, Duration::from_millis(window)).expect("valid");
+            let (mut counter, mut reference) = (Counter::new(q.algorithm()), reference::SlidingLog::default());
+            let (mut now, mut latest, mut admitted) = (1u64 << 40, 0, Vec::new());
+            for (bits, draw, back, cost) in steps {
+                let gap = draw >> (64 - bits.max(1)) >> u32::from(bits == 0);
+                now = if back {
+                    let forgotten = admitted.iter().filter(|&&t| t + window <= latest).max();
+                    now.saturating_sub(gap).max(forgotten.map_or(0, |t| t + window))
+                } else {
+                    now + gap
+                };
+                latest = latest.max(now);
+                let cost = cost.min(limit);
+                let decision = counter.evaluate(now, &q, cost);
+                if decision.allowed {
+                    counter.record(now, &q, cost);
+                    admitted.push(now);
+                }
+                proptest::prop_assert_eq!(decision, reference.check(now, limit, window, cost), "at {}", now);
+            }
+            let restored = Counter::decode(&counter.encode()).expect("decodes");
+            proptest::prop_assert_eq!(restored.encode(), counter.encode());
+            proptest::prop_assert_eq!(restored.inspect(now, &q), counter.inspect(now, &q));
         }
     }
 
