@@ -282,9 +282,10 @@ impl Log {
             let newest = self.newest().map_or(now, |t| t.max(now));
             return Decision::allowed(limit, limit - live - cost, ms(newest + window - now));
         }
-        // The k-th oldest must leave first; usually the oldest itself (k = 1), read from no gap.
+        // The k-th oldest must leave first: usually the oldest itself, read from no gap.
         let k = usize::try_from(live + cost - limit).unwrap_or(usize::MAX);
-        let retry = self.times().nth(k - 1).map_or(Duration::MAX, |t| ms(t + window - now));
+        let blocking = if k == 1 { (live > 0).then_some(self.oldest) } else { self.times().nth(k - 1) };
+        let retry = blocking.map_or(Duration::MAX, |t| ms(t + window - now));
         Decision::denied(limit, limit.saturating_sub(live), self.reset_after(now, window), retry)
     }
 
