@@ -37,10 +37,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
 /// Fills a key with `limit` admissions spread over 50 s of a one-minute window: what it costs.
 fn fill(quota: &Quota) -> impl Iterator<Item = (u64, u64)> {
-    // Cost 100 per call keeps the fill quick; the log still holds one entry per permit.
-    let calls = quota.limit() / 100;
+    // At most 1,000 calls keeps the fill quick: at a limit of 100 each admission has its own
+    // time (500 ms apart), at 100,000 a call admits 100 permits (50 ms apart). The log holds one
+    // entry per permit either way, but the memory backend's costs more the further apart they are.
+    let calls = quota.limit().min(1_000);
     let step = 50_000 / calls;
-    (0..calls).map(move |i| (START + i * step, 100))
+    (0..calls).map(move |i| (START + i * step, quota.limit() / calls))
 }
 
 const START: u64 = 1_795_000_000_000;

@@ -77,8 +77,8 @@ impl Counter {
         Self::with_capacity(algorithm, 0)
     }
 
-    /// A key that holds nothing yet, with room for `log_capacity` bytes of admissions (1–2
-    /// each, see [`Counter`]) if it is a log.
+    /// A key that holds nothing yet, with room for `log_capacity` bytes of admissions (the gaps
+    /// between them, 1–2 bytes each: see [the module](crate::state)) if it is a log.
     #[inline]
     pub fn with_capacity(algorithm: Algorithm, log_capacity: usize) -> Self {
         Self(match algorithm {
