@@ -343,6 +343,17 @@ mod tests {
     }
 
     #[test]
+    fn keys_are_found_again_after_their_tables_grow() {
+        let backend = MemoryBackend::with_clock(ManualClock::new(0));
+        let quota = Quota::per_second(1).expect("valid");
+        let keys: Vec<String> =
+            (0..10_000).map(|i| if i % 2 == 0 { format!("k{i}") } else { format!("{i:é>40}") }).collect();
+        assert!(keys.iter().all(|k| backend.check_now(k, &quota, 1).allowed));
+        assert!(keys.iter().all(|k| !backend.check_now(k, &quota, 1).allowed), "every key found in its grown table");
+        assert_eq!(backend.len(), keys.len());
+    }
+
+    #[test]
     fn keys_inline_and_on_the_heap_are_told_apart() {
         let backend = MemoryBackend::with_clock(ManualClock::new(0));
         let quota = Quota::per_second(1).expect("valid");

@@ -62,6 +62,27 @@ struct Log {
     newest: u64,
     /// When the current warm-up began (quotas with a warm-up only).
     warm_since: u64,
+    /// Once the log has held [`MARK_EVERY`] admissions: where to start reading it far from its
+    /// oldest admission.
+    marks: Option<Box<Marks>>,
+}
+
+/// A long log marks every this-many-th admission: a denial then reads at most this many gaps to
+/// find the admission that blocks it, wherever that is in the log (a few hundred nanoseconds),
+/// instead of a gap per admission before it (~3 ns each: a millisecond at 500,000).
+const MARK_EVERY: u64 = 256;
+
+/// Every [`MARK_EVERY`]-th admission of a long log: its time, and where the gaps after it
+/// begin. Admissions and bytes are numbered from when the marks began, so dropping the oldest
+/// ones moves no mark.
+#[derive(Debug, Clone, Default)]
+struct Marks {
+    /// The number of the oldest admission held: admissions dropped so far.
+    dropped: u64,
+    /// Bytes of gaps dropped so far: the number of the first byte held.
+    bytes_dropped: u64,
+    /// `(admission number, number of the first byte after its gap, time)`, oldest first.
+    marks: VecDeque<(u64, u64, u64)>,
 }
 
 /// A log shrinks when it uses less than a quarter of its ring (a burst passed), and never below
@@ -227,7 +248,7 @@ impl Counter {
 
 impl Log {
     fn with_capacity(bytes: usize) -> Self {
-        Self { gaps: VecDeque::with_capacity(bytes), len: 0, oldest: u64::MAX, newest: 0, warm_since: 0 }
+        Self { gaps: VecDeque::with_capacity(bytes), len: 0, oldest: u64::MAX, newest: 0, warm_since: 0, marks: None }
     }
 
     /// A log of the admissions `times` (sorted, oldest first).
@@ -258,12 +279,20 @@ impl Log {
     fn expire(&mut self, edge: u64) {
         if self.newest <= edge {
             self.gaps.clear();
-            (self.len, self.oldest) = (0, u64::MAX);
+            (self.len, self.oldest, self.marks) = (0, u64::MAX, None);
         } else {
             // The newest stays, so a gap follows every admission dropped here.
+            let (len, bytes) = (self.len, self.gaps.len());
             while self.oldest <= edge {
                 self.oldest += read_gap(&mut std::iter::from_fn(|| self.gaps.pop_front()));
                 self.len -= 1;
+            }
+            if let Some(m) = &mut self.marks {
+                m.dropped += len - self.len;
+                m.bytes_dropped += (bytes - self.gaps.len()) as u64;
+                while m.marks.front().is_some_and(|&(n, ..)| n < m.dropped) {
+                    m.marks.pop_front();
+                }
             }
         }
         if self.gaps.capacity() > MIN_SHRINK_CAPACITY && self.gaps.len() < self.gaps.capacity() / 4 {
@@ -283,8 +312,8 @@ impl Log {
             return Decision::allowed(limit, limit - live - cost, ms(newest + window - now));
         }
         // The k-th oldest must leave first: usually the oldest itself, read from no gap.
-        let k = usize::try_from(live + cost - limit).unwrap_or(usize::MAX);
-        let blocking = if k == 1 { (live > 0).then_some(self.oldest) } else { self.times().nth(k - 1) };
+        let k = live + cost - limit;
+        let blocking = if k == 1 { (live > 0).then_some(self.oldest) } else { self.nth(k - 1) };
         let retry = blocking.map_or(Duration::MAX, |t| ms(t + window - now));
         Decision::denied(limit, limit.saturating_sub(live), self.reset_after(now, window), retry)
     }
@@ -310,10 +339,32 @@ impl Log {
         })
     }
 
+    /// The admission at position `i` (0 = the oldest), read from the nearest mark before it.
+    fn nth(&self, i: u64) -> Option<u64> {
+        if i >= self.len {
+            return None;
+        }
+        let mark = self.marks.as_ref().and_then(|m| {
+            let n = m.dropped + i;
+            let at = m.marks.partition_point(|&(mark, ..)| mark <= n).checked_sub(1)?;
+            let (mark, byte, time) = m.marks[at];
+            Some((time, n - mark, usize::try_from(byte - m.bytes_dropped).ok()?))
+        });
+        let (mut t, skip, from_byte) = mark.unwrap_or((self.oldest, i, 0));
+        let mut bytes = self.gaps.range(from_byte..).copied();
+        for _ in 0..skip {
+            t += read_gap(&mut bytes);
+        }
+        Some(t)
+    }
+
     /// Appends `permits` admissions at `now`, which is not older than the newest.
     fn push(&mut self, now: u64, permits: u64) {
         if permits == 0 {
             return;
+        }
+        if self.marks.is_none() && self.len + permits >= MARK_EVERY {
+            self.marks = Some(Box::default());
         }
         if self.len == 0 {
             self.oldest = now;
@@ -325,7 +376,16 @@ impl Log {
             }
             self.gaps.push_back(gap as u8);
         }
-        // The permits after the first are gaps of zero, a byte each.
+        // The permits after the first are gaps of zero, a byte each: admission `first + j` ends
+        // at byte `after_first + j`.
+        if let Some(m) = &mut self.marks {
+            let (first, after_first) = (m.dropped + self.len, m.bytes_dropped + self.gaps.len() as u64);
+            let mut n = first.next_multiple_of(MARK_EVERY);
+            while n < first + permits {
+                m.marks.push_back((n, after_first + (n - first), now));
+                n += MARK_EVERY;
+            }
+        }
         let zeros = usize::try_from(permits - 1).unwrap_or(usize::MAX);
         if zeros > 0 {
             self.gaps.extend(std::iter::repeat_n(0, zeros));
@@ -410,14 +470,19 @@ mod tests {
     proptest::proptest! {
         /// The gaps are written in 1 to 10 bytes each: every width, over windows up to the
         /// longest, with the clock now and then stepping back, must answer as the reference's
-        /// plain list of times does, and give that list back when encoded. (A step back never
+        /// plain list of times does, and give that list back when encoded. Limits and costs in
+        /// the thousands make logs long enough to be marked, and denials that must find an
+        /// admission hundreds deep. (A step back never
         /// goes so far that an admission dropped as expired would be live again: the log, like
         /// the sorted set in Redis, has forgotten it, where the reference keeps every one.)
         #[test]
         fn a_log_of_gaps_of_every_width_answers_as_the_reference(
-            limit in 1u64..=40,
+            limit in proptest::prop_oneof![1u64..=40, 200u64..=3_000],
             window_bits in 0u32..=34,
-            steps in proptest::collection::vec((0u32..=44, 0u64..u64::MAX, proptest::bool::weighted(0.1), 1u64..=40), 1..120),
+            steps in proptest::collection::vec(
+                (0u32..=44, 0u64..u64::MAX, proptest::bool::weighted(0.1), proptest::prop_oneof![1u64..=40, 100u64..=3_000]),
+                1..120,
+            ),
         ) {
             let window = (1u64 << window_bits).min(crate::quota::MAX_WINDOW.as_millis() as u64);
             let q = Quota::new(limit, Duration::from_millis(window)).expect("valid");
