@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group};
 use governor::{DefaultKeyedRateLimiter, RateLimiter};
-use slidegate::{MemoryBackend, Quota};
+use slidegate::{ManualClock, MemoryBackend, Quota};
 
 struct Shape {
     name: &'static str,
@@ -142,6 +142,24 @@ fn bench(c: &mut Criterion) {
     }
 }
 
+/// A denial deep in a long log: a key holding 1,000,000 admissions (one per ms, or 1,000 per
+/// call), denied a cost of 500,000, must find its 500,000th oldest admission — marks keep that
+/// to a few hundred gaps read instead of half a million.
+fn deep_denial(c: &mut Criterion) {
+    let mut group = c.benchmark_group("memory/deep denial");
+    let quota = Quota::new(1_000_000, Duration::from_secs(3_600)).expect("quota");
+    for (name, cost) in [("one admission per ms", 1), ("1,000 admissions per call", 1_000)] {
+        let clock = ManualClock::new(0);
+        let backend = MemoryBackend::with_clock(clock.clone());
+        for t in 0..1_000_000 / cost {
+            clock.set_ms(t);
+            assert!(backend.check_now("deep", &quota, cost).allowed);
+        }
+        group.bench_function(name, |b| b.iter(|| black_box(backend.check_now("deep", &quota, 500_000))));
+    }
+    group.finish();
+}
+
 /// The ratio the issue sets a target on, measured so that the VM's drift cancels: criterion
 /// runs one function after the other, and this machine's speed moves by 2x over seconds (the
 /// same function measured 150 ns and 320 ns minutes apart). Here each pair times slidegate and
@@ -175,7 +193,7 @@ fn paired(pairs: usize, decisions: u64) {
 criterion_group! {
     name = benches;
     config = Criterion::default().measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_secs(1));
-    targets = bench
+    targets = bench, deep_denial
 }
 
 fn main() {

@@ -203,7 +203,13 @@ impl Counter {
     /// The bytes this counter holds beyond its own size (the log's ring, the buckets' map).
     pub fn heap_bytes(&self) -> usize {
         match &self.0 {
-            Inner::Log(log) => log.gaps.capacity(),
+            Inner::Log(log) => {
+                let marks = log
+                    .marks
+                    .as_ref()
+                    .map_or(0, |m| size_of::<Marks>() + m.marks.capacity() * size_of::<(u64, u64, u64)>());
+                log.gaps.capacity() + marks
+            }
             Inner::Model(key) => key.heap_bytes(),
         }
     }
