@@ -1,10 +1,9 @@
 //! The native data type: one [`Counter`] per key (for the sliding log a ring of the gaps between
-//! admissions, a byte or two each) and the quota it was last checked with, so `SLIDEGATE.INSPECT key` needs no
-//! arguments. Persisted as one binary string of little-endian words in RDB files (and so by
+//! admissions, a byte or two each) and the quota it was last checked with, so
+//! `SLIDEGATE.INSPECT key` needs no arguments. Persisted as one binary string of little-endian words in RDB files (and so by
 //! `DUMP`/`RESTORE`, `DEBUG RELOAD`, replication's full sync); an AOF rewrite emits one
 //! `SLIDEGATE.RESTORE key payload` per key.
 
-use std::collections::VecDeque;
 use std::ffi::{CString, c_int, c_void};
 
 use redis_module::native_types::RedisType;
@@ -125,13 +124,13 @@ pub(crate) fn read_lua_key(ctx: &Context, key: &RedisString, algorithm: Algorith
         (raw::KeyType::ZSet, Algorithm::SlidingLog) => {
             // Members `<ms>:<id>` scored by their time; under warm-up, `0:<start>` scored -inf.
             let items = reply("ZRANGE", &[key.as_slice(), b"0", b"-1", b"WITHSCORES"])?;
-            let (mut log, mut warm_since) = (VecDeque::with_capacity(items.len() / 2), 0);
+            let (mut log, mut warm_since) = (Vec::with_capacity(items.len() / 2), 0);
             for pair in items.chunks(2) {
                 let [member, score] = pair else { return Err(wrong()) };
                 if score.as_slice() == b"-inf" {
                     warm_since = number(member.strip_prefix(b"0:").ok_or_else(wrong)?)?;
                 } else {
-                    log.push_back(number(score)?);
+                    log.push(number(score)?);
                 }
             }
             Ok(Some(Counter::from_log(log, warm_since)))

@@ -317,10 +317,8 @@ impl Log {
             let newest = self.newest().map_or(now, |t| t.max(now));
             return Decision::allowed(limit, limit - live - cost, ms(newest + window - now));
         }
-        // The k-th oldest must leave first: usually the oldest itself, read from no gap.
-        let k = live + cost - limit;
-        let blocking = if k == 1 { (live > 0).then_some(self.oldest) } else { self.nth(k - 1) };
-        let retry = blocking.map_or(Duration::MAX, |t| ms(t + window - now));
+        // The k-th oldest must leave first (k = live + cost - limit).
+        let retry = self.nth(live + cost - limit - 1).map_or(Duration::MAX, |t| ms(t + window - now));
         Decision::denied(limit, limit.saturating_sub(live), self.reset_after(now, window), retry)
     }
 
@@ -345,11 +343,19 @@ impl Log {
         })
     }
 
-    /// The admission at position `i` (0 = the oldest), read from the nearest mark before it.
+    /// The admission at position `i` (0 = the oldest). A denial's usual case, the oldest, reads
+    /// no gap and stays inline on the hot path; the others are read from the nearest mark.
+    #[inline]
     fn nth(&self, i: u64) -> Option<u64> {
-        if i >= self.len {
-            return None;
+        match i {
+            _ if i >= self.len => None,
+            0 => Some(self.oldest),
+            _ => Some(self.walk_to(i)),
         }
+    }
+
+    /// The admission at position `i` (below `len`), read from the nearest mark before it.
+    fn walk_to(&self, i: u64) -> u64 {
         let mark = self.marks.as_ref().and_then(|m| {
             let n = m.dropped + i;
             let at = m.marks.partition_point(|&(mark, ..)| mark <= n).checked_sub(1)?;
@@ -361,7 +367,7 @@ impl Log {
         for _ in 0..skip {
             t += read_gap(&mut bytes);
         }
-        Some(t)
+        t
     }
 
     /// Appends `permits` admissions at `now`, which is not older than the newest.
