@@ -1,6 +1,6 @@
 //! The Redis backend on a redis-server this bench starts: W1 one hot key (100 per 10 s) and
 //! W2 10,000 uniform keys (100 per 60 s), one decision at a time and 64 in flight over the one
-//! multiplexed connection. For ratios to Redis' own ceiling, `scripts/bench-redis.sh` runs
+//! pipelined connection. For ratios to Redis' own ceiling, `bench/redis_ceiling.py` runs
 //! redis-benchmark and the load generator side by side.
 
 // criterion_group! and criterion_main! generate undocumented items.

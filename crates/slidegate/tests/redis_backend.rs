@@ -120,7 +120,7 @@ async fn survives_a_redis_restart_on_the_same_port() {
     let port = server.port();
     drop(server);
     let server = RedisServer::start_on(port);
-    // The connection manager reconnects; the new server's script cache is empty.
+    // The connection connects again; the new server's script cache is empty.
     let mut last = None;
     for _ in 0..50 {
         match limiter.check("k", &q).await {

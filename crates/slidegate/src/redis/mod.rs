@@ -17,11 +17,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::time::Duration;
 
-use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+pub use pipelined::PipelinedConnection;
+use redis::aio::ConnectionLike;
 use redis::cluster::ClusterClientBuilder;
 pub use redis::cluster_async::ClusterConnection;
 pub use sentinel::SentinelConnection;
 
+mod pipelined;
 mod sentinel;
 
 /// The Redis backend over a Sentinel-monitored master ([`RedisBackend::connect_sentinel`]).
@@ -189,7 +191,7 @@ fn push_base62(out: &mut String, mut n: u64, min_digits: usize) {
 /// # Ok(()) }
 /// ```
 #[derive(Clone)]
-pub struct RedisBackend<C = ConnectionManager> {
+pub struct RedisBackend<C = PipelinedConnection> {
     conn: C,
     config: Arc<Config>,
     members: Arc<Members>,
@@ -219,18 +221,14 @@ impl<C> RedisBackend<C> {
     }
 }
 
-impl RedisBackend<ConnectionManager> {
-    /// Connects to the Redis at `url` (`redis://host:port/db`) with one multiplexed connection
-    /// that reconnects by itself, and loads the scripts.
+impl RedisBackend<PipelinedConnection> {
+    /// Connects to the Redis at `url` (`redis://[user:password@]host:port[/db]` or
+    /// `unix:///path`) with one pipelined connection that connects again after a failure
+    /// ([`PipelinedConnection`]), and loads the scripts.
     pub async fn connect(url: &str) -> Result<Self, Error> {
-        let client = redis::Client::open(url)?;
-        // The backend's own deadline (`with_timeout`) bounds every call; redis-rs's response
-        // timeout (500 ms by default) would silently cap a longer one.
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(CONNECT_TIMEOUT))
-            .set_response_timeout(None)
-            .set_number_of_retries(2);
-        let conn = ConnectionManager::new_with_config(client, config).await?;
+        let conn = tokio::time::timeout(CONNECT_TIMEOUT, PipelinedConnection::connect(url))
+            .await
+            .map_err(|_| Error::Timeout(CONNECT_TIMEOUT))??;
         let backend = Self::with_connection(conn);
         // Loading runs once, at start: it gets the connection's deadline, not a decision's.
         backend.clone().with_timeout(CONNECT_TIMEOUT).load_scripts().await?;

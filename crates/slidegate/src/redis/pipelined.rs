@@ -1,0 +1,400 @@
+//! One pipelined connection to a standalone Redis, kept lean so that the client's work per
+//! decision stays small beside Redis' own.
+//!
+//! redis-rs' multiplexed connection hands every command to a driver task through a channel,
+//! which writes each one with its own system call and answers through a second task hop.
+//! Measured on this project's machine (BENCHMARKS.md §2), a sequential decision over it took
+//! ~20 µs longer than over a bare socket, all of it client CPU on the core that Redis shares.
+//! This connection:
+//! - writes a command from the calling task when nothing else is in flight: one `write`, no
+//!   task hop;
+//! - under concurrency, appends commands to one buffer that a writer task sends whole, after
+//!   letting the other ready tasks add theirs: one `write` per batch;
+//! - reads with one task that hands each reply to its caller, in order.
+//!
+//! When the socket fails or closes, every caller waiting on it gets the error and the next call
+//! connects again (within the backend's deadline, as every call is). RESP2 over TCP or a Unix
+//! socket; `AUTH` and `SELECT` from the URL.
+
+use std::collections::VecDeque;
+use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+
+use redis::aio::ConnectionLike;
+use redis::{Cmd, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Pipeline, RedisFuture, RedisResult, Value};
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::net::{TcpStream, UnixStream, tcp, unix};
+use tokio::sync::{mpsc, oneshot};
+
+/// A pipelined connection to one standalone Redis that connects again after a failure. Cheap to
+/// clone: clones share the connection.
+#[derive(Clone)]
+pub struct PipelinedConnection {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    info: ConnectionInfo,
+    link: Mutex<Option<Arc<Link>>>,
+    /// Held while connecting, so that a burst of calls after a failure opens one socket.
+    connecting: tokio::sync::Mutex<()>,
+}
+
+impl std::fmt::Debug for PipelinedConnection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PipelinedConnection").field("addr", self.shared.info.addr()).finish_non_exhaustive()
+    }
+}
+
+impl PipelinedConnection {
+    /// Connects to the Redis at `url` (`redis://[user:password@]host:port[/db]` or
+    /// `unix:///path`).
+    pub async fn connect(url: &str) -> RedisResult<Self> {
+        let info = url.into_connection_info()?;
+        if !matches!(info.addr(), ConnectionAddr::Tcp(..) | ConnectionAddr::Unix(_)) {
+            return Err(io::Error::new(io::ErrorKind::Unsupported, "only redis:// and unix:// addresses").into());
+        }
+        let conn = Self { shared: Arc::new(Shared { info, link: Mutex::new(None), connecting: Default::default() }) };
+        conn.link().await?;
+        Ok(conn)
+    }
+
+    /// The live link, connecting when there is none or the last one failed.
+    async fn link(&self) -> RedisResult<Arc<Link>> {
+        if let Some(link) = self.current() {
+            return Ok(link);
+        }
+        let _connecting = self.shared.connecting.lock().await;
+        // Another call may have connected while this one waited.
+        if let Some(link) = self.current() {
+            return Ok(link);
+        }
+        let link = Link::open(&self.shared.info).await?;
+        *lock(&self.shared.link) = Some(Arc::clone(&link));
+        Ok(link)
+    }
+
+    fn current(&self) -> Option<Arc<Link>> {
+        lock(&self.shared.link).as_ref().filter(|l| !l.failed.load(Ordering::Relaxed)).cloned()
+    }
+
+    /// Sends what `write` packs, which `replies` replies answer, and returns those replies.
+    async fn request(&self, write: impl FnOnce(&mut Vec<u8>), replies: usize) -> RedisResult<Vec<Value>> {
+        let link = self.link().await?;
+        let waiting = link.send(write, replies)?;
+        let mut values = Vec::with_capacity(replies);
+        for rx in waiting {
+            values.push(rx.await.unwrap_or_else(|_| Err(closed().into()))?);
+        }
+        Ok(values)
+    }
+}
+
+impl ConnectionLike for PipelinedConnection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        Box::pin(async move {
+            let mut values = self.request(|out| cmd.write_packed_command(out), 1).await?;
+            values.pop().ok_or_else(|| closed().into())
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        Box::pin(async move {
+            let mut values =
+                self.request(|out| out.extend_from_slice(&pipeline.get_packed_pipeline()), offset + count).await?;
+            Ok(values.split_off(offset))
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        self.shared.info.redis_settings().db()
+    }
+}
+
+/// One open socket: its write side, the bytes and callers queued on it, and the writer task's
+/// signal. The reader task owns the read side.
+struct Link {
+    writer: WriteHalf,
+    queue: Mutex<Queue>,
+    wake_writer: mpsc::Sender<()>,
+    failed: AtomicBool,
+}
+
+#[derive(Default)]
+struct Queue {
+    /// Packed commands not written yet.
+    out: Vec<u8>,
+    /// One per reply expected, in the order the commands were written.
+    waiting: VecDeque<oneshot::Sender<RedisResult<Value>>>,
+    /// The writer task has been woken and owns the socket's write side until `out` is empty.
+    writing: bool,
+}
+
+type Reply = oneshot::Receiver<RedisResult<Value>>;
+
+impl Link {
+    async fn open(info: &ConnectionInfo) -> RedisResult<Arc<Self>> {
+        let (writer, link) = match info.addr() {
+            ConnectionAddr::Tcp(host, port) => {
+                let stream = TcpStream::connect((host.as_str(), *port)).await?;
+                stream.set_nodelay(true)?;
+                let (r, w) = stream.into_split();
+                (WriteHalf::Tcp(w), Reader::Tcp(r))
+            }
+            ConnectionAddr::Unix(path) => {
+                let (r, w) = UnixStream::connect(path).await?.into_split();
+                (WriteHalf::Unix(w), Reader::Unix(r))
+            }
+            _ => return Err(io::Error::new(io::ErrorKind::Unsupported, "only TCP and Unix sockets").into()),
+        };
+        let (wake_writer, woken) = mpsc::channel(1);
+        let this = Arc::new(Self { writer, queue: Mutex::default(), wake_writer, failed: AtomicBool::new(false) });
+        match link {
+            Reader::Tcp(r) => tokio::spawn(read_replies(r, Arc::downgrade(&this))),
+            Reader::Unix(r) => tokio::spawn(read_replies(r, Arc::downgrade(&this))),
+        };
+        tokio::spawn(write_batches(woken, Arc::downgrade(&this)));
+        let settings = info.redis_settings();
+        if let Some(password) = settings.password() {
+            let mut auth = redis::cmd("AUTH");
+            if let Some(user) = settings.username() {
+                auth.arg(user);
+            }
+            this.handshake(auth.arg(password)).await?;
+        }
+        if settings.db() != 0 {
+            this.handshake(redis::cmd("SELECT").arg(settings.db())).await?;
+        }
+        Ok(this)
+    }
+
+    async fn handshake(&self, cmd: &Cmd) -> RedisResult<()> {
+        for rx in self.send(|out| cmd.write_packed_command(out), 1)? {
+            rx.await.unwrap_or_else(|_| Err(closed().into()))?.extract_error()?;
+        }
+        Ok(())
+    }
+
+    /// Queues what `write` packs and `replies` callers' places for its replies; writes it at
+    /// once when the connection is idle, else leaves it to the writer task's next batch.
+    fn send(&self, write: impl FnOnce(&mut Vec<u8>), replies: usize) -> RedisResult<Vec<Reply>> {
+        let mut q = lock(&self.queue);
+        if self.failed.load(Ordering::Relaxed) {
+            return Err(closed().into());
+        }
+        let idle = q.waiting.is_empty() && !q.writing;
+        write(&mut q.out);
+        let waiting = (0..replies)
+            .map(|_| {
+                let (tx, rx) = oneshot::channel();
+                q.waiting.push_back(tx);
+                rx
+            })
+            .collect();
+        if idle {
+            // Nothing in flight, so nothing to batch with: write now, from this task.
+            match self.writer.try_write(&q.out) {
+                Ok(n) => drop(q.out.drain(..n)),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => {
+                    drop(q);
+                    self.fail(&e);
+                    return Err(e.into());
+                }
+            }
+        }
+        if !q.out.is_empty() && !q.writing {
+            q.writing = true;
+            // The channel holds one signal; a full one means the writer is already woken.
+            let _ = self.wake_writer.try_send(());
+        }
+        Ok(waiting)
+    }
+
+    /// Marks the link failed and answers every waiting caller with `e`.
+    fn fail(&self, e: &io::Error) {
+        self.failed.store(true, Ordering::Relaxed);
+        let waiting = std::mem::take(&mut lock(&self.queue).waiting);
+        for tx in waiting {
+            let _ = tx.send(Err(io::Error::new(e.kind(), e.to_string()).into()));
+        }
+    }
+}
+
+/// Writes the queued commands in batches each time it is woken, until the link is gone.
+async fn write_batches(mut woken: mpsc::Receiver<()>, link: Weak<Link>) {
+    let mut batch = Vec::new();
+    while woken.recv().await.is_some() {
+        // Let the tasks that are ready now (woken by the same burst of replies) queue their
+        // commands first: they go out in this one write.
+        tokio::task::yield_now().await;
+        let Some(link) = link.upgrade() else { return };
+        loop {
+            {
+                let mut q = lock(&link.queue);
+                if q.out.is_empty() {
+                    q.writing = false;
+                    break;
+                }
+                std::mem::swap(&mut q.out, &mut batch);
+            }
+            if let Err(e) = link.writer.write_all(&batch).await {
+                link.fail(&e);
+                return;
+            }
+            batch.clear();
+        }
+    }
+}
+
+/// Hands each reply to the caller first in line, until the socket fails or the link is gone.
+async fn read_replies(mut reader: impl AsyncRead + Unpin, link: Weak<Link>) {
+    let mut buf = Vec::with_capacity(16 * 1024);
+    let error = loop {
+        match reader.read_buf(&mut buf).await {
+            Ok(0) => break closed(),
+            Ok(_) => {}
+            Err(e) => break e,
+        }
+        let Some(link) = link.upgrade() else { return };
+        let mut q = lock(&link.queue);
+        let mut at = 0;
+        let parsed = loop {
+            match reply_len(&buf[at..]) {
+                Ok(Some(len)) => {
+                    let reply = redis::parse_redis_value(&buf[at..at + len]);
+                    at += len;
+                    match q.waiting.pop_front() {
+                        // A caller that gave up (its deadline passed) dropped its receiver.
+                        Some(tx) => drop(tx.send(reply)),
+                        None => break Err(protocol("a reply nobody asked for")),
+                    }
+                }
+                Ok(None) => break Ok(()),
+                Err(e) => break Err(e),
+            }
+        };
+        drop(q);
+        if let Err(e) = parsed {
+            link.fail(&e);
+            return;
+        }
+        buf.drain(..at);
+    };
+    if let Some(link) = link.upgrade() {
+        link.fail(&error);
+    }
+}
+
+/// The length of the RESP2 reply at the start of `buf`, or `None` while it is incomplete.
+fn reply_len(buf: &[u8]) -> io::Result<Option<usize>> {
+    let (mut at, mut pending) = (0, 1usize);
+    while pending > 0 {
+        let Some(kind) = buf.get(at) else { return Ok(None) };
+        let Some(eol) = buf[at..].windows(2).position(|w| w == b"\r\n") else { return Ok(None) };
+        let header = &buf[at + 1..at + eol];
+        at += eol + 2;
+        pending -= 1;
+        match kind {
+            b'+' | b'-' | b':' => {}
+            b'$' => {
+                if let Ok(len) = usize::try_from(number(header)?) {
+                    at += len + 2;
+                    if at > buf.len() {
+                        return Ok(None);
+                    }
+                }
+            }
+            b'*' => pending += usize::try_from(number(header)?).unwrap_or(0),
+            _ => return Err(protocol("not a RESP2 reply")),
+        }
+    }
+    Ok(Some(at))
+}
+
+fn number(header: &[u8]) -> io::Result<i64> {
+    std::str::from_utf8(header).ok().and_then(|s| s.parse().ok()).ok_or_else(|| protocol("a bad length"))
+}
+
+fn protocol(what: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, format!("Redis protocol: {what}"))
+}
+
+fn closed() -> io::Error {
+    io::Error::new(io::ErrorKind::ConnectionReset, "the connection to Redis closed")
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+enum WriteHalf {
+    Tcp(tcp::OwnedWriteHalf),
+    Unix(unix::OwnedWriteHalf),
+}
+
+enum Reader {
+    Tcp(tcp::OwnedReadHalf),
+    Unix(unix::OwnedReadHalf),
+}
+
+impl WriteHalf {
+    fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Self::Tcp(w) => w.try_write(buf),
+            Self::Unix(w) => w.try_write(buf),
+        }
+    }
+
+    async fn write_all(&self, mut buf: &[u8]) -> io::Result<()> {
+        while !buf.is_empty() {
+            match self {
+                Self::Tcp(w) => w.writable().await?,
+                Self::Unix(w) => w.writable().await?,
+            }
+            match self.try_write(buf) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => buf = &buf[n..],
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reply_lengths_are_found_whole_or_not_at_all() {
+        let replies: [&[u8]; 8] = [
+            b":42\r\n",
+            b"-NOSCRIPT No matching script\r\n",
+            b"+OK\r\n",
+            b"$-1\r\n",
+            b"$5\r\nhe\r\no\r\n",
+            b"*-1\r\n",
+            b"*0\r\n",
+            b"*3\r\n:1\r\n*2\r\n$3\r\nabc\r\n:-7\r\n$0\r\n\r\n",
+        ];
+        for reply in replies {
+            let mut stream = reply.to_vec();
+            stream.extend_from_slice(b":1\r\n");
+            assert_eq!(reply_len(&stream).expect("RESP2"), Some(reply.len()), "{:?}", String::from_utf8_lossy(reply));
+            for cut in 0..reply.len() {
+                assert_eq!(reply_len(&reply[..cut]).expect("RESP2"), None, "cut at {cut} of {:?}", reply);
+            }
+            assert!(redis::parse_redis_value(reply).is_ok());
+        }
+        assert!(reply_len(b"?what\r\n").is_err());
+        assert!(reply_len(b"$x\r\n").is_err());
+    }
+}

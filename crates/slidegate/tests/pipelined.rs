@@ -1,0 +1,147 @@
+//! slidegate's pipelined connection against real redis-server processes: every reply reaches
+//! the caller that asked, in batches and after callers gave up; AUTH and SELECT from the URL; a
+//! Unix socket; transactions; a dropped connection fails its callers and the next call connects
+//! again.
+
+use std::time::Duration;
+
+use redis::aio::ConnectionLike;
+use slidegate::{Limiter, PipelinedConnection, Quota, RedisBackend};
+use slidegate_testkit::RedisServer;
+
+async fn connect(url: &str) -> PipelinedConnection {
+    PipelinedConnection::connect(url).await.expect("connect")
+}
+
+async fn echo(conn: &mut PipelinedConnection, what: &str) -> String {
+    redis::cmd("ECHO").arg(what).query_async(conn).await.expect("ECHO")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixty_four_tasks_each_get_their_own_replies() {
+    let server = RedisServer::start();
+    let conn = connect(&server.url()).await;
+    let tasks: Vec<_> = (0..64)
+        .map(|t| {
+            let mut conn = conn.clone();
+            tokio::spawn(async move {
+                for i in 0..300 {
+                    // Replies of every shape, so that a misplaced one shows as a wrong value.
+                    let what = format!("{t}:{i}");
+                    assert_eq!(echo(&mut conn, &what).await, what);
+                    let n: i64 =
+                        redis::cmd("INCR").arg(format!("counter:{t}")).query_async(&mut conn).await.expect("INCR");
+                    assert_eq!(n, i + 1);
+                    let both: Vec<Option<i64>> = redis::cmd("MGET")
+                        .arg("missing")
+                        .arg(format!("counter:{t}"))
+                        .query_async(&mut conn)
+                        .await
+                        .expect("MGET");
+                    assert_eq!(both, [None, Some(i + 1)]);
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.expect("task");
+    }
+    let info: String = server.query(&["INFO", "stats"]);
+    let reads: u64 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("total_reads_processed:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("total_reads_processed");
+    // Batched, Redis reads ~20 commands at a time here; a write per command made it ~1.7.
+    let commands = 64 * 300 * 3;
+    assert!(reads < commands / 4, "{reads} reads for {commands} commands: the writes were not batched");
+}
+
+#[tokio::test]
+async fn callers_that_give_up_do_not_shift_the_replies_of_others() {
+    let server = RedisServer::start();
+    let mut conn = connect(&server.url()).await;
+    for round in 0..3 {
+        // A BLPOP on an empty list holds this connection's replies back past the caller's
+        // patience; the ECHOs sent after it queue behind it.
+        let sleep = redis::cmd("BLPOP").arg("empty").arg("0.2").to_owned();
+        let mut slow = conn.clone();
+        let gave_up =
+            tokio::time::timeout(Duration::from_millis(20), async move { slow.req_packed_command(&sleep).await }).await;
+        assert!(gave_up.is_err(), "round {round}: the sleep answered early");
+        let mut waiting = conn.clone();
+        let behind = tokio::time::timeout(Duration::from_millis(10), async move { echo(&mut waiting, "behind").await });
+        assert!(behind.await.is_err(), "round {round}: a reply overtook the sleep");
+        assert_eq!(echo(&mut conn, &format!("after {round}")).await, format!("after {round}"));
+    }
+}
+
+#[tokio::test]
+async fn auth_and_select_come_from_the_url() {
+    let server = RedisServer::start();
+    server.query::<String>(&["ACL", "SETUSER", "alice", "on", ">wonderland", "~*", "+@all"]);
+    server.query::<String>(&["CONFIG", "SET", "requirepass", "s3cret"]);
+    let port = server.port();
+    let mut by_password = connect(&format!("redis://:s3cret@127.0.0.1:{port}/3")).await;
+    let _: () = redis::cmd("SET").arg("where").arg("db3").query_async(&mut by_password).await.expect("SET");
+    assert_eq!(by_password.get_db(), 3);
+    let mut by_user = connect(&format!("redis://alice:wonderland@127.0.0.1:{port}/3")).await;
+    let seen: String = redis::cmd("GET").arg("where").query_async(&mut by_user).await.expect("GET");
+    assert_eq!(seen, "db3", "both connections selected db 3");
+    let whoami: String = redis::cmd("ACL").arg("WHOAMI").query_async(&mut by_user).await.expect("WHOAMI");
+    assert_eq!(whoami, "alice");
+    let mut default_db = connect(&format!("redis://:s3cret@127.0.0.1:{port}")).await;
+    let none: Option<String> = redis::cmd("GET").arg("where").query_async(&mut default_db).await.expect("GET");
+    assert_eq!(none, None);
+    let refused = PipelinedConnection::connect(&format!("redis://:wrong@127.0.0.1:{port}")).await;
+    assert!(refused.is_err_and(|e| e.to_string().contains("WRONGPASS")), "a wrong password is refused");
+}
+
+#[tokio::test]
+async fn a_unix_socket_serves_decisions() {
+    let dir = std::env::temp_dir().join(format!("slidegate-unix-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let socket = dir.join("redis.sock");
+    let path = socket.to_str().expect("utf-8 path");
+    let server = RedisServer::start_with(&["--unixsocket", path, "--unixsocketperm", "700"]);
+    let limiter = Limiter::new(RedisBackend::connect(&format!("unix://{path}")).await.expect("connect"));
+    let q = Quota::new(2, Duration::from_secs(60)).expect("quota");
+    let mut decisions = Vec::new();
+    for _ in 0..3 {
+        decisions.push(limiter.check("k", &q).await.expect("check").allowed);
+    }
+    assert_eq!(decisions, [true, true, false]);
+    assert_eq!(server.query::<u64>(&["ZCARD", "slidegate:k"]), 2);
+    drop(server);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn transactions_answer_their_commands_only() {
+    let server = RedisServer::start();
+    let mut conn = connect(&server.url()).await;
+    let (a, b): (i64, i64) =
+        redis::pipe().atomic().incr("t", 5).incr("t", 2).query_async(&mut conn).await.expect("MULTI");
+    assert_eq!((a, b), (5, 7));
+    let (c, s): (i64, String) =
+        redis::pipe().incr("t", 1).cmd("ECHO").arg("x").query_async(&mut conn).await.expect("pipeline");
+    assert_eq!((c, s), (8, "x".to_owned()));
+}
+
+#[tokio::test]
+async fn a_killed_connection_fails_its_callers_and_the_next_call_connects_again() {
+    let server = RedisServer::start();
+    let mut conn = connect(&server.url()).await;
+    let id: i64 = redis::cmd("CLIENT").arg("ID").query_async(&mut conn).await.expect("CLIENT ID");
+    // A caller waits on the connection (a BLPOP that never returns) when it is killed.
+    let mut waiting = conn.clone();
+    let sleeper =
+        tokio::spawn(async move { redis::cmd("BLPOP").arg("empty").arg("0").query_async::<()>(&mut waiting).await });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(server.query::<i64>(&["CLIENT", "KILL", "ID", &id.to_string()]), 1);
+    let failed = tokio::time::timeout(Duration::from_secs(5), sleeper).await.expect("answered").expect("task");
+    assert!(failed.is_err_and(|e| e.is_io_error()), "the waiting caller sees the connection fail");
+    assert_eq!(echo(&mut conn, "again").await, "again");
+    let new_id: i64 = redis::cmd("CLIENT").arg("ID").query_async(&mut conn).await.expect("CLIENT ID");
+    assert_ne!(new_id, id, "a new connection");
+}
