@@ -78,15 +78,8 @@ impl PipelinedConnection {
         lock(&self.shared.link).as_ref().filter(|l| !l.failed.load(Ordering::Relaxed)).cloned()
     }
 
-    /// Sends what `write` packs, which `replies` replies answer, and returns those replies.
     async fn request(&self, write: impl FnOnce(&mut Vec<u8>), replies: usize) -> RedisResult<Vec<Value>> {
-        let link = self.link().await?;
-        let waiting = link.send(write, replies)?;
-        let mut values = Vec::with_capacity(replies);
-        for rx in waiting {
-            values.push(rx.await.unwrap_or_else(|_| Err(closed().into()))?);
-        }
-        Ok(values)
+        self.link().await?.request(write, replies).await
     }
 }
 
@@ -139,25 +132,22 @@ type Reply = oneshot::Receiver<RedisResult<Value>>;
 
 impl Link {
     async fn open(info: &ConnectionInfo) -> RedisResult<Arc<Self>> {
-        let (writer, link) = match info.addr() {
+        let (writer, reader): (_, Box<dyn AsyncRead + Send + Unpin>) = match info.addr() {
             ConnectionAddr::Tcp(host, port) => {
                 let stream = TcpStream::connect((host.as_str(), *port)).await?;
                 stream.set_nodelay(true)?;
                 let (r, w) = stream.into_split();
-                (WriteHalf::Tcp(w), Reader::Tcp(r))
+                (WriteHalf::Tcp(w), Box::new(r))
             }
             ConnectionAddr::Unix(path) => {
                 let (r, w) = UnixStream::connect(path).await?.into_split();
-                (WriteHalf::Unix(w), Reader::Unix(r))
+                (WriteHalf::Unix(w), Box::new(r))
             }
             _ => return Err(io::Error::new(io::ErrorKind::Unsupported, "only TCP and Unix sockets").into()),
         };
         let (wake_writer, woken) = mpsc::channel(1);
         let this = Arc::new(Self { writer, queue: Mutex::default(), wake_writer, failed: AtomicBool::new(false) });
-        match link {
-            Reader::Tcp(r) => tokio::spawn(read_replies(r, Arc::downgrade(&this))),
-            Reader::Unix(r) => tokio::spawn(read_replies(r, Arc::downgrade(&this))),
-        };
+        tokio::spawn(read_replies(reader, Arc::downgrade(&this)));
         tokio::spawn(write_batches(woken, Arc::downgrade(&this)));
         let settings = info.redis_settings();
         if let Some(password) = settings.password() {
@@ -174,10 +164,20 @@ impl Link {
     }
 
     async fn handshake(&self, cmd: &Cmd) -> RedisResult<()> {
-        for rx in self.send(|out| cmd.write_packed_command(out), 1)? {
-            rx.await.unwrap_or_else(|_| Err(closed().into()))?.extract_error()?;
+        for value in self.request(|out| cmd.write_packed_command(out), 1).await? {
+            value.extract_error()?;
         }
         Ok(())
+    }
+
+    /// Sends what `write` packs, which `replies` replies answer, and returns those replies.
+    async fn request(&self, write: impl FnOnce(&mut Vec<u8>), replies: usize) -> RedisResult<Vec<Value>> {
+        let waiting = self.send(write, replies)?;
+        let mut values = Vec::with_capacity(replies);
+        for rx in waiting {
+            values.push(rx.await.unwrap_or_else(|_| Err(closed().into()))?);
+        }
+        Ok(values)
     }
 
     /// Queues what `write` packs and `replies` callers' places for its replies; writes it at
@@ -336,11 +336,6 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 enum WriteHalf {
     Tcp(tcp::OwnedWriteHalf),
     Unix(unix::OwnedWriteHalf),
-}
-
-enum Reader {
-    Tcp(tcp::OwnedReadHalf),
-    Unix(unix::OwnedReadHalf),
 }
 
 impl WriteHalf {
