@@ -51,8 +51,11 @@ def commands(shape, shas):
     key, _, limit, window, _ = SHAPES[shape]
     rows = {
         "module": ["SLIDEGATE.CHECK", key, "sliding_log", limit, window, 1],
-        # id, window, limit - cost, -(limit - cost + 1) (cost 1 on Redis' TIME: no more arguments)
-        "lua": ["EVALSHA", shas["ours"], 1, f"slidegate:{key}", "m__rand_int__", window, limit - 1, -limit],
+        # id, window, limit - cost, the order (cost 1 on Redis' TIME: no more arguments): as the
+        # backend guesses it once a run has started, look first for W1's denials, count first
+        # ("") for W2's admissions
+        "lua": ["EVALSHA", shas["ours"], 1, f"slidegate:{key}", "m__rand_int__", window, limit - 1,
+                -limit if shape == "W1" else ""],
         "seed": ["EVALSHA", shas["seed"], 1, key, window, limit, "__rand_int__"],
     }
     if CELL:
@@ -142,7 +145,7 @@ def main():
         # Bytes per key holding n admissions (limit and window far above: every call admits).
         memory = {
             "module": lambda n: ["SLIDEGATE.CHECK", "mem", "sliding_log", 1_000_000, 3_600_000, 1],
-            "lua": lambda n: ["EVALSHA", shas["ours"], 1, "mem", "m__rand_int__", 3_600_000, 999_999, -1_000_000],
+            "lua": lambda n: ["EVALSHA", shas["ours"], 1, "mem", "m__rand_int__", 3_600_000, 999_999, ""],
             "seed": lambda n: ["EVALSHA", shas["seed"], 1, "mem", 3_600_000, 1_000_000, "__rand_int__"],
         }
         print("\n| system | bytes, key of 100 admissions | per admission | bytes, key of 10,000 | per admission |")

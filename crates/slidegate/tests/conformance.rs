@@ -5,7 +5,9 @@
 //! On a fifth key each scenario starts on the scripts and finishes on the module, on the same
 //! server: the module takes over what the scripts wrote without losing an admission. On a sixth
 //! it starts with single checks (the one-key scripts) and finishes in groups of one
-//! (`check.lua`): both scripts read and write one format.
+//! (`check.lua`): both scripts read and write one format. The sliding-log script, which takes
+//! one of two orders per call as the backend guesses the outcome, runs each scenario in both
+//! orders too, on two more keys.
 
 use std::time::Duration;
 
@@ -71,6 +73,8 @@ struct Backends {
     clock: ManualClock,
     memory: Limiter<MemoryBackend>,
     redis: Limiter<RedisBackend>,
+    /// The scripts with the sliding log's order fixed: expecting denials, then admissions.
+    redis_orders: [Limiter<RedisBackend>; 2],
     /// The module, forced: a call it cannot make fails rather than falling back to Lua.
     module: Limiter<RedisBackend>,
     /// The scripts, on the module's server: a key they start, the module finishes.
@@ -82,15 +86,22 @@ impl Backends {
     async fn start() -> Self {
         let servers = [RedisServer::start(), RedisServer::start_with_module(&[])];
         let clock = ManualClock::new(0);
-        let connect = async |server: &RedisServer, engine| {
-            let backend = RedisBackend::connect(&server.url()).await.expect("connect");
+        let connect = async |server: &RedisServer, engine, fixed_order: Option<bool>| {
+            let mut backend = RedisBackend::connect(&server.url()).await.expect("connect");
+            if let Some(expect_denial) = fixed_order {
+                backend = backend.with_fixed_order(expect_denial);
+            }
             Limiter::new(backend.with_clock(clock.clone()).with_timeout(Duration::from_secs(5)).with_engine(engine))
         };
         Self {
             memory: Limiter::new(MemoryBackend::with_clock(clock.clone())),
-            redis: connect(&servers[0], RedisEngine::Lua).await,
-            module: connect(&servers[1], RedisEngine::Module).await,
-            lua_on_module_server: connect(&servers[1], RedisEngine::Lua).await,
+            redis: connect(&servers[0], RedisEngine::Lua, None).await,
+            redis_orders: [
+                connect(&servers[0], RedisEngine::Lua, Some(true)).await,
+                connect(&servers[0], RedisEngine::Lua, Some(false)).await,
+            ],
+            module: connect(&servers[1], RedisEngine::Module, None).await,
+            lua_on_module_server: connect(&servers[1], RedisEngine::Lua, None).await,
             clock,
             _servers: servers,
         }
@@ -101,6 +112,10 @@ impl Backends {
         let expected = scenario.reference();
         let memory = scenario.run(&self.memory, &self.clock, key).await;
         let redis = scenario.run(&self.redis, &self.clock, key).await;
+        let mut orders = Vec::new();
+        for (limiter, name) in self.redis_orders.iter().zip(["probe", "count"]) {
+            orders.push(scenario.run(limiter, &self.clock, &format!("{key}:{name}")).await);
+        }
         let module = scenario.run(&self.module, &self.clock, key).await;
         let half = scenario.requests.len() / 2;
         let (first, second) = scenario.halves();
@@ -115,6 +130,8 @@ impl Backends {
             let context = format!("{q:?}, requests (ms, cost) up to #{i}: {at:?}");
             assert_eq!(&memory[i], e, "memory differs from reference; {context}");
             assert_eq!(&redis[i], e, "redis (Lua) differs from reference; {context}");
+            assert_eq!(&orders[0][i], e, "redis (Lua, expecting denials) differs from reference; {context}");
+            assert_eq!(&orders[1][i], e, "redis (Lua, expecting admissions) differs from reference; {context}");
             assert_eq!(&module[i], e, "redis module differs from reference; {context}");
             assert_eq!(&handover[i], e, "Lua then module (from #{half}) differs from reference; {context}");
             assert_eq!(&groups[i], e, "single checks then groups (from #{half}) differ from reference; {context}");

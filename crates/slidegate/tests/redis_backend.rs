@@ -219,6 +219,8 @@ async fn denied_requests_leave_no_trace() {
     };
     let (before, writes_before) = (entries(&server), writes(&server));
     let ttl_before: i64 = server.query(&["PTTL", "slidegate:k"]);
+    // The first denial is taken in the order for an admission (the key's last outcome), the
+    // others in the order for a denial: neither writes.
     for cost in [1, 1, 2, 1] {
         let d = limiter.check_cost("k", &q, cost).await.expect("check");
         assert!(!d.allowed);
@@ -226,6 +228,39 @@ async fn denied_requests_leave_no_trace() {
     assert_eq!(entries(&server), before);
     assert_eq!(writes(&server), writes_before, "a denial wrote to Redis");
     assert!(server.query::<i64>(&["PTTL", "slidegate:k"]) <= ttl_before, "a denial extended the TTL");
+}
+
+/// The sliding-log script guesses each call's outcome from the key's last one: runs of
+/// admissions count the set first, runs of denials look at the blocking entry first, so each
+/// outcome costs its fewest calls once the run has started. Counted by Redis' own
+/// `INFO commandstats` (calls made by scripts included).
+#[tokio::test]
+async fn runs_of_one_outcome_take_that_outcomes_cheaper_order() {
+    let server = RedisServer::start();
+    let limiter = Limiter::new(backend(&server).await.with_engine(RedisEngine::Lua));
+    let q = quota(10, 60_000);
+    let calls = |s: &RedisServer| {
+        let info: String = s.query(&["INFO", "commandstats"]);
+        let count = |command: &str| {
+            info.lines()
+                .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
+                .and_then(|rest| rest.split(',').next()?.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        ["zcard", "zrange", "zremrangebyscore", "zadd", "pttl"].map(count)
+    };
+    server.query::<()>(&["CONFIG", "RESETSTAT"]);
+    for _ in 0..10 {
+        assert!(limiter.check("k", &q).await.expect("admission").allowed);
+    }
+    // Counted first: nothing to remove from the new key; no look at a blocking entry.
+    assert_eq!(calls(&server), [10, 0, 9, 10, 0], "zcard, zrange, zremrangebyscore, zadd, pttl");
+    server.query::<()>(&["CONFIG", "RESETSTAT"]);
+    for _ in 0..20 {
+        assert!(!limiter.check("k", &q).await.expect("denial").allowed);
+    }
+    // The first denial was guessed an admission (one count more); the 19 after it were not.
+    assert_eq!(calls(&server), [1, 20, 0, 0, 20], "zcard, zrange, zremrangebyscore, zadd, pttl");
 }
 
 #[tokio::test]

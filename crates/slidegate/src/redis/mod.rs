@@ -14,7 +14,7 @@
 
 use std::hash::{BuildHasher, RandomState};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::time::Duration;
 
 pub use pipelined::PipelinedConnection;
@@ -79,6 +79,9 @@ struct Config {
     timeout: Duration,
     one_slot: bool,
     engine: RedisEngine,
+    /// Set: the sliding-log script's order is fixed (`true`: expecting a denial) instead of
+    /// guessed by [`Outlook`].
+    fixed_order: Option<bool>,
 }
 
 /// Which code decides on Redis.
@@ -166,6 +169,40 @@ impl Members {
     }
 }
 
+/// Guesses, per key, whether the next sliding-log check will be denied, so that the script
+/// takes the order that costs Redis less for that outcome (`sliding_log.lua`: three calls for a
+/// denial looked at first, five for an admission counted first, one more each when the guess
+/// was wrong). A wrong guess costs one call, never a different decision. Outcomes come in
+/// runs — a key over its limit stays over it until entries leave; an attacked key is denied
+/// call after call while other keys keep being admitted — so each of 1,024 slots, which keys
+/// share by hash, remembers the last outcome seen there.
+struct Outlook {
+    hasher: RandomState,
+    denied: [AtomicBool; OUTLOOK_SLOTS],
+}
+
+const OUTLOOK_SLOTS: usize = 1024;
+
+impl Outlook {
+    fn new() -> Self {
+        Self { hasher: RandomState::new(), denied: std::array::from_fn(|_| AtomicBool::new(false)) }
+    }
+
+    fn slot(&self, key: &str) -> &AtomicBool {
+        // The modulo of a 64-bit hash by a power of two keeps its low bits; all are mixed.
+        let index = usize::try_from(self.hasher.hash_one(key) % OUTLOOK_SLOTS as u64).unwrap_or(0);
+        &self.denied[index]
+    }
+}
+
+/// Records an outcome in its slot; written only when it changes, so runs of one outcome leave
+/// the slot's cache line shared between cores.
+fn remember_outcome(slot: &AtomicBool, denied: bool) {
+    if slot.load(Ordering::Relaxed) != denied {
+        slot.store(denied, Ordering::Relaxed);
+    }
+}
+
 fn push_base62(out: &mut String, mut n: u64, min_digits: usize) {
     const DIGITS: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
     let start = out.len();
@@ -196,6 +233,7 @@ pub struct RedisBackend<C = PipelinedConnection> {
     config: Arc<Config>,
     members: Arc<Members>,
     module: Arc<ModuleState>,
+    outlook: Arc<Outlook>,
 }
 
 impl<C> std::fmt::Debug for RedisBackend<C> {
@@ -290,9 +328,11 @@ where
                 timeout: DEFAULT_TIMEOUT,
                 one_slot: false,
                 engine: RedisEngine::Auto,
+                fixed_order: None,
             }),
             members: Arc::new(Members::new()),
             module: Arc::default(),
+            outlook: Arc::new(Outlook::new()),
         }
     }
 
@@ -400,6 +440,17 @@ where
         self
     }
 
+    /// Fixes the order the sliding-log script takes instead of guessing it per key
+    /// (`expect_denial`: look at the blocking entry first; otherwise count first). Decisions
+    /// are the same either way, only Redis' work differs: this exists so that tests can run
+    /// every decision both ways.
+    #[doc(hidden)]
+    #[must_use]
+    pub fn with_fixed_order(mut self, expect_denial: bool) -> Self {
+        Arc::make_mut(&mut self.config).fixed_order = Some(expect_denial);
+        self
+    }
+
     /// The Redis key that holds `key`'s state under `algorithm`: `<prefix>:<key>` for the
     /// sliding log, `<prefix>.sw:<key>`, `<prefix>.fw:<key>` and `<prefix>.gcra:<key>` for the
     /// sliding window, the fixed window and the GCRA. The key goes last, so a hash tag in it
@@ -498,15 +549,22 @@ where
         .await
     }
 
-    /// One run of the one-key sliding-log script.
+    /// One run of the one-key sliding-log script, in the order the key's outlook suggests.
     async fn sliding_log(&self, key: &str, quota: &Quota, cost: u64) -> Result<Decision, Error> {
         let (id, now, limit, window) = (self.members.next(), self.now_arg(), quota.limit(), quota.window_ms());
+        let slot = self.outlook.slot(key);
+        let expect_denial = self.config.fixed_order.unwrap_or_else(|| slot.load(Ordering::Relaxed));
         // Precomputed here so that Redis formats no number: see the script's header.
         let room = limit - cost;
         let blocking_index = -i64::try_from(room).unwrap_or(i64::MAX) - 1;
         let reply: redis::Value = self
             .run_script(&scripts().sliding_log, &[(key, Algorithm::SlidingLog)], |cmd| {
-                cmd.arg(id.as_str()).arg(window).arg(room).arg(blocking_index);
+                cmd.arg(id.as_str()).arg(window).arg(room);
+                if expect_denial {
+                    cmd.arg(blocking_index);
+                } else {
+                    cmd.arg("");
+                }
                 match now {
                     Some(now) => {
                         cmd.arg(now);
@@ -521,7 +579,9 @@ where
                 }
             })
             .await?;
-        parse_sliding_log(&reply, limit, window)
+        let decision = parse_sliding_log(&reply, limit, window)?;
+        remember_outcome(slot, !decision.allowed);
+        Ok(decision)
     }
 
     /// One run of `one_key.lua` for a fixed window or a GCRA without warm-up: `code` names the

@@ -5,7 +5,9 @@
 -- ARGV[1]  id: unique per call across all clients (the client's random id + a counter)
 -- ARGV[2]  window in ms
 -- ARGV[3]  limit - cost (1 <= cost <= limit, checked by the caller)
--- ARGV[4]  -(limit - cost + 1): the index, from the newest entry, of the entry that blocks
+-- ARGV[4]  the order to take: -(limit - cost + 1), the index from the newest entry of the entry
+--          that blocks, to look at that entry first (the caller expects a denial); "" to count
+--          the set first (it expects an admission)
 -- ARGV[5]  now in ms; absent or "" for Redis' own TIME (so application servers with skewed
 --          clocks share one window; scripts replicate their effects since Redis 5, so reading
 --          TIME before a write is allowed)
@@ -18,22 +20,29 @@
 --
 -- An entry with score <= now - window has left the window; the expired entries are a prefix of
 -- the set. With n entries, cost more fit iff the k = n + cost - limit oldest have expired, i.e.
--- iff the entry at index k - 1 (= ARGV[4] from the end) is missing or expired; that entry is
--- also the one a denied request must wait for. An admission drops the expired entries, so a
--- set never holds more than `limit`, and it is removed whole one window after its last
--- admission. (Counting live entries with ZCOUNT instead saves a call on near-empty keys but
--- parses every score of a listpack-encoded set twice: 1.11x the seed's instructions on keys of
--- ~100 entries, against 0.97x for ZCARD - ZREMRANGEBYSCORE.)
+-- iff the entry at index k - 1 (= -(limit - cost + 1) from the end) is missing or expired;
+-- that entry is also the one a denied request must wait for. An admission drops the expired
+-- entries, so a set never holds more than `limit`, and it is removed whole one window after its
+-- last admission. (Counting live entries with ZCOUNT instead parses every score of a
+-- listpack-encoded set twice: 1.11x the seed's instructions on keys of ~100 entries.)
 --
 -- The script is shaped by Redis' costs (measured with callgrind on Redis 7.0; see
--- BENCHMARKS.md): every redis.call has a fixed overhead; a Lua number formatted as a string
--- (an argument to redis.call, or `..`) goes through printf's %.17g / %.14g, where
--- string.format('%d') is several times cheaper; WITHSCORES formats every score; each ARGV is a
--- string Redis builds before the script runs; and a table reply costs ~5,000 instructions more
--- than an integer (Redis probes it for err/ok/double/map/set fields first). So a denial is three
--- calls (TIME, ZRANGE, PTTL) that write nothing and answers one integer; an admission is six
--- calls and answers one integer; the entry's time is read from its member, not its score; the
--- timestamp string is built only when admitting; and the caller passes precomputed strings.
+-- BENCHMARKS.md): every redis.call has a fixed overhead of several thousand instructions; a Lua
+-- number formatted as a string (an argument to redis.call, or `..`) goes through printf's
+-- %.17g / %.14g, where string.format('%d') is several times cheaper; WITHSCORES formats every
+-- score; each ARGV is a string Redis builds before the script runs; and a table reply costs
+-- ~5,000 instructions more than an integer (Redis probes it for err/ok/double/map/set fields
+-- first). So both outcomes answer one integer, the entry's time is read from its member, not
+-- its score, the timestamp string is built only when admitting, and the caller passes
+-- precomputed strings. A denial writes nothing, so it cannot drop expired entries first (as the
+-- seed does); its calls and an admission's differ, and no one order is cheapest for both:
+--   look first (ARGV[4] set):  denial TIME, ZRANGE, PTTL (3 calls);
+--                              admission + ZCARD, ZREMRANGEBYSCORE, ZADD, PEXPIRE (6)
+--   count first (ARGV[4] ""):  admission TIME, ZCARD, ZREMRANGEBYSCORE, ZADD, PEXPIRE (5; 4
+--                              into a new key, where there is nothing to remove);
+--                              denial TIME, ZCARD, ZRANGE, PTTL (4)
+-- The caller guesses the outcome from the key's last one and picks the order; a wrong guess
+-- costs one call, never a different decision.
 local key = KEYS[1]
 local now_s = ARGV[5]
 local server_time = not now_s or now_s == ''
@@ -47,7 +56,16 @@ end
 local window = tonumber(ARGV[2])
 local edge = now - window
 
-local blocking = redis.call('ZRANGE', key, ARGV[4], ARGV[4])[1]
+local n, blocking
+if ARGV[4] ~= '' then
+  blocking = redis.call('ZRANGE', key, ARGV[4], ARGV[4])[1]
+else
+  n = redis.call('ZCARD', key)
+  if n > tonumber(ARGV[3]) then
+    local at = string.format('%d', -1 - ARGV[3])
+    blocking = redis.call('ZRANGE', key, at, at)[1]
+  end
+end
 if blocking then
   blocking = tonumber(string.match(blocking, '^%d+'))
   if blocking > edge then
@@ -74,7 +92,10 @@ end
 if server_time then
   now_s = string.format('%d', now)
 end
-local live = redis.call('ZCARD', key) - redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', edge))
+local live = n or redis.call('ZCARD', key)
+if live > 0 then
+  live = live - redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', edge))
+end
 local member = now_s .. ':' .. ARGV[1]
 if not ARGV[6] then
   redis.call('ZADD', key, now_s, member)
