@@ -1,13 +1,17 @@
 //! slidegate's pipelined connection against real redis-server processes: every reply reaches
 //! the caller that asked, in batches and after callers gave up; AUTH and SELECT from the URL; a
 //! Unix socket; transactions; a dropped connection fails its callers and the next call connects
-//! again.
+//! again, and so does one that went silent.
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionLike;
 use slidegate::{Limiter, PipelinedConnection, Quota, RedisBackend};
 use slidegate_testkit::RedisServer;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream, tcp};
 
 async fn connect(url: &str) -> PipelinedConnection {
     PipelinedConnection::connect(url).await.expect("connect")
@@ -144,4 +148,108 @@ async fn a_killed_connection_fails_its_callers_and_the_next_call_connects_again(
     assert_eq!(echo(&mut conn, "again").await, "again");
     let new_id: i64 = redis::cmd("CLIENT").arg("ID").query_async(&mut conn).await.expect("CLIENT ID");
     assert_ne!(new_id, id, "a new connection");
+}
+
+/// A TCP proxy in front of Redis that can turn the connections it holds into black holes: their
+/// bytes are taken and dropped both ways, and nothing is reset — a partition, a host gone or a
+/// NAT entry dropped, as the client sees it. Connections accepted later forward again.
+struct BlackHoleProxy {
+    port: u16,
+    accepted: Arc<AtomicUsize>,
+    /// Connections numbered below this are black holes.
+    holes_below: Arc<AtomicUsize>,
+    /// Connections whose client side has closed.
+    closed: Arc<AtomicUsize>,
+}
+
+impl BlackHoleProxy {
+    async fn start(redis_port: u16) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let port = listener.local_addr().expect("address").port();
+        let [accepted, holes_below, closed] = [0; 3].map(|_| Arc::new(AtomicUsize::new(0)));
+        let proxy = Self { port, accepted: accepted.clone(), holes_below: holes_below.clone(), closed: closed.clone() };
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let n = accepted.fetch_add(1, Ordering::SeqCst);
+                let redis = TcpStream::connect(("127.0.0.1", redis_port)).await.expect("connect to Redis");
+                let ((client_r, client_w), (redis_r, redis_w)) = (client.into_split(), redis.into_split());
+                let (holes, closed) = (holes_below.clone(), closed.clone());
+                tokio::spawn(async move {
+                    pump(client_r, redis_w, n, &holes).await;
+                    closed.fetch_add(1, Ordering::SeqCst);
+                });
+                let holes = holes_below.clone();
+                tokio::spawn(async move { pump(redis_r, client_w, n, &holes).await });
+            }
+        });
+        proxy
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Every connection open now goes silent.
+    fn swallow_open_connections(&self) {
+        self.holes_below.store(self.accepted.load(Ordering::SeqCst), Ordering::SeqCst);
+    }
+}
+
+/// Copies `from` to `to` until `from` closes, dropping the bytes once connection `n` is a hole.
+async fn pump(mut from: tcp::OwnedReadHalf, mut to: tcp::OwnedWriteHalf, n: usize, holes_below: &AtomicUsize) {
+    let mut buf = vec![0; 16 * 1024];
+    while let Ok(len @ 1..) = from.read(&mut buf).await {
+        if n >= holes_below.load(Ordering::SeqCst) && to.write_all(&buf[..len]).await.is_err() {
+            return;
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_connection_silent_past_its_callers_deadline_is_replaced() {
+    let server = RedisServer::start();
+    let proxy = BlackHoleProxy::start(server.port()).await;
+    // The backend's default deadline (50 ms): each decision on the silent connection gives up.
+    let limiter = Limiter::new(RedisBackend::connect(&proxy.url()).await.expect("connect"));
+    let q = Quota::per_minute(1_000).expect("quota");
+    assert!(limiter.check("k", &q).await.expect("through the proxy").allowed);
+    proxy.swallow_open_connections();
+    let silent_since = Instant::now();
+    let mut timeouts = 0;
+    let recovered_after = loop {
+        match limiter.check("k", &q).await {
+            Ok(d) => break (d.allowed, silent_since.elapsed()),
+            Err(slidegate::Error::Timeout(_)) => timeouts += 1,
+            // The calls in flight when the link is given up get its error.
+            Err(e) => assert!(e.to_string().contains("presumed dead"), "{e}"),
+        }
+        assert!(silent_since.elapsed() < Duration::from_secs(5), "no decision 5 s after the connection went silent");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(recovered_after.0, "a decision through a new connection");
+    // A caller giving up alone does not drop the connection: a second of silence does.
+    assert!(timeouts >= 5, "{timeouts} decisions timed out first");
+    assert!(recovered_after.1 >= Duration::from_millis(900), "replaced after {:?}", recovered_after.1);
+    assert_eq!(proxy.accepted.load(Ordering::SeqCst), 2, "one new connection");
+    let closed_by = Instant::now() + Duration::from_secs(3);
+    while proxy.closed.load(Ordering::SeqCst) == 0 {
+        assert!(Instant::now() < closed_by, "the silent connection was never closed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test]
+async fn silence_alone_keeps_the_connection() {
+    let server = RedisServer::start();
+    let mut conn = connect(&server.url()).await;
+    let client_id = async |conn: &mut PipelinedConnection| -> i64 {
+        redis::cmd("CLIENT").arg("ID").query_async(conn).await.expect("CLIENT ID")
+    };
+    let id = client_id(&mut conn).await;
+    // Idle past the silence limit, then a caller that waits longer than it without giving up.
+    tokio::time::sleep(Duration::from_millis(1_300)).await;
+    let popped: Option<(String, String)> =
+        redis::cmd("BLPOP").arg("empty").arg("1.5").query_async(&mut conn).await.expect("BLPOP times out empty");
+    assert_eq!(popped, None);
+    assert_eq!(client_id(&mut conn).await, id, "the same connection throughout");
 }

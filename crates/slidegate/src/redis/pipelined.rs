@@ -12,13 +12,17 @@
 //! - reads with one task that hands each reply to its caller, in order.
 //!
 //! When the socket fails or closes, every caller waiting on it gets the error and the next call
-//! connects again (within the backend's deadline, as every call is). RESP2 over TCP or a Unix
-//! socket; `AUTH` and `SELECT` from the URL.
+//! connects again (within the backend's deadline, as every call is). A connection that stays
+//! silent for [`SILENCE_LIMIT`] while its oldest caller has given up counts as failed too: a
+//! partition without a reset, a host gone, a NAT entry dropped on the way would otherwise leave
+//! it waiting until the kernel gives up on it (many minutes), queueing every command sent
+//! meanwhile. RESP2 over TCP or a Unix socket; `AUTH` and `SELECT` from the URL.
 
 use std::collections::VecDeque;
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 use redis::{Cmd, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Pipeline, RedisFuture, RedisResult, Value};
@@ -26,8 +30,16 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::net::{TcpStream, UnixStream, tcp, unix};
 use tokio::sync::{mpsc, oneshot};
 
-/// A pipelined connection to one standalone Redis that connects again after a failure. Cheap to
-/// clone: clones share the connection.
+/// How long a connection may send nothing back while the caller first in line has given up
+/// (its deadline passed) before it is presumed dead. Redis answers a decision in microseconds;
+/// a second of silence past a caller's deadline is a network that drops packets or a server
+/// stalled for that long, and a new connection is the way out of the first and costs little in
+/// the second.
+const SILENCE_LIMIT: Duration = Duration::from_secs(1);
+
+/// A pipelined connection to one standalone Redis that connects again after a failure — after
+/// the socket fails or closes, and after a second of silence while the caller first in line has
+/// given up. Cheap to clone: clones share the connection.
 #[derive(Clone)]
 pub struct PipelinedConnection {
     shared: Arc<Shared>,
@@ -252,14 +264,23 @@ async fn write_batches(mut woken: mpsc::Receiver<()>, link: Weak<Link>) {
     }
 }
 
-/// Hands each reply to the caller first in line, until the socket fails or the link is gone.
+/// Hands each reply to the caller first in line, until the socket fails or the link is gone;
+/// fails the link when it stays silent past [`SILENCE_LIMIT`] with its first caller gone.
 async fn read_replies(mut reader: impl AsyncRead + Unpin, link: Weak<Link>) {
     let mut buf = Vec::with_capacity(16 * 1024);
     let error = loop {
-        match reader.read_buf(&mut buf).await {
-            Ok(0) => break closed(),
-            Ok(_) => {}
-            Err(e) => break e,
+        match tokio::time::timeout(SILENCE_LIMIT, reader.read_buf(&mut buf)).await {
+            Ok(Ok(0)) => break closed(),
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => break e,
+            Err(_silent) => {
+                let Some(link) = link.upgrade() else { return };
+                // A caller still waiting (a blocking command, no deadline) keeps the link.
+                if lock(&link.queue).waiting.front().is_some_and(oneshot::Sender::is_closed) {
+                    break io::Error::new(io::ErrorKind::TimedOut, "Redis sent nothing back: connection presumed dead");
+                }
+                continue;
+            }
         }
         let Some(link) = link.upgrade() else { return };
         let mut q = lock(&link.queue);
