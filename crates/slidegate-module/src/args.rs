@@ -18,10 +18,6 @@ use slidegate::{Algorithm, MAX_CHECKS, Quota, quota::DEFAULT_BUCKETS};
 
 use crate::Error;
 
-/// The most permits one sliding-log check may record: each is an entry of the log, and one
-/// command must never make Redis allocate (or copy) without bound.
-pub const MAX_LOG_COST: u64 = 100_000;
-
 /// A command argument's bytes: Redis' strings in the module, plain strings in tests.
 pub trait Arg {
     /// The argument as Redis received it.
@@ -187,10 +183,9 @@ impl<A: Arg> Parser<'_, A> {
             quota = quota.with_warm_up(window(period_ms)?, cold_permille as f64 / 1000.0)?;
         }
         if with_cost {
+            // Bounds the work: a sliding log's cost is at most its limit, itself at most
+            // `slidegate::MAX_LOG_LIMIT`, and each permit is a byte or two of the log.
             quota.validate_cost(cost)?;
-            if quota.algorithm() == Algorithm::SlidingLog && cost > MAX_LOG_COST {
-                return Err(Error::Syntax(format!("a sliding_log check records at most {MAX_LOG_COST} permits")));
-            }
         }
         Ok(Spec { quota, cost })
     }

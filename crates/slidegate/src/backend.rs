@@ -33,9 +33,19 @@ impl<'a> Check<'a> {
 /// `redis` feature, [`crate::RedisBackend`].
 ///
 /// A backend receives input already validated by [`crate::Limiter`] (non-empty key of at most
-/// [`crate::MAX_KEY_LEN`] bytes, `1 <= cost <= quota.limit()`), and must decide atomically: two
-/// concurrent checks of one key never both take the last permit.
+/// [`crate::MAX_KEY_LEN`] bytes, `1 <= cost <= quota.max_cost()`, a sliding log's limit at most
+/// [`crate::MAX_LOG_LIMIT`] and its cost at most [`Backend::max_log_cost`]), and must decide
+/// atomically: two concurrent checks of one key never both take the last permit.
 pub trait Backend: Send + Sync {
+    /// The most sliding-log permits one call may record (summed over a multi-limit check's
+    /// sliding logs), so that no decision makes the backend do unbounded work;
+    /// [`crate::Limiter`] refuses more with [`Error::InvalidCost`] before calling. By default
+    /// [`crate::MAX_LOG_LIMIT`], which a backend that stores a permit in a byte or two (the memory
+    /// backend) handles in microseconds.
+    fn max_log_cost(&self) -> u64 {
+        crate::MAX_LOG_LIMIT
+    }
+
     /// Decides `cost` permits of `quota` for `key` now, recording them only when admitted.
     fn check(&self, key: &str, quota: &Quota, cost: u64) -> impl Future<Output = Result<Decision, Error>> + Send;
 

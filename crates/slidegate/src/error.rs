@@ -6,11 +6,14 @@ use std::time::Duration;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// A quota's limit outside `1..=MAX_LIMIT`.
-    #[error("limit must be between 1 and {max}, got {limit}", max = crate::quota::MAX_LIMIT)]
+    /// A quota's limit outside `1..=max`: [`crate::MAX_LIMIT`], or [`crate::MAX_LOG_LIMIT`] for a
+    /// sliding log.
+    #[error("limit must be between 1 and {max} for this algorithm, got {limit}")]
     InvalidLimit {
         /// The limit given.
         limit: u64,
+        /// The largest limit accepted.
+        max: u64,
     },
     /// A quota's window that is zero, longer than `MAX_WINDOW`, or not whole milliseconds.
     #[error("window must be whole milliseconds between 1ms and 366 days, got {window:?}")]
@@ -18,9 +21,11 @@ pub enum Error {
         /// The window given.
         window: Duration,
     },
-    /// A cost of zero, or more than an idle key admits at once (such a request could never be
-    /// admitted; see [`crate::Quota::max_cost`]).
-    #[error("cost must be between 1 and {max} for this quota, got {cost}")]
+    /// A cost of zero, more than an idle key admits at once (such a request could never be
+    /// admitted; see [`crate::Quota::max_cost`]), or more sliding-log permits than the backend
+    /// records in one call ([`crate::Backend::max_log_cost`]; for a multi-limit check, `cost` is
+    /// the sum of its sliding logs' costs).
+    #[error("cost must be between 1 and {max} here, got {cost}")]
     InvalidCost {
         /// The cost given.
         cost: u64,

@@ -65,8 +65,10 @@ pub use decision::{Decision, KeyState, MultiDecision};
 pub use error::Error;
 pub use limiter::{Limiter, MAX_CHECKS, MAX_KEY_LEN, validate_key};
 pub use memory::MemoryBackend;
-pub use quota::{Algorithm, MAX_LIMIT, MAX_WINDOW, Quota, WarmUp};
+pub use quota::{Algorithm, MAX_LIMIT, MAX_LOG_LIMIT, MAX_WINDOW, Quota, WarmUp};
 #[cfg(feature = "redis")]
-pub use redis::{PipelinedConnection, RedisBackend, RedisClusterBackend, RedisEngine, RedisSentinelBackend};
+pub use redis::{
+    MAX_SCRIPT_LOG_COST, PipelinedConnection, RedisBackend, RedisClusterBackend, RedisEngine, RedisSentinelBackend,
+};
 pub use resilience::{CircuitBreaker, FailurePolicy, NearCache};
 pub use slot::{hash_tag, key_slot};

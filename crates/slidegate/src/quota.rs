@@ -5,8 +5,15 @@ use std::time::Duration;
 
 use crate::{Error, FailurePolicy};
 
-/// The largest `limit` a quota accepts.
+/// The largest `limit` a quota accepts. The counters (sliding window, fixed window, GCRA) keep
+/// a few numbers per key whatever the limit, so only exact arithmetic bounds them.
 pub const MAX_LIMIT: u64 = 1_000_000_000;
+
+/// The largest `limit` of a [`Algorithm::SlidingLog`]. A log keeps one entry per admission
+/// still in its window, so the limit bounds a key's memory: at most 100,000 entries, about
+/// 12 MB in a Redis sorted set and at most 5 bytes each (usually 1–2) in the memory backend and
+/// the Redis module. Larger limits are what the sliding window counter is for.
+pub const MAX_LOG_LIMIT: u64 = 100_000;
 
 /// The longest `window` a quota accepts: 366 days.
 pub const MAX_WINDOW: Duration = Duration::from_secs(366 * 24 * 3600);
@@ -132,7 +139,10 @@ impl WarmUp {
 ///
 /// Built only through [`Quota::new`] (or its shorthands) and checked again by each `with_*`,
 /// so every `Quota` is valid: a limit in `1..=MAX_LIMIT`, a window of whole milliseconds in
-/// `1 ms..=MAX_WINDOW`, and the algorithm's parameters in range.
+/// `1 ms..=MAX_WINDOW`, and the algorithm's parameters in range. A sliding log's limit is at
+/// most [`MAX_LOG_LIMIT`]: `Quota::new` takes limits up to [`MAX_LIMIT`] so that
+/// [`Quota::with_algorithm`] can give a larger one to a counter, and every check
+/// ([`Quota::validate_cost`]) refuses a sliding log above it.
 ///
 /// ```
 /// use slidegate::{Algorithm, Quota};
@@ -161,7 +171,7 @@ impl Quota {
     /// `limit` permits per rolling `window`, with the sliding log.
     pub fn new(limit: u64, window: Duration) -> Result<Self, Error> {
         if limit == 0 || limit > MAX_LIMIT {
-            return Err(Error::InvalidLimit { limit });
+            return Err(Error::InvalidLimit { limit, max: MAX_LIMIT });
         }
         if window.is_zero() || window > MAX_WINDOW || window.subsec_nanos() % 1_000_000 != 0 {
             return Err(Error::InvalidWindow { window });
@@ -233,6 +243,7 @@ impl Quota {
 
     fn validated(self) -> Result<Self, Error> {
         let bad = |reason: String| Err(Error::InvalidQuota(format!("{}: {reason}", self.algorithm)));
+        self.validate_limit()?;
         match self.algorithm {
             Algorithm::SlidingLog | Algorithm::FixedWindow => {}
             Algorithm::SlidingWindow { buckets } => {
@@ -319,8 +330,27 @@ impl Quota {
         }
     }
 
-    /// Checks that one request may ask for `cost` permits of this quota.
+    /// The largest limit of this quota's algorithm: [`MAX_LOG_LIMIT`] for a sliding log,
+    /// [`MAX_LIMIT`] otherwise.
+    pub fn max_limit(&self) -> u64 {
+        match self.algorithm {
+            Algorithm::SlidingLog => MAX_LOG_LIMIT,
+            _ => MAX_LIMIT,
+        }
+    }
+
+    fn validate_limit(&self) -> Result<(), Error> {
+        let max = self.max_limit();
+        if self.limit > max {
+            return Err(Error::InvalidLimit { limit: self.limit, max });
+        }
+        Ok(())
+    }
+
+    /// Checks that one request may ask for `cost` permits of this quota: the quota's limit
+    /// within its algorithm's ([`Quota::max_limit`]) and `cost` in `1..=`[`Quota::max_cost`].
     pub fn validate_cost(&self, cost: u64) -> Result<(), Error> {
+        self.validate_limit()?;
         let max = self.max_cost();
         if cost == 0 || cost > max {
             return Err(Error::InvalidCost { cost, max });
@@ -336,13 +366,31 @@ mod tests {
     #[test]
     fn rejects_out_of_range_quotas() {
         let s = Duration::from_secs(1);
-        assert!(matches!(Quota::new(0, s), Err(Error::InvalidLimit { limit: 0 })));
+        assert!(matches!(Quota::new(0, s), Err(Error::InvalidLimit { limit: 0, max: MAX_LIMIT })));
         assert!(Quota::new(MAX_LIMIT + 1, s).is_err());
         assert!(Quota::new(MAX_LIMIT, s).is_ok());
         assert!(matches!(Quota::new(1, Duration::ZERO), Err(Error::InvalidWindow { .. })));
         assert!(Quota::new(1, MAX_WINDOW + Duration::from_millis(1)).is_err());
         assert!(Quota::new(1, Duration::from_micros(1500)).is_err());
         assert_eq!(Quota::new(1, Duration::from_millis(1)).expect("1ms").window_ms(), 1);
+    }
+
+    #[test]
+    fn a_sliding_log_is_bounded_and_a_counter_takes_larger_limits() {
+        let s = Duration::from_secs(1);
+        let huge = Quota::new(MAX_LIMIT, s).expect("a counter's limit");
+        assert!(matches!(huge.validate_cost(1), Err(Error::InvalidLimit { limit: MAX_LIMIT, max: MAX_LOG_LIMIT })));
+        assert!(matches!(
+            huge.with_algorithm(Algorithm::SlidingLog),
+            Err(Error::InvalidLimit { max: MAX_LOG_LIMIT, .. })
+        ));
+        assert!(huge.with_warm_up(s, 0.5).is_err(), "a sliding log ramping to a billion");
+        let fixed = huge.with_algorithm(Algorithm::FixedWindow).expect("a counter");
+        assert!(fixed.validate_cost(MAX_LIMIT).is_ok());
+        let log =
+            Quota::new(MAX_LOG_LIMIT, s).expect("valid").with_algorithm(Algorithm::SlidingLog).expect("at the bound");
+        assert!(log.validate_cost(MAX_LOG_LIMIT).is_ok());
+        assert!(Quota::new(MAX_LOG_LIMIT + 1, s).expect("valid").validate_cost(1).is_err());
     }
 
     #[test]

@@ -70,7 +70,7 @@ async fn bad_input_is_a_typed_error_and_creates_no_key() {
     let long = "é".repeat(slidegate::MAX_KEY_LEN / 2 + 1);
     assert!(matches!(limiter.check(&long, &q).await, Err(Error::KeyTooLong { .. })));
     assert!(limiter.backend().is_empty());
-    assert!(matches!(Quota::new(0, Duration::from_secs(1)), Err(Error::InvalidLimit { limit: 0 })));
+    assert!(matches!(Quota::new(0, Duration::from_secs(1)), Err(Error::InvalidLimit { limit: 0, .. })));
     assert!(matches!(Quota::new(1, Duration::ZERO), Err(Error::InvalidWindow { .. })));
     assert!(matches!(Quota::new(1, Duration::from_secs(400 * 86_400)), Err(Error::InvalidWindow { .. })));
 }

@@ -12,7 +12,9 @@
 -- ARGV[3+7(i-1)+1..7]  check i: algorithm (l = sliding log, w = sliding window, f = fixed
 --             window, g = GCRA), limit, window ms, cost, buckets (w) or burst (g) or 0,
 --             warm-up period ms (0 = none), cold share in thousandths. Validated by the caller:
---             1 <= cost <= what an idle key admits, keys distinct, products below 2^53.
+--             1 <= cost <= what an idle key admits, keys distinct, products below 2^53, the
+--             sliding logs' costs summed at most MAX_SCRIPT_LOG_COST (each permit is a member
+--             written; with at most 256 expired members removed besides, the work is bounded).
 -- Returns     {admitted 0|1, then per key: fits 0|1, remaining, reset_after_ms,
 --             retry_after_ms or -1, effective limit}. When a key does not fit, nothing is
 --             written anywhere and a key that fit reports its uncharged remaining.
@@ -52,7 +54,7 @@ end
 
 -- Phase 1: evaluate every check, writing nothing. Each sets fits, remaining and limit_out, and
 -- reset (admitted) or retry (denied), and keeps what phase 2 needs.
-local checks, admitted = {}, 1
+local checks, admitted, logs = {}, 1, 0
 for i = 1, #KEYS do
   local a = 3 + 7 * (i - 1)
   local c = {
@@ -76,7 +78,8 @@ for i = 1, #KEYS do
     if n > 0 then
       live = redis.call('ZCOUNT', key, '(' .. fmt('%d', c.edge), '+inf')
     end
-    c.idle, c.live, c.marker = live == 0, live, marker
+    c.idle, c.live, c.marker, c.expired = live == 0, live, marker, n - live
+    logs = logs + 1
     local limit = effective(c, since)
     c.limit_out = limit
     if live + c.cost <= limit then
@@ -195,7 +198,13 @@ for i, c in ipairs(checks) do
   local warm_start = c.period > 0 and c.idle
   if admitted == 1 then
     if alg == 'l' then
-      redis.call('ZREMRANGEBYSCORE', key, '(-inf', fmt('%d', c.edge))
+      -- Expired entries follow the marker. At most cost + 256 / (sliding logs in this call)
+      -- go per key, so the call's work stays bounded; at least cost, so a set never holds more
+      -- than its limit (see sliding_log.lua).
+      local drop = min(c.expired, c.cost + floor(256 / logs))
+      if drop > 0 then
+        redis.call('ZREMRANGEBYRANK', key, c.marker, c.marker + drop - 1)
+      end
       if warm_start then
         if c.marker == 1 then
           redis.call('ZREMRANGEBYSCORE', key, '-inf', '-inf')

@@ -41,6 +41,13 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
 /// How long connecting (and loading the scripts) may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// The most sliding-log permits one script call records (a multi-limit check's sliding logs
+/// summed): each is a sorted-set member the script writes, besides at most 256 expired ones it
+/// removes, so this bounds the time one decision holds Redis' single thread (well under a
+/// millisecond; BENCHMARKS.md). The module writes a byte or two per permit and takes any cost
+/// its quota admits.
+pub const MAX_SCRIPT_LOG_COST: u64 = 256;
+
 /// The key namespace unless set otherwise: keys are `slidegate:<key>`.
 pub const DEFAULT_PREFIX: &str = "slidegate";
 
@@ -761,6 +768,15 @@ impl<C> Backend for RedisBackend<C>
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
+    /// [`MAX_SCRIPT_LOG_COST`], unless the engine is forced to the module (on `Auto` the Lua
+    /// scripts may answer, after a failover to a server without the module).
+    fn max_log_cost(&self) -> u64 {
+        match self.config.engine {
+            RedisEngine::Module => crate::MAX_LOG_LIMIT,
+            _ => MAX_SCRIPT_LOG_COST,
+        }
+    }
+
     async fn check(&self, key: &str, quota: &Quota, cost: u64) -> Result<Decision, Error> {
         let check = [Check { key, quota: *quota, cost }];
         let first = |group: MultiDecision| group.decisions.into_iter().next().ok_or_else(|| unexpected(&[]));
@@ -844,10 +860,11 @@ where
             Algorithm::Gcra { burst: None },
         ]
         .map(|algorithm| self.redis_key(key, algorithm));
-        // On a Cluster the four keys may live in four slots: one DEL each.
+        // On a Cluster the four keys may live in four slots: one UNLINK each. UNLINK frees a
+        // long sorted set off Redis' main thread.
         let groups: Vec<&[String]> = if self.config.one_slot { keys.chunks(1).collect() } else { vec![&keys] };
         for group in groups {
-            let mut cmd = redis::cmd("DEL");
+            let mut cmd = redis::cmd("UNLINK");
             cmd.arg(group);
             let _: i64 = self.query(&cmd).await?;
         }

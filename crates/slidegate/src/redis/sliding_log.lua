@@ -11,7 +11,9 @@
 -- ARGV[5]  now in ms; absent or "" for Redis' own TIME (so application servers with skewed
 --          clocks share one window; scripts replicate their effects since Redis 5, so reading
 --          TIME before a write is allowed)
--- ARGV[6]  cost, and ARGV[7] limit: only when cost > 1 (absent: cost 1)
+-- ARGV[6]  cost, and ARGV[7] limit: only when cost > 1 (absent: cost 1); the caller bounds cost
+--          (MAX_SCRIPT_LOG_COST), which bounds this script's work: it writes `cost` members and
+--          removes at most max(256, cost) expired ones
 -- Returns  admitted: remaining, an integer >= 0 (reset_after is the window; no retry_after).
 --          denied, cost 1, window <= 94,906,264 ms (about 26 h): the integer
 --            -1 - (reset_after_ms * (window + 1) + retry_after_ms), below 2^53 so exact;
@@ -21,9 +23,9 @@
 -- An entry with score <= now - window has left the window; the expired entries are a prefix of
 -- the set. With n entries, cost more fit iff the k = n + cost - limit oldest have expired, i.e.
 -- iff the entry at index k - 1 (= -(limit - cost + 1) from the end) is missing or expired;
--- that entry is also the one a denied request must wait for. An admission drops the expired
--- entries, so a set never holds more than `limit`, and it is removed whole one window after its
--- last admission. (Counting live entries with ZCOUNT instead parses every score of a
+-- that entry is also the one a denied request must wait for. An admission drops expired
+-- entries (all of them from a short set, a bounded number from a long one), so a set never
+-- holds more than `limit`, and it is removed whole one window after its last admission. (Counting live entries with ZCOUNT instead parses every score of a
 -- listpack-encoded set twice: 1.11x the seed's instructions on keys of ~100 entries.)
 --
 -- The script is shaped by Redis' costs (measured with callgrind on Redis 7.0; see
@@ -93,7 +95,17 @@ if server_time then
   now_s = string.format('%d', now)
 end
 local live = n or redis.call('ZCARD', key)
-if live > 0 then
+if live > 256 then
+  -- A long set may hold many expired entries (a burst, then a pause): remove at most 256 (or
+  -- cost, if larger) per admission, so no call does unbounded work. The set still never holds
+  -- more than `limit`: either every expired entry goes, or at least as many as are added.
+  local count = redis.call('ZCOUNT', key, string.format('(%d', edge), '+inf')
+  local drop = math.min(live - count, math.max(256, tonumber(ARGV[6]) or 1))
+  if drop > 0 then
+    redis.call('ZREMRANGEBYRANK', key, 0, drop - 1)
+  end
+  live = count
+elseif live > 0 then
   live = live - redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', edge))
 end
 local member = now_s .. ':' .. ARGV[1]
