@@ -171,10 +171,10 @@ impl Counter {
         match &self.0 {
             Inner::Log(log) => {
                 let window = quota.window_ms();
-                let live = || log.times().skip_while(|&t| t + window <= now);
+                let first = now.checked_sub(window).map_or(0, |edge| log.first_after(edge));
                 KeyState {
-                    count: live().count() as u64,
-                    oldest_ms: live().next(),
+                    count: log.len - first,
+                    oldest_ms: log.nth(first),
                     reset_after: log.reset_after(now, window),
                 }
             }
@@ -352,6 +352,22 @@ impl Log {
             0 => Some(self.oldest),
             _ => Some(self.walk_to(i)),
         }
+    }
+
+    /// The position of the oldest admission after `edge` (`len` when there is none): a binary
+    /// search over positions, each read from the nearest mark, so that inspecting the longest
+    /// log reads a few thousand gaps, not all of them.
+    fn first_after(&self, edge: u64) -> u64 {
+        let (mut lo, mut hi) = (0, self.len);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if self.nth(mid).is_some_and(|t| t <= edge) {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
     }
 
     /// The admission at position `i` (below `len`), read from the nearest mark before it.
