@@ -242,3 +242,43 @@ async fn the_module_takes_large_costs_within_the_log_limit() {
     let billion = Quota::new(MAX_LIMIT, WINDOW).expect("a counter's limit");
     assert!(matches!(limiter.check("d", &billion).await, Err(Error::InvalidLimit { .. })));
 }
+
+/// The memory one key can hold at the bounds, as SECURITY.md and the README state it: a sliding
+/// log of MAX_LOG_LIMIT admissions, in batches spread over the longest window, and a sliding
+/// window counter with every one of its MAX_BUCKETS counted, read with `MEMORY USAGE` on each
+/// engine. (The module's bound is the analytical worst case: n gaps within one window average
+/// at most window / n, about 3 LEB128 bytes each at 100,000 in 366 days, plus a mark per 256.)
+#[tokio::test]
+async fn memory_per_key_stays_within_the_documented_bound() {
+    const LOG_SCRIPT_BYTES: u64 = 13_000_000;
+    const LOG_MODULE_BYTES: u64 = 320_000;
+    const COUNTER_BYTES: u64 = 4_096;
+    for (server, engine, log_bound) in [
+        (RedisServer::start(), RedisEngine::Lua, LOG_SCRIPT_BYTES),
+        (RedisServer::start_with_module(&[]), RedisEngine::Module, LOG_MODULE_BYTES),
+    ] {
+        let clock = ManualClock::new(1_700_000_000_000);
+        let limiter = limiter(&server, engine, &clock).await;
+        let window = slidegate::MAX_WINDOW;
+        let log = Quota::new(MAX_LOG_LIMIT, window).expect("the longest log");
+        let cost = limiter.backend().max_log_cost().min(1_000);
+        let gap = window / u32::try_from(MAX_LOG_LIMIT / cost).expect("calls");
+        for _ in 0..MAX_LOG_LIMIT / cost {
+            assert!(limiter.check_cost("log", &log, cost).await.expect("fill").allowed);
+            clock.advance(gap - Duration::from_millis(1));
+        }
+        let buckets = slidegate::quota::MAX_BUCKETS;
+        let counter = Quota::new(MAX_LIMIT / 1_000, WINDOW * 100)
+            .and_then(|q| q.with_algorithm(Algorithm::SlidingWindow { buckets }))
+            .expect("every bucket");
+        for _ in 0..buckets {
+            limiter.check_cost("buckets", &counter, 1).await.expect("bucket");
+            clock.advance(WINDOW);
+        }
+        for (key, bound) in [("slidegate:log", log_bound), ("slidegate.sw:buckets", COUNTER_BYTES)] {
+            let bytes: u64 = server.query(&["MEMORY", "USAGE", key, "SAMPLES", "0"]);
+            eprintln!("{engine:?}: {key}: {bytes} bytes");
+            assert!(bytes > 0 && bytes <= bound, "{engine:?}: {key} holds {bytes} bytes, over {bound}");
+        }
+    }
+}
