@@ -56,7 +56,7 @@ pub enum Error {
 #[non_exhaustive]
 pub enum Rejection {
     /// The key is empty (a header sent empty, a closure returning `Some("")`):
-    /// `400 empty_key`.
+    /// `400 invalid_key` (the code the slidegate service gives an empty key).
     EmptyKey,
     /// The key is longer than [`slidegate::MAX_KEY_LEN`] bytes with the rule name:
     /// `400 key_too_long`.
@@ -97,10 +97,9 @@ impl Rejection {
     /// The `error.code` of the answer's JSON body.
     pub fn code(&self) -> &'static str {
         match self {
-            Self::EmptyKey => "empty_key",
+            Self::EmptyKey | Self::InvalidKey => "invalid_key",
             Self::KeyTooLong => "key_too_long",
             Self::HeaderTooLong => "header_too_long",
-            Self::InvalidKey => "invalid_key",
             Self::UriTooLong => "uri_too_long",
             Self::InvalidCost { .. } => "invalid_cost",
             Self::Undecidable => "rate_limit_error",

@@ -73,7 +73,7 @@ impl<A: KeyExtractor, B: KeyExtractor> KeyExtractor for (A, B) {
 }
 
 /// The value of a request header (for example an API key, `x-api-key`). A request without the
-/// header has no key; one whose value is empty is `400 empty_key`, not visible ASCII
+/// header has no key; one whose value is empty or not visible ASCII is
 /// `400 invalid_key`, longer than [`slidegate::MAX_KEY_LEN`] `431 header_too_long`.
 #[derive(Debug, Clone)]
 pub struct Header(HeaderName);
