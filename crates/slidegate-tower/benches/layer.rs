@@ -28,8 +28,11 @@ fn bench(c: &mut Criterion) {
     let rule = || Rule::new("api", quota).expect("rule");
     let routers = [
         ("bare handler", bare.clone()),
-        ("layer, memory backend", bare.clone().layer(RateLimitLayer::new(Limiter::in_memory()).rule(rule()))),
-        ("layer, Redis backend", bare.layer(RateLimitLayer::new(Limiter::new(redis)).rule(rule()))),
+        (
+            "layer, memory backend",
+            bare.clone().layer(RateLimitLayer::new(Limiter::in_memory()).rule(rule()).expect("layer")),
+        ),
+        ("layer, Redis backend", bare.layer(RateLimitLayer::new(Limiter::new(redis)).rule(rule()).expect("layer"))),
     ];
     let mut group = c.benchmark_group("tower layer");
     group.throughput(Throughput::Elements(1));

@@ -21,7 +21,7 @@ use axum::routing::{get, post};
 use axum::{Extension, Router};
 use http::HeaderValue;
 use slidegate::{FailurePolicy, Limiter, Quota, RedisBackend};
-use slidegate_tower::{PeerIp, RateLimitLayer, Rule};
+use slidegate_tower::{ForwardedHeader, PeerIp, RateLimitLayer, Rule};
 
 /// The authenticated user, as an auth layer would record it.
 #[derive(Clone, Debug)]
@@ -44,15 +44,20 @@ async fn authenticate(mut request: Request, next: Next) -> Response {
 fn rules<B: slidegate::Backend + Clone>(limiter: Limiter<B>) -> Result<RateLimitLayer<B>, Box<dyn std::error::Error>> {
     let plan = |req: &http::request::Parts| req.headers.get("x-plan").and_then(|v| v.to_str().ok()).map(str::to_owned);
     Ok(RateLimitLayer::new(limiter)
-        // Behind a load balancer on 10.0.0.0/8, trust its X-Forwarded-For; nobody else's.
-        .rule(Rule::new("login", Quota::per_minute(5)?)?.route("/login").key(PeerIp::behind(["10.0.0.0/8"])?))
+        // Behind a load balancer on 10.0.0.0/8 that writes X-Forwarded-For, trust that header
+        // when it comes from the balancer; nobody else's, and no other header.
+        .rule(
+            Rule::new("login", Quota::per_minute(5)?)?
+                .route("/login")
+                .key(PeerIp::behind(["10.0.0.0/8"])?.forwarded_by(ForwardedHeader::XForwardedFor)),
+        )?
         .rule(
             Rule::new("search", Quota::new(10, Duration::from_secs(10))?)?
                 .route("/search")
                 .key(slidegate_tower::Extension::<UserId>::new())
                 .tier("vip", Quota::new(100, Duration::from_secs(10))?)
                 .tier_by(plan),
-        )
+        )?
         .deny_body(HeaderValue::from_static("text/plain; charset=utf-8"), "请求过于频繁，请稍后再试\n"))
 }
 

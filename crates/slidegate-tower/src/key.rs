@@ -1,197 +1,80 @@
-//! What a request is counted as: its client IP, a header, the authenticated user, the route, or
-//! anything a closure computes — alone or combined.
+//! What a request is counted as: its client IP ([`crate::PeerIp`]), a header, the
+//! authenticated user, the route, or anything a closure computes — alone or combined.
 
 use std::fmt::Display;
 use std::marker::PhantomData;
-use std::net::{IpAddr, SocketAddr};
 
 use http::HeaderName;
 use http::request::Parts;
+use slidegate::MAX_KEY_LEN;
 
-use crate::Error;
+use crate::Rejection;
 
-/// Computes a request's key for a rule. Built-in: [`PeerIp`], [`Header`], [`Extension`],
-/// [`Route`]; any `Fn(&Parts) -> Option<String>` is one too; a pair `(A, B)` combines two
-/// (`a|b`).
+/// Computes a request's key for a rule. Built-in: [`crate::PeerIp`], [`Header`],
+/// [`Extension`], [`Route`]; any `Fn(&Parts) -> Option<String>` is one too; a pair `(A, B)`
+/// combines two (`a|b`).
+///
+/// The layer holds every key to the limiter's bounds: a key that is empty, or longer than
+/// [`slidegate::MAX_KEY_LEN`] bytes together with `<rule>:{…}`, is refused with a
+/// [`Rejection`] ([`KeyExtractor::too_long`] says which), never passed on.
 pub trait KeyExtractor: Send + Sync + 'static {
-    /// Appends this request's key to `out`; `false` when the request has none (then the rule
-    /// does not apply to it: an anonymous request is not limited by a per-user rule).
-    fn extract(&self, request: &Parts, out: &mut String) -> bool;
+    /// Appends this request's key to `out`: `Ok(true)`; `Ok(false)` when the request has none
+    /// (then the rule does not apply to it: an anonymous request is not limited by a per-user
+    /// rule); `Err` when the request carries a key that cannot be used.
+    fn extract(&self, request: &Parts, out: &mut String) -> Result<bool, Rejection>;
+
+    /// The answer to a key of this extractor that is too long: `400 key_too_long` unless the
+    /// extractor knows better (a header: `431`; the path: `414`).
+    fn too_long(&self) -> Rejection {
+        Rejection::KeyTooLong
+    }
+}
+
+/// Runs `extractor` and holds what it appended to the limiter's bounds: not empty, and `out`
+/// (the backend key so far) not over [`MAX_KEY_LEN`].
+pub(crate) fn extract_part<E: KeyExtractor + ?Sized>(
+    extractor: &E,
+    request: &Parts,
+    out: &mut String,
+) -> Result<bool, Rejection> {
+    let start = out.len();
+    if !extractor.extract(request, out)? {
+        return Ok(false);
+    }
+    match out.len() {
+        len if len == start => Err(Rejection::EmptyKey),
+        len if len > MAX_KEY_LEN => Err(extractor.too_long()),
+        _ => Ok(true),
+    }
 }
 
 impl<F> KeyExtractor for F
 where
     F: Fn(&Parts) -> Option<String> + Send + Sync + 'static,
 {
-    fn extract(&self, request: &Parts, out: &mut String) -> bool {
-        self(request).map(|k| out.push_str(&k)).is_some()
+    fn extract(&self, request: &Parts, out: &mut String) -> Result<bool, Rejection> {
+        Ok(self(request).map(|k| out.push_str(&k)).is_some())
     }
 }
 
 impl<A: KeyExtractor, B: KeyExtractor> KeyExtractor for (A, B) {
-    fn extract(&self, request: &Parts, out: &mut String) -> bool {
-        if !self.0.extract(request, out) {
-            return false;
+    fn extract(&self, request: &Parts, out: &mut String) -> Result<bool, Rejection> {
+        if !extract_part(&self.0, request, out)? {
+            return Ok(false);
         }
         out.push('|');
-        self.1.extract(request, out)
+        extract_part(&self.1, request, out)
+    }
+
+    fn too_long(&self) -> Rejection {
+        // Each part is held to the bound as it is appended; what is left over is the last's.
+        self.1.too_long()
     }
 }
 
-/// The client's IP address. By default the TCP peer's address — `X-Forwarded-For` and
-/// `Forwarded` are ignored, since any client can send them. Behind proxies you run, list them
-/// ([`PeerIp::behind`]): when the peer is a trusted proxy, the forwarded chain is read from the
-/// right and the first address that is not a trusted proxy is the client.
-///
-/// The peer comes from axum's `ConnectInfo<SocketAddr>` (serve with
-/// `into_make_service_with_connect_info::<SocketAddr>()`) or a `SocketAddr` request extension.
-#[derive(Debug, Clone, Default)]
-pub struct PeerIp {
-    trusted: TrustedProxies,
-}
-
-impl PeerIp {
-    /// The TCP peer's address; forwarding headers are never trusted.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// The client behind `trusted` proxies (addresses or CIDR blocks: `10.0.0.0/8`, `::1`).
-    pub fn behind<I, S>(trusted: I) -> Result<Self, Error>
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
-        Ok(Self { trusted: TrustedProxies::parse(trusted)? })
-    }
-
-    /// The client's address, or `None` when the peer is unknown.
-    pub fn client_ip(&self, request: &Parts) -> Option<IpAddr> {
-        let peer = peer_addr(request)?.ip();
-        if !self.trusted.contains(peer) {
-            return Some(peer);
-        }
-        let chain = forwarded_chain(request);
-        // Right to left: each hop was appended by the proxy before it; the first address that
-        // is not one of ours is the client. Addresses further left are the client's own claims.
-        Some(
-            chain
-                .iter()
-                .rev()
-                .copied()
-                .find(|ip| !self.trusted.contains(*ip))
-                .or(chain.first().copied())
-                .unwrap_or(peer),
-        )
-    }
-}
-
-impl KeyExtractor for PeerIp {
-    fn extract(&self, request: &Parts, out: &mut String) -> bool {
-        use std::fmt::Write;
-        self.client_ip(request).is_some_and(|ip| write!(out, "{ip}").is_ok())
-    }
-}
-
-fn peer_addr(request: &Parts) -> Option<SocketAddr> {
-    #[cfg(feature = "axum")]
-    if let Some(axum::extract::ConnectInfo(addr)) = request.extensions.get::<axum::extract::ConnectInfo<SocketAddr>>() {
-        return Some(*addr);
-    }
-    request.extensions.get::<SocketAddr>().copied()
-}
-
-/// The addresses of `Forwarded` (RFC 7239 `for=`) or, when absent, `X-Forwarded-For`, oldest
-/// first. An entry that is not an address (`unknown`, an obfuscated name, garbage) ends the
-/// chain there: nothing to its left can be attributed.
-fn forwarded_chain(request: &Parts) -> Vec<IpAddr> {
-    let headers = &request.headers;
-    let forwarded: Vec<&str> =
-        headers.get_all(http::header::FORWARDED).iter().filter_map(|v| v.to_str().ok()).collect();
-    let entries: Vec<String> = if forwarded.is_empty() {
-        let xff = headers.get_all("x-forwarded-for").iter().filter_map(|v| v.to_str().ok());
-        xff.flat_map(|v| v.split(',')).map(|s| s.trim().to_owned()).collect()
-    } else {
-        forwarded
-            .iter()
-            .flat_map(|v| v.split(','))
-            .filter_map(|element| {
-                element.split(';').find_map(|pair| {
-                    let (k, v) = pair.trim().split_once('=')?;
-                    k.eq_ignore_ascii_case("for").then(|| v.trim().trim_matches('"').to_owned())
-                })
-            })
-            .collect()
-    };
-    let mut chain: Vec<IpAddr> = Vec::with_capacity(entries.len());
-    for entry in entries.iter().rev() {
-        match parse_hop(entry) {
-            Some(ip) => chain.push(ip),
-            None => break,
-        }
-    }
-    chain.reverse();
-    chain
-}
-
-/// `1.2.3.4`, `1.2.3.4:80`, `2001:db8::1`, `[2001:db8::1]:443`.
-fn parse_hop(hop: &str) -> Option<IpAddr> {
-    if let Ok(ip) = hop.parse() {
-        return Some(ip);
-    }
-    if let Ok(addr) = hop.parse::<SocketAddr>() {
-        return Some(addr.ip());
-    }
-    hop.strip_prefix('[')?.split_once(']')?.0.parse().ok()
-}
-
-/// Addresses and CIDR blocks of proxies whose forwarding headers are believed.
-#[derive(Debug, Clone, Default)]
-pub struct TrustedProxies(Vec<(IpAddr, u8)>);
-
-impl TrustedProxies {
-    /// Parses `10.0.0.0/8`, `192.168.1.7`, `fd00::/8`, `::1`.
-    pub fn parse<I, S>(blocks: I) -> Result<Self, Error>
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
-        let parse = |s: &str| -> Option<(IpAddr, u8)> {
-            let (ip, bits) = match s.split_once('/') {
-                Some((ip, bits)) => (ip.parse::<IpAddr>().ok()?, bits.parse::<u8>().ok()?),
-                None => {
-                    let ip: IpAddr = s.parse().ok()?;
-                    (ip, if ip.is_ipv4() { 32 } else { 128 })
-                }
-            };
-            (bits <= if ip.is_ipv4() { 32 } else { 128 }).then_some((ip, bits))
-        };
-        let blocks = blocks
-            .into_iter()
-            .map(|b| parse(b.as_ref().trim()).ok_or_else(|| Error::InvalidProxy(b.as_ref().to_owned())));
-        Ok(Self(blocks.collect::<Result<_, _>>()?))
-    }
-
-    /// Whether `ip` is one of these proxies.
-    pub fn contains(&self, ip: IpAddr) -> bool {
-        let ip = match ip {
-            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-            v4 => v4,
-        };
-        self.0.iter().any(|&(net, bits)| match (net, ip) {
-            (IpAddr::V4(n), IpAddr::V4(a)) => prefix_eq(u128::from(n.to_bits()), u128::from(a.to_bits()), 32, bits),
-            (IpAddr::V6(n), IpAddr::V6(a)) => prefix_eq(n.to_bits(), a.to_bits(), 128, bits),
-            _ => false,
-        })
-    }
-}
-
-fn prefix_eq(net: u128, addr: u128, width: u32, bits: u8) -> bool {
-    let shift = width - u32::from(bits);
-    shift >= width || (net >> shift) == (addr >> shift)
-}
-
-/// The value of a request header (for example an API key, `x-api-key`).
+/// The value of a request header (for example an API key, `x-api-key`). A request without the
+/// header has no key; one whose value is empty or not visible ASCII is
+/// `400 invalid_key`, longer than [`slidegate::MAX_KEY_LEN`] `431 header_too_long`.
 #[derive(Debug, Clone)]
 pub struct Header(HeaderName);
 
@@ -203,14 +86,18 @@ impl Header {
 }
 
 impl KeyExtractor for Header {
-    fn extract(&self, request: &Parts, out: &mut String) -> bool {
-        request
-            .headers
-            .get(&self.0)
-            .and_then(|v| v.to_str().ok())
-            .filter(|v| !v.is_empty())
-            .map(|v| out.push_str(v))
-            .is_some()
+    fn extract(&self, request: &Parts, out: &mut String) -> Result<bool, Rejection> {
+        let Some(value) = request.headers.get(&self.0) else { return Ok(false) };
+        // Before anything is copied: a value this long can never make a key.
+        if value.len() > MAX_KEY_LEN {
+            return Err(Rejection::HeaderTooLong);
+        }
+        out.push_str(value.to_str().map_err(|_| Rejection::InvalidKey)?);
+        Ok(true)
+    }
+
+    fn too_long(&self) -> Rejection {
+        Rejection::HeaderTooLong
     }
 }
 
@@ -238,20 +125,29 @@ impl<T> std::fmt::Debug for Extension<T> {
 }
 
 impl<T: Display + Send + Sync + 'static> KeyExtractor for Extension<T> {
-    fn extract(&self, request: &Parts, out: &mut String) -> bool {
+    fn extract(&self, request: &Parts, out: &mut String) -> Result<bool, Rejection> {
         use std::fmt::Write;
-        request.extensions.get::<T>().is_some_and(|v| write!(out, "{v}").is_ok())
+        Ok(request.extensions.get::<T>().is_some_and(|v| write!(out, "{v}").is_ok()))
     }
 }
 
-/// The request's path: one limit per endpoint, shared by every client.
+/// The request's path: one limit per endpoint, shared by every client. A path longer than
+/// [`slidegate::MAX_KEY_LEN`] is `414 uri_too_long`.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Route;
 
 impl KeyExtractor for Route {
-    fn extract(&self, request: &Parts, out: &mut String) -> bool {
-        out.push_str(request.uri.path());
-        true
+    fn extract(&self, request: &Parts, out: &mut String) -> Result<bool, Rejection> {
+        let path = request.uri.path();
+        if path.len() > MAX_KEY_LEN {
+            return Err(Rejection::UriTooLong);
+        }
+        out.push_str(path);
+        Ok(true)
+    }
+
+    fn too_long(&self) -> Rejection {
+        Rejection::UriTooLong
     }
 }
 
@@ -259,46 +155,17 @@ impl KeyExtractor for Route {
 mod tests {
     use super::*;
 
-    fn request(peer: &str, headers: &[(&str, &str)]) -> Parts {
+    fn request(headers: &[(&str, &[u8])]) -> Parts {
         let mut b = http::Request::builder().uri("/login");
         for (k, v) in headers {
             b = b.header(*k, *v);
         }
-        let (mut parts, ()) = b.body(()).expect("request").into_parts();
-        parts.extensions.insert(peer.parse::<SocketAddr>().expect("addr"));
-        parts
+        b.body(()).expect("request").into_parts().0
     }
 
-    fn key(e: &impl KeyExtractor, p: &Parts) -> Option<String> {
+    fn key(e: &impl KeyExtractor, p: &Parts) -> Result<Option<String>, Rejection> {
         let mut out = String::new();
-        e.extract(p, &mut out).then_some(out)
-    }
-
-    #[test]
-    fn forwarding_headers_are_ignored_unless_the_peer_is_trusted() {
-        let spoofed = request("203.0.113.9:5000", &[("x-forwarded-for", "1.1.1.1")]);
-        assert_eq!(key(&PeerIp::new(), &spoofed).as_deref(), Some("203.0.113.9"));
-        let behind = PeerIp::behind(["10.0.0.0/8"]).expect("valid");
-        assert_eq!(key(&behind, &spoofed).as_deref(), Some("203.0.113.9"), "the peer is not a proxy of ours");
-        // Client-supplied entries on the left are not believed: the proxy appended the truth.
-        let proxied = request("10.0.0.2:5000", &[("x-forwarded-for", "1.1.1.1, 198.51.100.4, 10.0.0.7")]);
-        assert_eq!(key(&behind, &proxied).as_deref(), Some("198.51.100.4"));
-        let rfc = request("10.0.0.2:5000", &[("forwarded", r#"for="[2001:db8::1]:443";proto=https, for=10.0.0.7"#)]);
-        assert_eq!(key(&behind, &rfc).as_deref(), Some("2001:db8::1"));
-        let garbage = request("10.0.0.2:5000", &[("x-forwarded-for", "1.1.1.1, not-an-ip, 10.0.0.7")]);
-        assert_eq!(key(&behind, &garbage).as_deref(), Some("10.0.0.7"), "nothing left of garbage is believed");
-        let no_peer = http::Request::builder().body(()).expect("request").into_parts().0;
-        assert_eq!(key(&PeerIp::new(), &no_peer), None);
-    }
-
-    #[test]
-    fn proxy_blocks_parse_and_match() {
-        let t = TrustedProxies::parse(["10.0.0.0/8", "192.168.1.7", "fd00::/8", "0.0.0.0/0"]).expect("valid");
-        assert!(t.contains("10.200.0.1".parse().expect("ip")) && t.contains("fd12::1".parse().expect("ip")));
-        let t = TrustedProxies::parse(["10.0.0.0/8", "::1"]).expect("valid");
-        assert!(!t.contains("11.0.0.1".parse().expect("ip")) && t.contains("::1".parse().expect("ip")));
-        assert!(t.contains("::ffff:10.1.2.3".parse().expect("ip")), "IPv4-mapped IPv6");
-        assert!(TrustedProxies::parse(["10.0.0.0/33"]).is_err() && TrustedProxies::parse(["proxy.local"]).is_err());
+        Ok(extract_part(e, p, &mut out)?.then_some(out))
     }
 
     #[test]
@@ -310,12 +177,28 @@ mod tests {
                 write!(f, "u{}", self.0)
             }
         }
-        let mut p = request("203.0.113.9:1", &[("x-api-key", "k1")]);
-        assert_eq!(key(&Extension::<User>::new(), &p), None, "anonymous");
+        let mut p = request(&[("x-api-key", b"k1")]);
+        assert_eq!(key(&Extension::<User>::new(), &p), Ok(None), "anonymous");
         p.extensions.insert(User(42));
         let both = (Extension::<User>::new(), (Header::new(HeaderName::from_static("x-api-key")), Route));
-        assert_eq!(key(&both, &p).as_deref(), Some("u42|k1|/login"));
+        assert_eq!(key(&both, &p), Ok(Some("u42|k1|/login".to_owned())));
         let closure = |p: &Parts| p.uri.query().map(str::to_owned);
-        assert_eq!(key(&closure, &p), None);
+        assert_eq!(key(&closure, &p), Ok(None));
+    }
+
+    #[test]
+    fn a_header_key_that_cannot_be_counted_is_refused_not_skipped() {
+        let api_key = Header::new(HeaderName::from_static("x-api-key"));
+        assert_eq!(key(&api_key, &request(&[])), Ok(None), "absent: the rule does not apply");
+        assert_eq!(key(&api_key, &request(&[("x-api-key", b"")])), Err(Rejection::EmptyKey));
+        assert_eq!(key(&api_key, &request(&[("x-api-key", b"k\xff")])), Err(Rejection::InvalidKey));
+        let long = vec![b'k'; MAX_KEY_LEN + 1];
+        assert_eq!(key(&api_key, &request(&[("x-api-key", &long)])), Err(Rejection::HeaderTooLong));
+        // Within the bound alone, over it once combined: still the header's answer.
+        let half = vec![b'k'; MAX_KEY_LEN / 2 + 1];
+        let twice = (Header::new(HeaderName::from_static("a")), Header::new(HeaderName::from_static("b")));
+        assert_eq!(key(&twice, &request(&[("a", &half), ("b", &half)])), Err(Rejection::HeaderTooLong));
+        let empty = |_: &Parts| Some(String::new());
+        assert_eq!(key(&empty, &request(&[])), Err(Rejection::EmptyKey), "a closure's empty key too");
     }
 }

@@ -9,12 +9,14 @@
 //! use std::net::SocketAddr;
 //! use axum::{Router, routing::{get, post}};
 //! use slidegate::{Limiter, Quota};
-//! use slidegate_tower::{PeerIp, RateLimitLayer, Rule};
+//! use slidegate_tower::{ForwardedHeader, PeerIp, RateLimitLayer, Rule};
 //!
 //! # fn build() -> Result<(), Box<dyn std::error::Error>> {
 //! let limits = RateLimitLayer::new(Limiter::in_memory())
-//!     .rule(Rule::new("login", Quota::per_minute(5)?)?.route("/login").key(PeerIp::behind(["10.0.0.0/8"])?))
-//!     .rule(Rule::new("search", Quota::per_second(10)?)?.route("/search"));
+//!     .rule(Rule::new("login", Quota::per_minute(5)?)?.route("/login").key(
+//!         PeerIp::behind(["10.0.0.0/8"])?.forwarded_by(ForwardedHeader::XForwardedFor),
+//!     ))?
+//!     .rule(Rule::new("search", Quota::per_second(10)?)?.route("/search"))?;
 //! let app = Router::new()
 //!     .route("/login", post(|| async { "welcome" }))
 //!     .route("/search", get(|| async { "results" }))
@@ -25,25 +27,31 @@
 //!
 //! # Layout
 //!
-//! - [`layer`]: [`RateLimitLayer`], the rules and what a request's decision is.
-//! - [`service`]: [`RateLimit`], the service: 429 or the inner response, with headers.
+//! - [`layer`]: [`RateLimitLayer`], its rules and settings.
+//! - `decide`: what a request's decision is: keys and costs checked, then one round trip.
+//! - [`service`]: [`RateLimit`], the service: 429, a rejection or the inner response.
 //! - [`rule`]: [`Rule`], routes, key, tiers, cost.
-//! - [`key`]: [`KeyExtractor`] and the built-in keys: [`PeerIp`] (with [`TrustedProxies`]),
-//!   [`Header`], [`Extension`], [`Route`].
+//! - [`key`]: [`KeyExtractor`] and the built-in keys [`Header`], [`Extension`], [`Route`].
+//! - [`peer`]: [`PeerIp`], the client's address, behind [`TrustedProxies`] that write one
+//!   [`ForwardedHeader`].
 //! - [`headers`]: the RateLimit header values, shared with the slidegate service.
-//! - [`error`]: [`Error`], for settings that cannot work.
+//! - [`error`]: [`Error`], for settings that cannot work; [`Rejection`], for requests that
+//!   cannot be counted.
 
+mod decide;
 pub mod error;
 pub mod headers;
 pub mod key;
 pub mod layer;
+pub mod peer;
 pub mod rule;
 pub mod service;
 
-pub use error::Error;
+pub use error::{Error, Rejection};
 pub use headers::{ceil_secs, insert_rate_limit_headers, push_u64, rate_limit_headers};
-pub use key::{Extension, Header, KeyExtractor, PeerIp, Route, TrustedProxies};
+pub use key::{Extension, Header, KeyExtractor, Route};
 pub use layer::RateLimitLayer;
+pub use peer::{ForwardedHeader, PeerIp, PeerIpBehind, TrustedProxies};
 pub use rule::Rule;
 pub use service::{RateLimit, RateLimitBody};
 

@@ -6,7 +6,8 @@ use http::request::Parts;
 use slidegate::Quota;
 
 use crate::Error;
-use crate::key::{KeyExtractor, PeerIp};
+use crate::PeerIp;
+use crate::key::KeyExtractor;
 
 type TierFn = dyn Fn(&Parts) -> Option<String> + Send + Sync;
 type CostFn = dyn Fn(&Parts) -> u64 + Send + Sync;
@@ -36,9 +37,16 @@ pub struct Rule {
     quota: Quota,
     tiers: Vec<(String, Quota)>,
     tier_by: Option<Arc<TierFn>>,
-    cost_by: Option<Arc<CostFn>>,
+    cost: Cost,
     pub(crate) key: Arc<dyn KeyExtractor>,
     paths: Vec<PathMatch>,
+}
+
+/// What a request costs: the same for every request, or computed from it.
+#[derive(Clone)]
+enum Cost {
+    Fixed(u64),
+    By(Arc<CostFn>),
 }
 
 #[derive(Debug, Clone)]
@@ -71,7 +79,7 @@ impl Rule {
             quota,
             tiers: Vec::new(),
             tier_by: None,
-            cost_by: None,
+            cost: Cost::Fixed(1),
             key: Arc::new(PeerIp::new()),
             paths: Vec::new(),
         })
@@ -112,11 +120,41 @@ impl Rule {
         self
     }
 
-    /// What a request costs (default 1): a bulk call of 50 SMS costs 50.
+    /// What every request costs (default 1): an expensive endpoint counts 5. Checked when the
+    /// rule is added to a layer: 0, or more than any of the rule's quotas admits at once, is
+    /// [`Error::InvalidCost`].
+    #[must_use]
+    pub fn cost(mut self, cost: u64) -> Self {
+        self.cost = Cost::Fixed(cost);
+        self
+    }
+
+    /// What a request costs, from the request: a bulk call of 50 SMS costs 50. A request
+    /// whose cost is 0, or more than its quota admits at once, is refused
+    /// (`400 invalid_cost`), nothing charged — a builder cannot know a closure's range, and a
+    /// request that asks for nothing or for more than could ever fit is the request's error,
+    /// not an admission.
     #[must_use]
     pub fn cost_by(mut self, f: impl Fn(&Parts) -> u64 + Send + Sync + 'static) -> Self {
-        self.cost_by = Some(Arc::new(f));
+        self.cost = Cost::By(Arc::new(f));
         self
+    }
+
+    /// Checks what can be checked before any request: tier names are unique, and a fixed cost
+    /// fits every quota of the rule.
+    pub(crate) fn validate(&self) -> Result<(), Error> {
+        for (i, (tier, _)) in self.tiers.iter().enumerate() {
+            if self.tiers[..i].iter().any(|(earlier, _)| earlier == tier) {
+                return Err(Error::DuplicateTier { rule: self.name.clone(), tier: tier.clone() });
+            }
+        }
+        if let Cost::Fixed(cost) = self.cost {
+            let max = self.tiers.iter().map(|(_, q)| q.max_cost()).fold(self.quota.max_cost(), u64::min);
+            if cost == 0 || cost > max {
+                return Err(Error::InvalidCost { rule: self.name.clone(), cost, max });
+            }
+        }
+        Ok(())
     }
 
     /// Whether the rule applies to this request.
@@ -134,6 +172,10 @@ impl Rule {
         let tier = self.tier_by.as_ref().and_then(|f| f(request));
         let quota =
             tier.and_then(|t| self.tiers.iter().find(|(name, _)| *name == t).map(|(_, q)| *q)).unwrap_or(self.quota);
-        (quota, self.cost_by.as_ref().map_or(1, |f| f(request)))
+        let cost = match &self.cost {
+            Cost::Fixed(cost) => *cost,
+            Cost::By(f) => f(request),
+        };
+        (quota, cost)
     }
 }

@@ -1,4 +1,4 @@
-//! The `Service`: decides, then answers 429 or calls the inner service.
+//! The `Service`: decides, then answers 429 (or a rejection) or calls the inner service.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -6,10 +6,12 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http::{Request, Response, StatusCode, header};
+use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, header};
 use http_body::{Body, Frame, SizeHint};
 use slidegate::Backend;
 
+use crate::Rejection;
+use crate::decide::Outcome;
 use crate::layer::Shared;
 
 /// The rate-limited service that [`crate::RateLimitLayer`] builds.
@@ -60,17 +62,14 @@ where
         let shared = Arc::clone(&self.shared);
         Box::pin(async move {
             let (parts, body) = request.into_parts();
-            let outcome = shared.decide(&parts).await;
-            if outcome.deny {
-                let mut response = Response::new(RateLimitBody::limited(shared.deny_body.clone()));
-                *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
-                response.headers_mut().insert(header::CONTENT_TYPE, shared.deny_type.clone());
-                response.headers_mut().extend(outcome.headers.unwrap_or_default());
-                return Ok(response);
-            }
+            let headers = match shared.decide(&parts).await {
+                Outcome::Pass(headers) => headers,
+                Outcome::Deny(headers) => return Ok(shared.denied(headers)),
+                Outcome::Reject(rejection) => return Ok(rejected(rejection)),
+            };
             let response = inner.call(Request::from_parts(parts, body)).await?;
             let (mut head, body) = response.into_parts();
-            if let Some(headers) = outcome.headers {
+            if let Some(headers) = headers {
                 head.headers.extend(headers);
             }
             Ok(Response::from_parts(head, RateLimitBody::inner(body)))
@@ -78,8 +77,27 @@ where
     }
 }
 
+impl<B> Shared<B> {
+    /// The 429 answer.
+    fn denied<T>(&self, headers: HeaderMap) -> Response<RateLimitBody<T>> {
+        let mut response = Response::new(RateLimitBody::limited(self.deny_body.clone()));
+        *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+        response.headers_mut().insert(header::CONTENT_TYPE, self.deny_type.clone());
+        response.headers_mut().extend(headers);
+        response
+    }
+}
+
+/// The answer to a request that cannot be counted: its status, with the JSON error body.
+fn rejected<T>(rejection: Rejection) -> Response<RateLimitBody<T>> {
+    let mut response = Response::new(RateLimitBody::limited(Bytes::from(rejection.body())));
+    *response.status_mut() = rejection.status();
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
 pin_project_lite::pin_project! {
-    /// The response body: the inner service's, or the 429 answer's.
+    /// The response body: the inner service's, or the layer's own answer's (429, rejection).
     pub struct RateLimitBody<B> {
         #[pin]
         inner: Option<B>,

@@ -9,7 +9,7 @@ use http::HeaderValue;
 use reqwest::StatusCode;
 use slidegate::{Backend, FailurePolicy, Limiter, Quota, RedisBackend};
 use slidegate_testkit::RedisServer;
-use slidegate_tower::{PeerIp, RateLimitLayer, Rule};
+use slidegate_tower::{ForwardedHeader, PeerIp, RateLimitLayer, Rule};
 
 /// Serves `layer` over two routes on 127.0.0.1:0; returns the base URL. The server task ends
 /// with the test's runtime.
@@ -46,6 +46,7 @@ async fn statuses(client: &reqwest::Client, url: &str, n: usize, xff: Option<&st
 async fn over_the_limit_is_429_with_retry_after_and_ratelimit_headers() {
     let layer = RateLimitLayer::new(Limiter::in_memory())
         .rule(rule("login", 2).route("/login"))
+        .expect("layer")
         .deny_body(HeaderValue::from_static("text/plain; charset=utf-8"), "请求过于频繁，请稍后再试");
     let base = serve(layer).await;
     let client = reqwest::Client::new();
@@ -69,7 +70,8 @@ async fn over_the_limit_is_429_with_retry_after_and_ratelimit_headers() {
 async fn each_route_has_its_own_rule() {
     let layer = RateLimitLayer::new(Limiter::in_memory())
         .rule(rule("login", 2).route("/login"))
-        .rule(rule("search", 3).route_prefix("/search"));
+        .and_then(|l| l.rule(rule("search", 3).route_prefix("/search")))
+        .expect("layer");
     let base = serve(layer).await;
     let client = reqwest::Client::new();
     assert_eq!(statuses(&client, &format!("{base}/login"), 3, None).await, [200, 200, 429]);
@@ -88,14 +90,14 @@ async fn each_route_has_its_own_rule() {
 async fn x_forwarded_for_counts_only_behind_a_trusted_proxy() {
     let client = reqwest::Client::new();
     // Untrusted by default: every spoofed address is still 127.0.0.1.
-    let base = serve(RateLimitLayer::new(Limiter::in_memory()).rule(rule("login", 2))).await;
+    let base = serve(RateLimitLayer::new(Limiter::in_memory()).rule(rule("login", 2)).expect("layer")).await;
     let url = format!("{base}/login");
     assert_eq!(statuses(&client, &url, 1, Some("198.51.100.1")).await, [200]);
     assert_eq!(statuses(&client, &url, 1, Some("198.51.100.2")).await, [200]);
     assert_eq!(statuses(&client, &url, 1, Some("198.51.100.3")).await, [429], "a header cannot buy a fresh limit");
     // Behind a trusted proxy (the test client plays it), each forwarded client has its own limit.
-    let key = PeerIp::behind(["127.0.0.1"]).expect("valid");
-    let base = serve(RateLimitLayer::new(Limiter::in_memory()).rule(rule("login", 2).key(key))).await;
+    let key = PeerIp::behind(["127.0.0.1"]).expect("valid").forwarded_by(ForwardedHeader::XForwardedFor);
+    let base = serve(RateLimitLayer::new(Limiter::in_memory()).rule(rule("login", 2).key(key)).expect("layer")).await;
     let url = format!("{base}/login");
     assert_eq!(statuses(&client, &url, 3, Some("198.51.100.1")).await, [200, 200, 429]);
     assert_eq!(
@@ -108,7 +110,8 @@ async fn x_forwarded_for_counts_only_behind_a_trusted_proxy() {
 
 #[tokio::test]
 async fn shadow_mode_decides_and_reports_but_never_blocks() {
-    let base = serve(RateLimitLayer::new(Limiter::in_memory()).rule(rule("login", 1)).shadow(true)).await;
+    let base =
+        serve(RateLimitLayer::new(Limiter::in_memory()).rule(rule("login", 1)).expect("layer").shadow(true)).await;
     let client = reqwest::Client::new();
     let url = format!("{base}/login");
     assert_eq!(statuses(&client, &url, 3, None).await, [200, 200, 200]);
@@ -122,7 +125,7 @@ async fn two_instances_sharing_one_redis_enforce_one_limit() {
     let redis = RedisServer::start();
     let instance = async || {
         let backend = RedisBackend::connect(&redis.url()).await.expect("connect").with_timeout(Duration::from_secs(5));
-        serve(RateLimitLayer::new(Limiter::new(backend)).rule(rule("login", 10))).await
+        serve(RateLimitLayer::new(Limiter::new(backend)).rule(rule("login", 10)).expect("layer")).await
     };
     let (a, b) = (instance().await, instance().await);
     let tasks: Vec<_> = (0..16)
@@ -156,7 +159,7 @@ async fn with_redis_down_each_failure_policy_does_what_it_says() {
             Some(p) => limiter.with_failure_policy(p),
             None => limiter,
         };
-        let base = serve(RateLimitLayer::new(limiter).rule(rule("login", 4))).await;
+        let base = serve(RateLimitLayer::new(limiter).rule(rule("login", 4)).expect("layer")).await;
         let got = statuses(&reqwest::Client::new(), &format!("{base}/login"), 3, None).await;
         assert_eq!(got, expected, "{policy:?}");
     }
@@ -165,7 +168,7 @@ async fn with_redis_down_each_failure_policy_does_what_it_says() {
 #[tokio::test]
 async fn metrics_count_passes_blocks_and_latency() {
     let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder().expect("recorder");
-    let base = serve(RateLimitLayer::new(Limiter::in_memory()).rule(rule("metered", 2))).await;
+    let base = serve(RateLimitLayer::new(Limiter::in_memory()).rule(rule("metered", 2)).expect("layer")).await;
     statuses(&reqwest::Client::new(), &format!("{base}/login"), 3, None).await;
     let page = recorder.render();
     assert!(page.contains(r#"rate_limit_pass{rule="metered"} 2"#), "{page}");
@@ -185,7 +188,7 @@ async fn tiers_and_costs_come_from_the_request() {
         .tier_by(plan)
         .cost_by(move |req| cost(req).and_then(|c| c.parse().ok()).unwrap_or(1))
         .key(header("x-user"));
-    let base = serve(RateLimitLayer::new(Limiter::in_memory()).rule(rule)).await;
+    let base = serve(RateLimitLayer::new(Limiter::in_memory()).rule(rule).expect("layer")).await;
     let client = reqwest::Client::new();
     let send = async |user: &str, plan: Option<&str>, cost: u64| {
         let mut r = client.post(format!("{base}/login")).header("x-user", user).header("x-cost", cost.to_string());

@@ -1,0 +1,144 @@
+//! One request's decision: the keys and costs of the rules that apply, held to the limiter's
+//! bounds before anything is sent, then decided together in one round trip — or one by one
+//! when no single script can see them all.
+
+use std::time::Instant;
+
+use http::HeaderMap;
+use http::request::Parts;
+use slidegate::{Backend, Check, Decision, MAX_CHECKS, Quota};
+
+use crate::key::extract_part;
+use crate::layer::Shared;
+use crate::{Rejection, rate_limit_headers};
+
+/// What the layer does with one request.
+pub(crate) enum Outcome {
+    /// Call the service; add the RateLimit headers (none when no rule applied).
+    Pass(Option<HeaderMap>),
+    /// Answer 429 with these headers.
+    Deny(HeaderMap),
+    /// Answer the rejection: the request cannot be counted.
+    Reject(Rejection),
+}
+
+/// A rule that applies to the request, with the request's key, quota and cost.
+struct Applied {
+    rule: usize,
+    key: String,
+    quota: Quota,
+    cost: u64,
+}
+
+impl<B: Backend> Shared<B> {
+    /// Decides `request` against every rule that applies to it.
+    pub(crate) async fn decide(&self, request: &Parts) -> Outcome {
+        let applied = match self.applied(request) {
+            Ok(applied) if applied.is_empty() => return Outcome::Pass(None),
+            Ok(applied) => applied,
+            Err((rule, rejection)) => return self.reject(rule, rejection),
+        };
+        let started = Instant::now();
+        let decided = self.check(&applied).await;
+        self.latency.record(started.elapsed().as_secs_f64());
+        match decided {
+            Ok(decisions) => self.outcome(&applied, &decisions),
+            Err(e) if e.is_backend_failure() => {
+                self.errors.increment(1);
+                Outcome::Pass(None)
+            }
+            // Keys and costs were checked above and slots are handled in `check`: an error
+            // left here is no caller's and no backend's, and must not let the request through.
+            Err(_) => self.reject(applied[0].rule, Rejection::Undecidable),
+        }
+    }
+
+    /// The rules that apply, with their keys (`<rule>:{<key>}`: one hash tag per key, so one
+    /// key's rules share a Redis Cluster slot, as the slidegate service keys them) and costs;
+    /// the first rule whose key or cost cannot be counted, and why.
+    fn applied(&self, request: &Parts) -> Result<Vec<Applied>, (usize, Rejection)> {
+        let mut applied = Vec::new();
+        for (i, rule) in self.rules.iter().enumerate() {
+            if !rule.matches(request) {
+                continue;
+            }
+            let mut key = String::with_capacity(rule.name.len() + 48);
+            key.push_str(&rule.name);
+            key.push_str(":{");
+            if !extract_part(&*rule.key, request, &mut key).map_err(|r| (i, r))? {
+                continue;
+            }
+            key.push('}');
+            if key.len() > slidegate::MAX_KEY_LEN {
+                return Err((i, rule.key.too_long()));
+            }
+            let (quota, cost) = rule.quota_and_cost(request);
+            if quota.validate_cost(cost).is_err() {
+                return Err((i, Rejection::InvalidCost { cost, max: quota.max_cost() }));
+            }
+            applied.push(Applied { rule: i, key, quota, cost });
+        }
+        Ok(applied)
+    }
+
+    /// The decisions: all together when one script can see every key; otherwise (keys in
+    /// several Redis Cluster slots, more than [`MAX_CHECKS`] rules) [`Shared::one_by_one`].
+    async fn check(&self, applied: &[Applied]) -> Result<Vec<Decision>, slidegate::Error> {
+        if let [one] = applied {
+            // The one-key path, which the near-cache can answer.
+            return self.limiter.check_cost(&one.key, &one.quota, one.cost).await.map(|d| vec![d]);
+        }
+        if applied.len() <= MAX_CHECKS {
+            let checks: Vec<Check<'_>> =
+                applied.iter().map(|a| Check::new(&a.key, a.quota).with_cost(a.cost)).collect();
+            match self.limiter.check_all(&checks).await {
+                Err(slidegate::Error::CrossSlot { .. }) => {}
+                decided => return decided.map(|group| group.decisions),
+            }
+        }
+        self.one_by_one(applied).await
+    }
+
+    /// In rule order, stopping at the first denial: the rules before it stay charged, those
+    /// after it are not asked (nor charged). Each check follows the failure policy on its own.
+    async fn one_by_one(&self, applied: &[Applied]) -> Result<Vec<Decision>, slidegate::Error> {
+        let mut decisions = Vec::with_capacity(applied.len());
+        for a in applied {
+            let d = self.limiter.check_cost(&a.key, &a.quota, a.cost).await?;
+            decisions.push(d);
+            if !d.allowed {
+                break;
+            }
+        }
+        Ok(decisions)
+    }
+
+    /// The answer from the decisions (as many as the rules that were asked, in order): counted
+    /// per rule, with RateLimit headers for each decided rule.
+    fn outcome(&self, applied: &[Applied], decisions: &[Decision]) -> Outcome {
+        let allowed = decisions.iter().all(|d| d.allowed);
+        for (a, d) in applied.iter().zip(decisions) {
+            let c = &self.counters[a.rule];
+            match (d.allowed || allowed, self.shadow) {
+                (true, _) => c.pass.increment(1),
+                (false, false) => c.block.increment(1),
+                (false, true) => c.shadow_block.increment(1),
+            }
+            if d.degraded.is_some() {
+                c.degraded.increment(1);
+            }
+        }
+        let retry = if allowed { None } else { decisions.iter().filter_map(|d| d.retry_after).max() };
+        let items: Vec<(&str, &Quota, &Decision)> =
+            applied.iter().zip(decisions).map(|(a, d)| (self.rules[a.rule].name.as_str(), &a.quota, d)).collect();
+        let headers = rate_limit_headers(&items, retry);
+        if allowed || self.shadow { Outcome::Pass(Some(headers)) } else { Outcome::Deny(headers) }
+    }
+
+    /// Counts the rejection (by rule and code) and answers it — outside shadow mode.
+    fn reject(&self, rule: usize, rejection: Rejection) -> Outcome {
+        let name = self.rules[rule].name.clone();
+        metrics::counter!("rate_limit.reject", "rule" => name, "code" => rejection.code()).increment(1);
+        if self.shadow { Outcome::Pass(None) } else { Outcome::Reject(rejection) }
+    }
+}
