@@ -11,7 +11,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::UInt64Value;
-use slidegate_server::envoy::{MAX_DESCRIPTORS, MAX_DETAILED_SERIES, MAX_ENTRIES, descriptor_key};
+use slidegate_server::envoy::{MAX_DESCRIPTORS, MAX_DETAILED_SERIES, MAX_ENTRIES, MAX_REQUEST_BYTES, descriptor_key};
 use slidegate_testkit::RedisServer;
 use support::{RulesFile, Slidegate};
 use tonic::transport::Channel;
@@ -131,8 +131,14 @@ fn codes(r: &RateLimitResponse) -> (i32, Vec<i32>) {
 async fn on_both_backends(case: impl AsyncFn(&[&str])) {
     case(&[]).await;
     let redis = RedisServer::start();
-    let url = redis.url();
-    case(&["--redis", &url]).await;
+    let rules = redis_rules(&redis);
+    case(&["--config", rules.arg()]).await;
+}
+
+/// A rules file for `redis` with a deadline no busy machine misses: a missed one would be a
+/// fail-open admission, not the decision a test asserts.
+fn redis_rules(redis: &RedisServer) -> RulesFile {
+    RulesFile::new(&format!("[backend]\nredis = \"{}\"\ntimeout = \"10s\"\n", redis.url()))
 }
 
 #[tokio::test]
@@ -302,7 +308,8 @@ async fn sixty_four_grpc_clients_on_redis_get_exactly_requests_per_unit() {
     let redis = RedisServer::start();
     let config =
         "domain: api\ndescriptors:\n  - key: tenant\n    rate_limit:\n      unit: hour\n      requests_per_unit: 100\n";
-    let e = Envoy::start(&[("api.yaml", config)], &["--redis", &redis.url()]).await;
+    let rules = redis_rules(&redis);
+    let e = Envoy::start(&[("api.yaml", config)], &["--config", rules.arg()]).await;
     let tasks: Vec<_> = (0..64)
         .map(|_| {
             let mut client = e.client.clone();
@@ -436,6 +443,27 @@ async fn a_bad_descriptor_never_lifts_an_over_limit_one(extra: &[&str]) {
         let line = format!(r#"slidegate_envoy_invalid_descriptors_total{{domain="mixed",reason="{reason}"}} {n}"#);
         assert!(page.lines().any(|l| l == line), "{line} in {page}");
     }
+    let capped = format!(r#"slidegate_envoy_over_limit{{domain="mixed",key="header"}} {}"#, slidegate::MAX_LIMIT + 1);
+    assert!(page.lines().any(|l| l == capped), "u64::MAX hits counted as MAX_LIMIT + 1: {page}");
+}
+
+#[tokio::test]
+async fn a_request_as_large_as_envoy_sends_is_decided_and_a_larger_one_is_refused_undecoded() {
+    let mut e = Envoy::start(&[("mixed.yaml", MIXED)], &[]).await;
+    let mallory: Descriptor<'_> = &[("user", "mallory")];
+    assert_eq!(codes(&e.ask("mixed", &[mallory], 0).await), (OK, vec![OK]));
+    // The attack: a 60 KiB header (Envoy's default limit) in every other descriptor.
+    let header = "x".repeat(60 * 1024);
+    let mut large = request("mixed", &[mallory], 0);
+    large.descriptors.extend((1..MAX_DESCRIPTORS).map(|_| descriptor(&[("header", &header)])));
+    let r = e.send(large).await;
+    assert_eq!((r.overall_code, r.statuses[0].code), (OVER, OVER), "decided: mallory is over");
+    assert!(r.statuses[1..].iter().all(|s| s.code == UNKNOWN));
+    // Past MAX_REQUEST_BYTES: refused by gRPC before it is decoded.
+    let mut larger = request("mixed", &[mallory], 0);
+    larger.descriptors.push(descriptor(&[("header", &"x".repeat(MAX_REQUEST_BYTES))]));
+    let err = e.client.should_rate_limit(larger).await.expect_err("too large");
+    assert_eq!(err.code(), tonic::Code::OutOfRange, "{err:?}");
 }
 
 #[tokio::test]
@@ -461,7 +489,10 @@ async fn detailed_metric_series_stop_at_the_cap_and_the_rest_share_one_overflow_
 #[tokio::test]
 async fn with_redis_gone_the_failure_policy_answers_and_bad_descriptors_stay_their_own_problem() {
     let redis = RedisServer::start();
-    let rules = RulesFile::new(&format!("[backend]\nredis = \"{}\"\nfailure_policy = \"fail_closed\"\n", redis.url()));
+    let rules = RulesFile::new(&format!(
+        "[backend]\nredis = \"{}\"\ntimeout = \"10s\"\nfailure_policy = \"fail_closed\"\n",
+        redis.url()
+    ));
     let mut e = Envoy::start(&[("mixed.yaml", MIXED)], &["--config", rules.arg()]).await;
     let long = "x".repeat(10 * 1024);
     let (long, bob): (Descriptor<'_>, Descriptor<'_>) = (&[("header", &long)], &[("user", "bob")]);

@@ -21,10 +21,13 @@ pub const MAX_DESCRIPTORS: usize = slidegate::MAX_CHECKS;
 /// `rate_limits` entry, and one level of the configuration's descriptor tree per entry.
 pub const MAX_ENTRIES: usize = 16;
 
-/// The largest encoded `ShouldRateLimit` request accepted (4 MiB), refused by gRPC before it is
-/// decoded. grpc-go's default, which envoyproxy/ratelimit runs with: any request Envoy sends to
-/// it is decoded here too. Smaller would turn a long header into an RPC error — an admission.
-pub const MAX_REQUEST_BYTES: usize = 4 * 1024 * 1024;
+/// The largest encoded `ShouldRateLimit` request accepted (1 MiB), refused by gRPC before it is
+/// decoded (`OUT_OF_RANGE`, which Envoy answers with its `failure_mode_deny`). Large enough for
+/// [`MAX_DESCRIPTORS`] descriptors that each carry a whole 60 KiB header (Envoy's default
+/// `max_request_headers_kb`): every request such an Envoy sends is decided, its long values
+/// refused one by one. Small enough that a request of empty descriptors (2 bytes each), decoded
+/// (56 bytes each) and answered (a 120-byte status each), stays under 100 MB.
+pub const MAX_REQUEST_BYTES: usize = 1024 * 1024;
 
 /// Why a descriptor was refused, the `reason` label of
 /// [`crate::metrics::ENVOY_INVALID_DESCRIPTORS`].

@@ -142,8 +142,11 @@ fn slots<'a>(config: &'a EnvoyConfig, request: &'a RateLimitRequest) -> Vec<Slot
                 return Err(Invalid::Duplicate);
             }
             let hits = d.hits_addend.as_ref().map_or(u64::from(request.hits_addend), |h| h.value);
+            // 0 is "not set" (1 hit). Any cost over MAX_LIMIT is refused as over every limit
+            // alike; capped there, it cannot wrap the hit counters either.
+            let cost = hits.clamp(1, slidegate::MAX_LIMIT + 1);
             let key = descriptor_key(domain, &entries);
-            Ok(Item { node: config.find(domain, &entries), entries, key, cost: hits.max(1) })
+            Ok(Item { node: config.find(domain, &entries), entries, key, cost })
         });
         slots.push(slot);
     }
