@@ -1,10 +1,14 @@
 //! What one `ShouldRateLimit` request may size, and why a descriptor is refused.
 //!
 //! Descriptor values come from the headers of the request Envoy is deciding on, so each is
-//! hostile. A refused descriptor is that descriptor's problem only: it is not decided, it answers
-//! `UNKNOWN` (see [`Invalid`]), and the request's other descriptors are decided as if it were not
-//! there. An RPC error would be worse than any answer: Envoy's rate limit filter admits the
-//! request on any gRPC error unless `failure_mode_deny` is set.
+//! hostile. A refused descriptor is that descriptor's problem only: it is not decided, its
+//! `DescriptorStatus` has code `UNKNOWN` ("not known") and no `current_limit`, it is counted by
+//! [`Invalid`] reason, and the request's other descriptors are decided as if it were not there —
+//! one of them over its limit makes the request `OVER_LIMIT`. Envoy admits on `overall_code`
+//! alone and skips statuses without a `current_limit` for its `x-ratelimit-*` headers, so the
+//! code only tells an operator which descriptor was not decided. Only a request with no
+//! decidable descriptor fails as a whole (`INVALID_ARGUMENT`): an RPC error is an admission,
+//! since Envoy's rate limit filter admits on any gRPC error unless `failure_mode_deny` is set.
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 
