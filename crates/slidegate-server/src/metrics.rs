@@ -31,6 +31,9 @@ pub const ENVOY_NEAR_LIMIT: &str = "slidegate_envoy_near_limit";
 pub const ENVOY_WITHIN_LIMIT: &str = "slidegate_envoy_within_limit";
 /// gRPC hits over a shadow-mode limit (answered OK).
 pub const ENVOY_SHADOW_MODE: &str = "slidegate_envoy_shadow_mode";
+/// gRPC descriptors refused and not decided, by domain and reason (`too_many_descriptors`,
+/// `too_many_entries`, `key_too_long`, `duplicate`, `rejected`).
+pub const ENVOY_INVALID_DESCRIPTORS: &str = "slidegate_envoy_invalid_descriptors_total";
 /// 1 for the code deciding now (`engine` = `memory`, `lua` or `module`), 0 for the others.
 pub const ENGINE: &str = "slidegate_engine";
 /// Keys the near-cache holds as denied.

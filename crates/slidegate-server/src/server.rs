@@ -133,7 +133,8 @@ pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
                 listener.local_addr()?,
                 app.envoy().len()
             );
-            let service = RateLimitServiceServer::new(EnvoyRateLimit::new(Arc::clone(&app)));
+            let service = RateLimitServiceServer::new(EnvoyRateLimit::new(Arc::clone(&app)))
+                .max_decoding_message_size(crate::envoy::MAX_REQUEST_BYTES);
             let incoming = tonic::transport::server::TcpIncoming::from(listener);
             let shutdown = stopped(stop_rx.clone());
             Some(tokio::spawn(async move {

@@ -11,8 +11,9 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::UInt64Value;
+use slidegate_server::envoy::{MAX_DESCRIPTORS, MAX_DETAILED_SERIES, MAX_ENTRIES, MAX_REQUEST_BYTES, descriptor_key};
 use slidegate_testkit::RedisServer;
-use support::Slidegate;
+use support::{RulesFile, Slidegate};
 use tonic::transport::Channel;
 
 const MESSAGING: &str = include_str!("fixtures/envoy/messaging.yaml");
@@ -92,7 +93,15 @@ impl Envoy {
     }
 
     async fn ask(&mut self, domain: &str, descriptors: &[&[(&str, &str)]], hits: u32) -> RateLimitResponse {
-        self.client.should_rate_limit(request(domain, descriptors, hits)).await.expect("answer").into_inner()
+        self.send(request(domain, descriptors, hits)).await
+    }
+
+    async fn send(&mut self, request: RateLimitRequest) -> RateLimitResponse {
+        self.client.should_rate_limit(request).await.expect("answer").into_inner()
+    }
+
+    async fn metrics(&self) -> String {
+        reqwest::get(self.server.url("/metrics")).await.expect("metrics").text().await.expect("text")
     }
 }
 
@@ -102,14 +111,15 @@ type Descriptor<'a> = &'a [(&'a str, &'a str)];
 fn request(domain: &str, descriptors: &[&[(&str, &str)]], hits: u32) -> RateLimitRequest {
     RateLimitRequest {
         domain: domain.to_owned(),
-        descriptors: descriptors
-            .iter()
-            .map(|entries| RateLimitDescriptor {
-                entries: entries.iter().map(|(k, v)| Entry { key: (*k).to_owned(), value: (*v).to_owned() }).collect(),
-                ..RateLimitDescriptor::default()
-            })
-            .collect(),
+        descriptors: descriptors.iter().map(|d| descriptor(d)).collect(),
         hits_addend: hits,
+    }
+}
+
+fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        entries: entries.iter().map(|(k, v)| Entry { key: (*k).to_owned(), value: (*v).to_owned() }).collect(),
+        ..RateLimitDescriptor::default()
     }
 }
 
@@ -121,8 +131,14 @@ fn codes(r: &RateLimitResponse) -> (i32, Vec<i32>) {
 async fn on_both_backends(case: impl AsyncFn(&[&str])) {
     case(&[]).await;
     let redis = RedisServer::start();
-    let url = redis.url();
-    case(&["--redis", &url]).await;
+    let rules = redis_rules(&redis);
+    case(&["--config", rules.arg()]).await;
+}
+
+/// A rules file for `redis` with a deadline no busy machine misses: a missed one would be a
+/// fail-open admission, not the decision a test asserts.
+fn redis_rules(redis: &RedisServer) -> RulesFile {
+    RulesFile::new(&format!("[backend]\nredis = \"{}\"\ntimeout = \"10s\"\n", redis.url()))
 }
 
 #[tokio::test]
@@ -147,6 +163,8 @@ async fn malformed_requests_get_envoyproxy_ratelimit_s_answers_on_memory_and_red
 
 const OK: i32 = Code::Ok as i32;
 const OVER: i32 = Code::OverLimit as i32;
+/// A refused descriptor's code: not decided.
+const UNKNOWN: i32 = Code::Unknown as i32;
 
 async fn nested_descriptors_get_the_most_specific_limit_with_full_statuses(extra: &[&str]) {
     let mut e = Envoy::start(&[("messaging.yaml", MESSAGING)], extra).await;
@@ -290,7 +308,8 @@ async fn sixty_four_grpc_clients_on_redis_get_exactly_requests_per_unit() {
     let redis = RedisServer::start();
     let config =
         "domain: api\ndescriptors:\n  - key: tenant\n    rate_limit:\n      unit: hour\n      requests_per_unit: 100\n";
-    let e = Envoy::start(&[("api.yaml", config)], &["--redis", &redis.url()]).await;
+    let rules = redis_rules(&redis);
+    let e = Envoy::start(&[("api.yaml", config)], &["--config", rules.arg()]).await;
     let tasks: Vec<_> = (0..64)
         .map(|_| {
             let mut client = e.client.clone();
@@ -310,7 +329,8 @@ async fn sixty_four_grpc_clients_on_redis_get_exactly_requests_per_unit() {
         ok += t.await.expect("client");
     }
     assert_eq!(ok, 100, "256 requests from 64 gRPC clients, 100 per hour");
-    assert_eq!(redis.query::<u64>(&["ZCARD", "slidegate:api:{tenant_acme}"]), 100);
+    let key = format!("slidegate:{}", descriptor_key("api", &[("tenant", "acme")]));
+    assert_eq!(redis.query::<u64>(&["ZCARD", &key]), 100);
 }
 
 #[tokio::test]
@@ -320,8 +340,8 @@ async fn on_a_redis_cluster_descriptors_in_different_slots_are_decided_in_order(
     let mut e = Envoy::start(&[("edge.yaml", EDGE)], &["--redis-cluster", &nodes]).await;
     let (user, prefixed): (Descriptor<'_>, Descriptor<'_>) = (&[("user", "bob")], &[("path", "/prefixed")]);
     assert_ne!(
-        slidegate::key_slot("slidegate:edge:{user_bob}"),
-        slidegate::key_slot("slidegate:edge:{path_/prefixed}")
+        slidegate::key_slot(format!("slidegate:{}", descriptor_key("edge", user))),
+        slidegate::key_slot(format!("slidegate:{}", descriptor_key("edge", prefixed)))
     );
     for _ in 0..2 {
         assert_eq!(codes(&e.ask("edge", &[prefixed, user], 0).await), (OK, vec![OK, OK]));
@@ -332,4 +352,157 @@ async fn on_a_redis_cluster_descriptors_in_different_slots_are_decided_in_order(
     // With the user first, it is charged before the path limit denies: not atomic across slots.
     let r = e.ask("edge", &[user, prefixed], 0).await;
     assert_eq!((codes(&r), r.statuses[0].limit_remaining), ((OVER, vec![OK, OVER]), 7));
+}
+
+/// `user` and `user` + `path`, each limited to 1: the two descriptor lists whose keys were once
+/// both `nested:{user_alice.path_/x}`.
+const NESTED: &str = "
+domain: nested
+descriptors:
+  - key: user
+    rate_limit: { unit: minute, requests_per_unit: 1 }
+    descriptors:
+      - key: path
+        rate_limit: { unit: minute, requests_per_unit: 1 }
+";
+
+/// A per-user limit of 1 and a per-header-value limit of 100: `header` stands for a descriptor
+/// whose value an attacker sends.
+const MIXED: &str = "
+domain: mixed
+descriptors:
+  - key: user
+    rate_limit: { unit: minute, requests_per_unit: 1 }
+  - key: header
+    rate_limit: { unit: minute, requests_per_unit: 100 }
+";
+
+#[tokio::test]
+async fn descriptor_lists_that_join_to_the_same_text_never_share_a_limit_on_memory_and_redis() {
+    on_both_backends(descriptor_lists_that_join_to_the_same_text_never_share_a_limit).await;
+}
+
+#[tokio::test]
+async fn a_bad_descriptor_never_lifts_an_over_limit_one_on_memory_and_redis() {
+    on_both_backends(a_bad_descriptor_never_lifts_an_over_limit_one).await;
+}
+
+async fn descriptor_lists_that_join_to_the_same_text_never_share_a_limit(extra: &[&str]) {
+    let mut e = Envoy::start(&[("nested.yaml", NESTED)], extra).await;
+    let one: Descriptor<'_> = &[("user", "alice.path_/x")];
+    let two: Descriptor<'_> = &[("user", "alice"), ("path", "/x")];
+    assert_eq!(codes(&e.ask("nested", &[one], 0).await), (OK, vec![OK]));
+    let r = e.ask("nested", &[two], 0).await;
+    assert_eq!(
+        (codes(&r), r.statuses[0].limit_remaining),
+        ((OK, vec![OK]), 0),
+        "the first list's hit is not the second's"
+    );
+    assert_eq!(codes(&e.ask("nested", &[one], 0).await), (OVER, vec![OVER]), "each list is limited on its own");
+    assert_eq!(codes(&e.ask("nested", &[two], 0).await), (OVER, vec![OVER]));
+}
+
+async fn a_bad_descriptor_never_lifts_an_over_limit_one(extra: &[&str]) {
+    let mut e = Envoy::start(&[("mixed.yaml", MIXED)], extra).await;
+    let mallory: Descriptor<'_> = &[("user", "mallory")];
+    assert_eq!(codes(&e.ask("mixed", &[mallory], 0).await), (OK, vec![OK]));
+    // mallory is over her limit now. Each attack adds a descriptor the service must refuse.
+    let long = "x".repeat(10 * 1024);
+    let long: Descriptor<'_> = &[("header", &long)];
+    assert_eq!(codes(&e.ask("mixed", &[long, mallory], 0).await), (OVER, vec![UNKNOWN, OVER]), "a 10 KB value");
+    assert_eq!(
+        codes(&e.ask("mixed", &[mallory, long, mallory], 0).await),
+        (OVER, vec![OVER, UNKNOWN, UNKNOWN]),
+        "a duplicate"
+    );
+    let deep = vec![("header", "v"); MAX_ENTRIES + 1];
+    assert_eq!(codes(&e.ask("mixed", &[&deep, mallory], 0).await), (OVER, vec![UNKNOWN, OVER]), "too many entries");
+    let mut huge = request("mixed", &[&[("header", "h")], mallory], 0);
+    huge.descriptors[0].hits_addend = Some(UInt64Value { value: u64::MAX });
+    assert_eq!(codes(&e.send(huge).await), (OVER, vec![OVER, OVER]), "more hits than any limit holds: over itself");
+    let r = e.ask("mixed", &[&[("header", "h")]], 0).await;
+    assert_eq!(r.statuses[0].limit_remaining, 99, "and the refused hits charged nothing");
+    // 1000 descriptors: the first MAX_DESCRIPTORS are decided, mallory's among them.
+    let values: Vec<String> = (0..999).map(|i| format!("v{i}")).collect();
+    let mut many = request("mixed", &[mallory], 0);
+    many.descriptors.extend(values.iter().map(|v| descriptor(&[("header", v)])));
+    let r = e.send(many).await;
+    assert_eq!((r.overall_code, r.statuses.len(), r.statuses[0].code), (OVER, 1000, OVER));
+    assert!(r.statuses[1..MAX_DESCRIPTORS].iter().all(|s| s.code == OK && s.current_limit.is_some()));
+    assert!(r.statuses[MAX_DESCRIPTORS..].iter().all(|s| s.code == UNKNOWN && s.current_limit.is_none()));
+    // Nothing decidable at all: the request fails as a whole.
+    let err = e.client.should_rate_limit(request("mixed", &[long], 0)).await.expect_err("nothing decidable");
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+    // A good descriptor beside a bad one is decided, and charged.
+    let alice: Descriptor<'_> = &[("user", "alice")];
+    let r = e.ask("mixed", &[alice, long], 0).await;
+    assert_eq!((codes(&r), r.statuses[0].limit_remaining), ((OK, vec![OK, UNKNOWN]), 0));
+    assert_eq!(codes(&e.ask("mixed", &[alice], 0).await), (OVER, vec![OVER]), "alice was charged");
+    let page = e.metrics().await;
+    for (reason, n) in [("key_too_long", 4), ("duplicate", 1), ("too_many_entries", 1), ("too_many_descriptors", 984)] {
+        let line = format!(r#"slidegate_envoy_invalid_descriptors_total{{domain="mixed",reason="{reason}"}} {n}"#);
+        assert!(page.lines().any(|l| l == line), "{line} in {page}");
+    }
+    let capped = format!(r#"slidegate_envoy_over_limit{{domain="mixed",key="header"}} {}"#, slidegate::MAX_LIMIT + 1);
+    assert!(page.lines().any(|l| l == capped), "u64::MAX hits counted as MAX_LIMIT + 1: {page}");
+}
+
+#[tokio::test]
+async fn a_request_as_large_as_envoy_sends_is_decided_and_a_larger_one_is_refused_undecoded() {
+    let mut e = Envoy::start(&[("mixed.yaml", MIXED)], &[]).await;
+    let mallory: Descriptor<'_> = &[("user", "mallory")];
+    assert_eq!(codes(&e.ask("mixed", &[mallory], 0).await), (OK, vec![OK]));
+    // The attack: a 60 KiB header (Envoy's default limit) in every other descriptor.
+    let header = "x".repeat(60 * 1024);
+    let mut large = request("mixed", &[mallory], 0);
+    large.descriptors.extend((1..MAX_DESCRIPTORS).map(|_| descriptor(&[("header", &header)])));
+    let r = e.send(large).await;
+    assert_eq!((r.overall_code, r.statuses[0].code), (OVER, OVER), "decided: mallory is over");
+    assert!(r.statuses[1..].iter().all(|s| s.code == UNKNOWN));
+    // Past MAX_REQUEST_BYTES: refused by gRPC before it is decoded.
+    let mut larger = request("mixed", &[mallory], 0);
+    larger.descriptors.push(descriptor(&[("header", &"x".repeat(MAX_REQUEST_BYTES))]));
+    let err = e.client.should_rate_limit(larger).await.expect_err("too large");
+    assert_eq!(err.code(), tonic::Code::OutOfRange, "{err:?}");
+}
+
+#[tokio::test]
+async fn detailed_metric_series_stop_at_the_cap_and_the_rest_share_one_overflow_series() {
+    const CAPPED: &str = "domain: capped\ndescriptors:\n  - key: user\n    detailed_metric: true\n    rate_limit:\n      unit: minute\n      requests_per_unit: 10\n";
+    let mut e = Envoy::start(&[("capped.yaml", CAPPED)], &[]).await;
+    // The attack: more distinct header values than the cap, MAX_DESCRIPTORS to a request.
+    let past_the_cap = 40;
+    let values: Vec<String> = (0..MAX_DETAILED_SERIES + past_the_cap).map(|i| format!("u{i}")).collect();
+    for chunk in values.chunks(MAX_DESCRIPTORS) {
+        let mut r = request("capped", &[], 0);
+        r.descriptors = chunk.iter().map(|v| descriptor(&[("user", v)])).collect();
+        assert_eq!(e.send(r).await.overall_code, OK);
+    }
+    let page = e.metrics().await;
+    let series = page.lines().filter(|l| l.starts_with(r#"slidegate_envoy_total_hits{domain="capped","#)).count();
+    assert_eq!(series, MAX_DETAILED_SERIES + 1, "the cap, and one overflow series");
+    assert!(page.contains(r#"slidegate_envoy_total_hits{domain="capped",key="user_u0"} 1"#));
+    let overflow = format!(r#"slidegate_envoy_total_hits{{domain="capped",key="user._overflow_"}} {past_the_cap}"#);
+    assert!(page.lines().any(|l| l == overflow), "{overflow}");
+}
+
+#[tokio::test]
+async fn with_redis_gone_the_failure_policy_answers_and_bad_descriptors_stay_their_own_problem() {
+    let redis = RedisServer::start();
+    let rules = RulesFile::new(&format!(
+        "[backend]\nredis = \"{}\"\ntimeout = \"10s\"\nfailure_policy = \"fail_closed\"\n",
+        redis.url()
+    ));
+    let mut e = Envoy::start(&[("mixed.yaml", MIXED)], &["--config", rules.arg()]).await;
+    let long = "x".repeat(10 * 1024);
+    let (long, bob): (Descriptor<'_>, Descriptor<'_>) = (&[("header", &long)], &[("user", "bob")]);
+    for _ in 0..10 {
+        // Refused descriptors are not backend failures: they never open the circuit.
+        assert_eq!(codes(&e.ask("mixed", &[long, &[("header", "ok")]], 0).await), (OK, vec![UNKNOWN, OK]));
+    }
+    let page = e.metrics().await;
+    assert!(page.lines().any(|l| l == "slidegate_circuit_open 0"), "{page}");
+    drop(redis);
+    // A backend failure follows the failure policy, here fail_closed: an answer, not an RPC error.
+    assert_eq!(codes(&e.ask("mixed", &[long, bob], 0).await), (OVER, vec![UNKNOWN, OVER]));
 }

@@ -11,6 +11,8 @@ use std::time::Duration;
 use serde::Deserialize;
 use slidegate::{Algorithm, Quota};
 
+use super::stats::DetailedCounters;
+
 /// A configuration directory that cannot be used, with the file and why.
 #[derive(Debug, thiserror::Error)]
 #[error("{path}: {message}")]
@@ -139,15 +141,19 @@ pub struct Node {
     pub stat_key: String,
     /// Its counters, registered at its first hit (unless `detailed_metric`).
     pub counters: std::sync::OnceLock<crate::metrics::EnvoyCounters>,
+    /// Its counters by the request's values (under `detailed_metric`), bounded.
+    pub detailed: DetailedCounters,
     children: Level,
 }
 
+/// One level of the tree. Entries are matched as `(key, value)` pairs, never as one
+/// `key_value` string: a value holding `_` cannot reach another key's node.
 #[derive(Debug, Default)]
 struct Level {
-    /// `key_value` → node.
-    exact: HashMap<String, Node>,
-    /// `key_prefix` (a value ending in `*`, without it) → node, in file order.
-    wildcard: Vec<(String, Node)>,
+    /// `key` → `value` → node.
+    exact: HashMap<String, HashMap<String, Node>>,
+    /// `(key, value prefix)` (a value ending in `*`, without it) → node, in file order.
+    wildcard: Vec<(String, String, Node)>,
     /// `key` (no value: any value, each counted apart) → node.
     any: HashMap<String, Node>,
 }
@@ -197,12 +203,14 @@ impl EnvoyConfig {
     pub fn find(&self, domain: &str, entries: &[(&str, &str)]) -> Option<&Node> {
         let mut level = self.domains.get(domain)?;
         for (i, (key, value)) in entries.iter().enumerate() {
-            let key_value = format!("{key}_{value}");
             let node = level
                 .exact
-                .get(&key_value)
+                .get(*key)
+                .and_then(|values| values.get(*value))
                 .or_else(|| {
-                    level.wildcard.iter().find(|(prefix, _)| key_value.starts_with(prefix.as_str())).map(|(_, n)| n)
+                    let wildcard =
+                        |(k, prefix, _): &&(String, String, Node)| k == key && value.starts_with(prefix.as_str());
+                    level.wildcard.iter().find(wildcard).map(|(_, _, n)| n)
                 })
                 .or_else(|| level.any.get(*key))?;
             if i + 1 == entries.len() {
@@ -211,6 +219,11 @@ impl EnvoyConfig {
             level = &node.children;
         }
         None
+    }
+
+    /// Whether `domain` is configured.
+    pub fn contains_domain(&self, domain: &str) -> bool {
+        self.domains.contains_key(domain)
     }
 
     /// The number of domains.
@@ -243,15 +256,16 @@ fn build_level(specs: Vec<DescriptorSpec>, parent: &str) -> Result<Level, String
             children: build_level(d.descriptors, &stat_key)?,
             stat_key,
             counters: std::sync::OnceLock::new(),
+            detailed: DetailedCounters::default(),
         };
-        let duplicate = match &d.value {
+        let duplicate = match d.value {
             Some(v) if v.ends_with('*') => {
-                let prefix = format!("{}_{}", d.key, v.trim_end_matches('*'));
-                level.wildcard.push((prefix, node));
+                let prefix = v.trim_end_matches('*').to_owned();
+                level.wildcard.push((d.key, prefix, node));
                 false
             }
-            Some(v) => level.exact.insert(format!("{}_{v}", d.key), node).is_some(),
-            None => level.any.insert(d.key.clone(), node).is_some(),
+            Some(v) => level.exact.entry(d.key).or_default().insert(v, node).is_some(),
+            None => level.any.insert(d.key, node).is_some(),
         };
         if duplicate {
             return Err(format!("duplicate descriptor {segment:?}"));
@@ -405,6 +419,18 @@ descriptors:
         assert_eq!((q.limit(), q.algorithm().as_str()), (10, "gcra"));
         let clients = c.find("wildcard", &[("client_id", "x")]).and_then(|n| n.limit.as_ref()).expect("limit");
         assert_eq!(clients.replaces, ["noisy"]);
+    }
+
+    #[test]
+    fn entries_match_as_pairs_so_an_underscore_cannot_reach_another_key() {
+        let mut c = EnvoyConfig::default();
+        let yaml = "domain: d\ndescriptors:\n  - key: a\n    value: b_c\n    rate_limit: {unit: second, requests_per_unit: 1}\n  - key: p\n    value: x*\n    rate_limit: {unit: second, requests_per_unit: 2}\n";
+        c.add(yaml).expect("valid");
+        assert_eq!(limit(&c, "d", &[("a", "b_c")]).map(|l| l.0), Some(1));
+        assert_eq!(limit(&c, "d", &[("a_b", "c")]), None, "key a_b, not a");
+        assert_eq!(limit(&c, "d", &[("p", "xyz")]).map(|l| l.0), Some(2));
+        assert_eq!(limit(&c, "d", &[("p_x", "yz")]), None, "the wildcard is of key p only");
+        assert!(c.contains_domain("d") && !c.contains_domain("e"));
     }
 
     #[test]
