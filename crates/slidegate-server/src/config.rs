@@ -694,6 +694,122 @@ tiers = { vip = { limit = 100 } }
     }
 
     #[test]
+    fn server_and_inline_tables_load_and_report_their_field() {
+        let text = r#"
+[server]
+header_read_timeout = "5s"
+request_timeout = "20s"
+max_connections = 64
+
+[inline]
+enabled = false
+max_limit = 500
+max_window = "1h"
+max_cost = 10
+algorithms = ["gcra", "token_bucket", "sliding_log"]
+"#;
+        let c = Config::parse(text, "rules.toml").expect("valid");
+        assert_eq!(
+            c.server,
+            HttpLimits {
+                header_read_timeout: Duration::from_secs(5),
+                request_timeout: Duration::from_secs(20),
+                max_connections: 64
+            }
+        );
+        let want = InlineConfig {
+            enabled: false,
+            max_limit: 500,
+            max_window: Duration::from_secs(3600),
+            max_cost: 10,
+            algorithms: Some(vec!["gcra", "gcra", "sliding_log"]),
+        };
+        assert_eq!(c.inline, want);
+        assert_eq!(
+            (Config::default().server, Config::default().inline),
+            (HttpLimits::default(), InlineConfig::default())
+        );
+        assert!(
+            error(
+                "[server]
+max_connections = 0
+"
+            )
+            .starts_with("rules.toml:2:19: server.max_connections: must be")
+        );
+        assert!(
+            error(
+                "[server]
+request_timeout = \"2h\"
+"
+            )
+            .starts_with("rules.toml:2:19: server.request_timeout: must be")
+        );
+        assert!(
+            error(
+                "[server]
+header_read_timeout = \"soon\"
+"
+            )
+            .contains("server.header_read_timeout:")
+        );
+        assert!(
+            error(
+                "[server]
+idle = 3
+"
+            )
+            .contains("unknown field `idle`")
+        );
+        assert!(
+            error(
+                "[inline]
+max_limit = 0
+"
+            )
+            .starts_with("rules.toml:2:13: inline.max_limit: must be between 1")
+        );
+        assert!(
+            error(
+                "[inline]
+max_cost = 2000000000
+"
+            )
+            .contains("inline.max_cost: must be between 1")
+        );
+        assert!(
+            error(
+                "[inline]
+max_window = \"400d\"
+"
+            )
+            .contains("inline.max_window: must be between 1ms")
+        );
+        assert!(
+            error(
+                "[inline]
+algorithms = []
+"
+            )
+            .contains("inline.algorithms: list at least one")
+        );
+        assert!(
+            error(
+                "[inline]
+algorithms = [\"leaky\"]
+"
+            )
+            .contains("inline.algorithms: unknown algorithm \"leaky\"")
+        );
+    }
+
+    #[test]
+    fn a_password_in_a_malformed_redis_url_is_not_echoed() {
+        let e = error("[backend]\nredis = \"http://user:hunter2@host\"\n");
+        assert!(e.contains("http://user:***@host") && !e.contains("hunter2"), "{e}");
+    }
+
+    #[test]
     fn failure_policies_default_per_backend_and_override_per_rule() {
         let text = r#"
 [backend]

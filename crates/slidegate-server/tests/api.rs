@@ -216,6 +216,7 @@ async fn every_bad_input_gets_its_4xx_and_the_server_keeps_serving() {
         (br#"{"key":"a","limit":5,"window":"1s","warm_up":"later"}"#.to_vec(), 400, "invalid_quota"),
         (br#"{"key":"a","limit":5,"window":"1s","buckets":"six"}"#.to_vec(), 400, "invalid_json"),
         (br#"{"checks":[]}"#.to_vec(), 400, "invalid_checks"),
+        (format!(r#"{{"checks":[{}{{}}]}}"#, "{},".repeat(20_000)).into_bytes(), 400, "invalid_checks"),
         (br#"{"checks":[{"rule":"sms","key":"a"},{"rule":"sms","key":"a"}]}"#.to_vec(), 400, "duplicate_key"),
         (br#"{"checks":[{"checks":[]}]}"#.to_vec(), 400, "missing_key"),
         (br#"{"checks":[{"rule":"sms","key":"a"}],"cost":2}"#.to_vec(), 400, "invalid_request"),
