@@ -149,6 +149,22 @@ fn a_body_trickled_a_byte_at_a_time_meets_the_request_deadline() {
     assert_eq!(status, "HTTP/1.1 200 OK", "{answer}");
 }
 
+#[test]
+fn a_request_head_over_16_kib_is_refused_and_the_server_keeps_serving() {
+    let server = Slidegate::serve(&[]);
+    let addr = addr(&server);
+    // The attack: a head of 64 KiB (hyper alone would buffer ~400 KiB per connection).
+    let mut s = TcpStream::connect(addr).expect("connect");
+    let padding = "a".repeat(64 * 1024);
+    // The server may close while the head is still being sent: only its answer matters.
+    let _ = write!(s, "GET /healthz HTTP/1.1\r\nHost: {addr}\r\nX-Padding: {padding}\r\n\r\n");
+    let answer = read_until_closed(&mut s, Instant::now() + Duration::from_secs(5)).expect("closed");
+    assert!(answer.is_empty() || answer.starts_with("HTTP/1.1 431"), "{answer}");
+    assert!(!answer.contains("200 OK"), "{answer}");
+    let (status, answer, _) = timed_check(addr);
+    assert_eq!(status, "HTTP/1.1 200 OK", "{answer}");
+}
+
 fn blocking_metrics(addr: &str) -> String {
     let mut s = TcpStream::connect(addr).expect("connect");
     write!(s, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").expect("send");
