@@ -381,3 +381,21 @@ fn a_redis_password_never_appears_when_the_start_fails() {
         assert!(!stderr.contains(PASSWORD), "{args:?}: the password leaked: {stderr}");
     }
 }
+
+#[test]
+fn the_bench_report_masks_a_redis_password() {
+    const PASSWORD: &str = "hunter2-s3cret";
+    let redis = RedisServer::start();
+    redis.query::<String>(&["ACL", "SETUSER", "alice", "on", &format!(">{PASSWORD}"), "~*", "&*", "+@all"]);
+    let url = redis.url().replacen("redis://", &format!("redis://alice:{PASSWORD}@"), 1);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_slidegate"))
+        .args(["bench", "--target", &url, "--keys", "10", "--concurrency", "2", "--duration", "200ms", "--json"])
+        .output()
+        .expect("run");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(report["target"], redis.url().replacen("redis://", "redis://alice:***@", 1), "{report}");
+    assert_eq!(report["errors"], 0, "the bench ran with the password: {report}");
+    let all = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(!all.contains(PASSWORD), "{all}");
+}
