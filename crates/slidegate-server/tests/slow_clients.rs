@@ -82,6 +82,17 @@ fn two_hundred_stalled_heads_delay_no_check_and_are_closed_at_the_header_deadlin
 }
 
 #[test]
+fn an_idle_kept_alive_connection_is_closed_at_the_header_deadline() {
+    let server = Slidegate::serve(&["--header-read-timeout", "1s"]);
+    let addr = addr(&server);
+    // The attack: one complete request on a kept-alive connection, then silence.
+    let mut s = TcpStream::connect(addr).expect("connect");
+    write!(s, "GET /healthz HTTP/1.1\r\nHost: {addr}\r\n\r\n").expect("send");
+    let answer = read_until_closed(&mut s, Instant::now() + Duration::from_secs(6)).expect("closed while idle");
+    assert!(answer.starts_with("HTTP/1.1 200"), "the request was answered first: {answer}");
+}
+
+#[test]
 fn connections_over_the_cap_are_refused_at_once_and_a_check_works_when_they_go() {
     let server = Slidegate::serve(&["--max-connections", "20"]);
     let addr = addr(&server);
