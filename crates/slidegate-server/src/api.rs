@@ -21,7 +21,9 @@ use slidegate_tower::{insert_rate_limit_headers, push_u64};
 
 use crate::app::{App, Live};
 use crate::config::{AlgorithmSpec, INLINE_RULE, parse_duration};
+use crate::inline::InlineRefusal;
 use crate::metrics;
+use crate::redact::redact;
 
 /// The largest request body accepted (a multi-check of 16 long keys fits easily).
 pub const MAX_BODY: usize = 64 * 1024;
@@ -186,31 +188,53 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// Only the backend failing (unreachable, slow: [`slidegate::Error::is_backend_failure`]) is a
+/// 503 and counts in `slidegate_backend_errors_total`; a backend that answered wrongly (a Redis
+/// error reply, a reply no script gives) is a 500 `backend_error`, counted nowhere as degraded;
+/// everything else is about what the caller sent: a 400, never a 503.
 impl From<slidegate::Error> for ApiError {
     fn from(e: slidegate::Error) -> Self {
         use slidegate::Error as E;
-        let message = e.to_string();
-        match e {
-            E::InvalidCost { .. } => Self::bad_request("invalid_cost", message),
-            E::EmptyKey => Self::bad_request("invalid_key", message),
-            E::KeyTooLong { .. } => Self::bad_request("key_too_long", message),
-            E::InvalidLimit { .. } | E::InvalidWindow { .. } | E::InvalidQuota(_) => {
-                Self::bad_request("invalid_quota", message)
-            }
-            E::UnknownAlgorithm(_) => Self::bad_request("unknown_algorithm", message),
-            E::CheckCount { .. } => Self::bad_request("invalid_checks", message),
-            E::DuplicateKey { .. } => Self::bad_request("duplicate_key", message),
-            E::CrossSlot { .. } => Self::bad_request("cross_slot", message),
-            E::Timeout(_) => {
-                ::metrics::counter!(metrics::BACKEND_ERRORS, "kind" => "timeout").increment(1);
-                Self::new(StatusCode::SERVICE_UNAVAILABLE, "backend_timeout", message)
-            }
-            _ => {
-                ::metrics::counter!(metrics::BACKEND_ERRORS, "kind" => "error").increment(1);
-                Self::new(StatusCode::SERVICE_UNAVAILABLE, "backend_unavailable", message)
-            }
+        // Errors can quote a backend URL; its password stays out of answers.
+        let message = redact(&e.to_string()).into_owned();
+        if e.is_backend_failure() {
+            let (kind, code) = if matches!(e, E::Timeout(_)) {
+                ("timeout", "backend_timeout")
+            } else {
+                ("error", "backend_unavailable")
+            };
+            ::metrics::counter!(metrics::BACKEND_ERRORS, "kind" => kind).increment(1);
+            return Self::new(StatusCode::SERVICE_UNAVAILABLE, code, message);
         }
+        let code = match e {
+            E::InvalidCost { .. } => "invalid_cost",
+            E::EmptyKey => "invalid_key",
+            E::KeyTooLong { .. } => "key_too_long",
+            E::InvalidLimit { .. } | E::InvalidWindow { .. } | E::InvalidQuota(_) => "invalid_quota",
+            E::UnknownAlgorithm(_) => "unknown_algorithm",
+            E::CheckCount { .. } => "invalid_checks",
+            E::DuplicateKey { .. } => "duplicate_key",
+            E::CrossSlot { .. } => "cross_slot",
+            E::Redis(_) | E::UnexpectedReply(_) | E::ModuleNotLoaded => {
+                return Self::new(StatusCode::INTERNAL_SERVER_ERROR, "backend_error", message);
+            }
+            _ => "invalid_request",
+        };
+        Self::bad_request(code, message)
     }
+}
+
+impl From<InlineRefusal> for ApiError {
+    fn from(r: InlineRefusal) -> Self {
+        let status = if r == InlineRefusal::Disabled { StatusCode::FORBIDDEN } else { StatusCode::BAD_REQUEST };
+        Self::new(status, r.code(), r.to_string())
+    }
+}
+
+/// The answer to a request that outlived the request deadline (see [`crate::http`]).
+pub(crate) fn request_timed_out(limit: Duration) -> Response {
+    let message = format!("the request took longer than request_timeout = {}", humantime::format_duration(limit));
+    ApiError::new(StatusCode::REQUEST_TIMEOUT, "request_timeout", message).into_response()
 }
 
 impl From<BytesRejection> for ApiError {
@@ -235,7 +259,45 @@ struct CheckBody {
     window: Option<String>,
     #[serde(flatten)]
     algorithm: AlgorithmSpec,
-    checks: Option<Vec<CheckBody>>,
+    checks: Option<Checks>,
+}
+
+/// A multi-check's list as sent: at most [`slidegate::MAX_CHECKS`] checks are parsed, the rest
+/// only counted, so a 64 KiB body of `{},{},…` (20,000 empty checks, each a few hundred bytes
+/// parsed) costs no more memory than a valid group.
+#[derive(Debug, Default)]
+struct Checks {
+    parsed: Vec<CheckBody>,
+    count: usize,
+}
+
+impl<'de> Deserialize<'de> for Checks {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Bounded;
+        impl<'de> serde::de::Visitor<'de> for Bounded {
+            type Value = Checks;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a list of checks")
+            }
+
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Checks, A::Error> {
+                let mut checks = Checks::default();
+                while checks.count < slidegate::MAX_CHECKS {
+                    match seq.next_element()? {
+                        Some(check) => checks.parsed.push(check),
+                        None => return Ok(checks),
+                    }
+                    checks.count += 1;
+                }
+                while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {
+                    checks.count += 1;
+                }
+                Ok(checks)
+            }
+        }
+        deserializer.deserialize_seq(Bounded)
+    }
 }
 
 /// A check resolved against the rules: the policy name for headers, the backend key, the quota.
@@ -292,6 +354,7 @@ impl CheckBody {
                 (rule, quota)
             }
             None => {
+                live.inline.check_enabled()?;
                 let (Some(limit), Some(window)) = (self.limit, self.window) else {
                     return Err(ApiError::bad_request(
                         "missing_rule",
@@ -302,7 +365,9 @@ impl CheckBody {
                     return Err(ApiError::bad_request("invalid_request", "`tier` needs a `rule`"));
                 }
                 let window = parse_duration(&window).map_err(|m| ApiError::bad_request("invalid_window", m))?;
-                (INLINE_RULE.to_owned(), self.algorithm.apply(Quota::new(limit, window)?)?)
+                let quota = self.algorithm.apply(Quota::new(limit, window)?)?;
+                live.inline.check(&quota, self.cost.unwrap_or(1))?;
+                (INLINE_RULE.to_owned(), quota)
             }
         };
         slidegate::validate_key(&key)?;
@@ -327,7 +392,10 @@ async fn check(State(app): State<Arc<App>>, body: Result<Bytes, BytesRejection>)
             if request.has_single_fields() {
                 return Err(ApiError::bad_request("invalid_request", "give either `checks` or one check, not both"));
             }
-            let resolved = checks.into_iter().map(|c| c.resolve(&live)).collect::<Result<Vec<_>, _>>()?;
+            if checks.count == 0 || checks.count > slidegate::MAX_CHECKS {
+                return Err(slidegate::Error::CheckCount { count: checks.count }.into());
+            }
+            let resolved = checks.parsed.into_iter().map(|c| c.resolve(&live)).collect::<Result<Vec<_>, _>>()?;
             check_many(&app, &live, &resolved).await
         }
     }
@@ -427,17 +495,7 @@ fn admin_target(
 ) -> Result<(String, String, Quota), ApiError> {
     // One snapshot for the token and the rule, as for a check.
     let live = app.live();
-    if let Some(token) = &live.admin_token {
-        let given =
-            headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
-        if !given.is_some_and(|g| constant_time_eq(g.as_bytes(), token.as_bytes())) {
-            return Err(ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                "unauthorized",
-                "a valid `Authorization: Bearer` token is required",
-            ));
-        }
-    }
+    authorize(&live, headers)?;
     let Path((rule, key)) = path.map_err(|e| ApiError::bad_request("invalid_path", e.body_text()))?;
     let body =
         CheckBody { rule: Some(rule.clone()), key: Some(key), tier: tier.map(str::to_owned), ..CheckBody::default() };
@@ -445,8 +503,26 @@ fn admin_target(
     Ok((rule, resolved.key, resolved.quota))
 }
 
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+/// Admits an admin request: 403 `admin_disabled` when no token is configured (an open admin
+/// route would let any caller reset its own limit), 401 without the right bearer token.
+fn authorize(live: &Live, headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(token) = &live.admin_token else {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "admin_disabled",
+            "the admin routes are disabled: set admin_token in the rules file to use them",
+        ));
+    };
+    let given = headers.get(header::AUTHORIZATION).and_then(|v| v.as_bytes().strip_prefix(b"Bearer "));
+    if given.is_some_and(|g| token.matches(g)) {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "a valid `Authorization: Bearer` token is required",
+        ))
+    }
 }
 
 async fn inspect_key(
@@ -498,7 +574,8 @@ async fn ready(State(app): State<Arc<App>>) -> Response {
         Err(e) => (
             StatusCode::SERVICE_UNAVAILABLE,
             Json(json!({
-                "status": "unavailable", "backend": backend.name(), "engine": backend.engine(), "error": e.to_string()
+                "status": "unavailable", "backend": backend.name(), "engine": backend.engine(),
+                "error": redact(&e.to_string())
             })),
         )
             .into_response(),
@@ -512,7 +589,7 @@ mod tests {
     use serde_json::{Value, json};
     use slidegate::{Decision, FailurePolicy};
 
-    use super::write_decision;
+    use super::{ApiError, write_decision};
 
     fn written(rule: &str, d: &Decision) -> Value {
         let mut out = String::new();
@@ -538,6 +615,45 @@ mod tests {
         let v = written("sms", &degraded);
         assert_eq!((v["degraded"].clone(), v["policy"].clone()), (json!(true), json!("fail_open")));
         assert_eq!((v["limit"].as_u64(), v.get("engine")), (Some(u64::MAX), None));
+    }
+
+    #[test]
+    fn only_backend_failures_are_503_and_caller_errors_are_400() {
+        use slidegate::Error as E;
+        let answer = |e: E| {
+            let a = ApiError::from(e);
+            (a.status.as_u16(), a.code)
+        };
+        let caller = [
+            (E::InvalidCost { cost: 6, max: 5 }, "invalid_cost"),
+            (E::InvalidLimit { limit: 0 }, "invalid_quota"),
+            (E::KeyTooLong { len: 600 }, "key_too_long"),
+            (E::EmptyKey, "invalid_key"),
+            (E::CheckCount { count: 17 }, "invalid_checks"),
+            (E::DuplicateKey { key: "k".into() }, "duplicate_key"),
+            (E::UnknownAlgorithm("leaky".into()), "unknown_algorithm"),
+            // Any error the mapping does not name is the caller's, never a 503.
+            (E::UnknownEngine("fast".into()), "invalid_request"),
+        ];
+        for (e, code) in caller {
+            assert!(!e.is_backend_failure(), "{e}");
+            assert_eq!(answer(e), (400, code));
+        }
+        assert_eq!(answer(E::Timeout(Duration::from_millis(50))), (503, "backend_timeout"));
+        assert_eq!(answer(E::CircuitOpen), (503, "backend_unavailable"));
+        // A backend that answered wrongly is a fault, but only a failure is a 503.
+        let wrongtype =
+            redis::RedisError::from((redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError), "WRONGTYPE"));
+        for e in [E::UnexpectedReply("?".into()), E::Redis(wrongtype)] {
+            let want = if e.is_backend_failure() { (503, "backend_unavailable") } else { (500, "backend_error") };
+            assert_eq!(answer(e), want);
+        }
+    }
+
+    #[test]
+    fn a_password_in_an_error_stays_out_of_the_answer() {
+        let e = slidegate::Error::InvalidQuota("redis://u:hunter2@host".into());
+        assert_eq!(ApiError::from(e).message, "invalid quota: redis://u:***@host");
     }
 
     #[test]

@@ -9,31 +9,38 @@ use ::metrics::Histogram;
 use slidegate::Limiter;
 use tracing::{info, warn};
 
+use crate::admin::AdminToken;
 use crate::backend::AnyBackend;
 use crate::config::{BackendConfig, Config, ConfigError, INLINE_RULE, Rules};
 use crate::envoy::{EnvoyConfig, EnvoyConfigError};
+use crate::inline::InlineConfig;
 use crate::metrics::{self, DecisionCounters};
 
-/// What a reload may change: the rules and the admin token. The backend is fixed at start.
+/// What a reload may change: the rules, the admin token and the inline bounds. The backend and
+/// the HTTP listener's limits are fixed at start.
 #[derive(Debug)]
 pub struct Live {
     /// The active rules.
     pub rules: Rules,
-    /// The admin token of the key endpoints.
-    pub admin_token: Option<String>,
+    /// The admin routes' token; `None`: the admin routes are disabled.
+    pub admin_token: Option<AdminToken>,
+    /// Whether inline checks are served, and their bounds.
+    pub inline: InlineConfig,
     /// Decision counters by rule name, inline checks under [`INLINE_RULE`].
     counters: HashMap<String, DecisionCounters>,
 }
 
 impl Live {
-    fn new(rules: Rules, admin_token: Option<String>) -> Self {
-        let counters = rules
+    fn new(config: Config) -> Self {
+        let counters = config
+            .rules
             .iter()
             .map(|r| r.name.as_str())
             .chain([INLINE_RULE])
             .map(|name| (name.to_owned(), DecisionCounters::new(name)))
             .collect();
-        Self { rules, admin_token, counters }
+        let admin_token = config.admin_token.as_deref().map(AdminToken::new);
+        Self { rules: config.rules, admin_token, inline: config.inline, counters }
     }
 
     /// The decision counters of `rule` (a rule of these rules, or the inline one).
@@ -70,15 +77,17 @@ impl App {
         // Install the recorder before the first decision, or its counts would be lost.
         let _ = metrics::handle();
         ::metrics::gauge!(metrics::RULES).set(config.rules.len() as f64);
+        let (envoy_dir, envoy_headers) = (config.envoy_config.clone(), config.envoy_response_headers);
+        let backend_config = config.backend.clone();
         Ok(Self {
             backend_seconds: ::metrics::histogram!(metrics::BACKEND_SECONDS, "backend" => backend.name()),
             limiter: backend.limiter(&config.backend),
-            live: RwLock::new(Arc::new(Live::new(config.rules, config.admin_token))),
+            live: RwLock::new(Arc::new(Live::new(config))),
             envoy: RwLock::new(Arc::new(envoy)),
-            envoy_dir: config.envoy_config,
-            envoy_headers: config.envoy_response_headers,
+            envoy_dir,
+            envoy_headers,
             config_path,
-            backend_config: config.backend,
+            backend_config,
         })
     }
 
@@ -144,10 +153,22 @@ impl App {
         }
         let rules = config.rules.len();
         ::metrics::gauge!(metrics::RULES).set(rules as f64);
-        *self.live.write().unwrap_or_else(PoisonError::into_inner) =
-            Arc::new(Live::new(config.rules, config.admin_token));
+        let admin_was = self.live().admin_token.is_some();
+        if admin_was != config.admin_token.is_some() {
+            warn!(path = %path.display(), "{}", admin_state(config.admin_token.is_some()));
+        }
+        *self.live.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(Live::new(config));
         info!(path = %path.display(), rules, "rules reloaded");
         Ok(rules)
+    }
+}
+
+/// The log line that says whether the admin routes are served.
+pub fn admin_state(token_set: bool) -> &'static str {
+    if token_set {
+        "admin routes enabled (admin_token is set)"
+    } else {
+        "admin routes disabled: no admin_token in the rules file, /v1/keys/* answer 403 admin_disabled"
     }
 }
 

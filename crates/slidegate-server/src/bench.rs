@@ -360,7 +360,8 @@ pub async fn run(options: BenchOptions) -> anyhow::Result<Report> {
         _ => None,
     };
     Ok(Report {
-        target: options.target,
+        // The report is printed and shared: a Redis target's password stays out of it.
+        target: crate::redact::redact(&options.target).into_owned(),
         engine,
         keys: options.keys,
         concurrency: options.concurrency,

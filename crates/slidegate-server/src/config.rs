@@ -1,4 +1,5 @@
-//! The rules file (TOML): backend settings, an optional admin token, and named rules with tiers.
+//! The rules file (TOML): backend settings, the HTTP listener's limits, an optional admin token,
+//! the bounds of inline checks, and named rules with tiers.
 //!
 //! Parsing happens in two steps: serde reads the file into raw specs that keep every value's
 //! position (so unknown fields and wrong types are reported with their line), then each value is
@@ -12,6 +13,10 @@ use std::time::Duration;
 use serde::Deserialize;
 use slidegate::{Algorithm, FailurePolicy, Quota, RedisEngine};
 use toml::Spanned;
+
+use crate::http::HttpLimits;
+use crate::inline::InlineConfig;
+use crate::redact::redact;
 
 /// The per-call backend deadline when the file does not set one.
 pub const DEFAULT_TIMEOUT: Duration = slidegate::redis::DEFAULT_TIMEOUT;
@@ -50,10 +55,15 @@ pub enum ConfigError {
 /// A validated rules file.
 #[derive(Debug, Clone, Default)]
 pub struct Config {
-    /// When set, the key endpoints require `Authorization: Bearer <token>`.
+    /// The admin routes (`/v1/keys/{rule}/{key}`) require `Authorization: Bearer <token>`;
+    /// without a token they are disabled (403 `admin_disabled`).
     pub admin_token: Option<String>,
     /// Where state lives.
     pub backend: BackendConfig,
+    /// The `[server]` table: the HTTP listener's deadlines and connection cap.
+    pub server: HttpLimits,
+    /// The `[inline]` table: whether inline checks are served, and their bounds.
+    pub inline: InlineConfig,
     /// The named rules.
     pub rules: Rules,
     /// Where to serve the Envoy rate limit service (gRPC), if at all.
@@ -161,7 +171,29 @@ struct FileSpec {
     #[serde(default)]
     backend: BackendSpec,
     #[serde(default)]
+    server: ServerSpec,
+    #[serde(default)]
+    inline: InlineSpec,
+    #[serde(default)]
     rules: Vec<RuleSpec>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct ServerSpec {
+    header_read_timeout: Option<Spanned<String>>,
+    request_timeout: Option<Spanned<String>>,
+    max_connections: Option<Spanned<usize>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct InlineSpec {
+    enabled: Option<bool>,
+    max_limit: Option<Spanned<u64>>,
+    max_window: Option<Spanned<String>>,
+    max_cost: Option<Spanned<u64>>,
+    algorithms: Option<Spanned<Vec<String>>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -408,6 +440,8 @@ impl Config {
         Ok(Self {
             admin_token: spec.admin_token.map(Spanned::into_inner),
             backend,
+            server: server_limits(&spec.server, &at)?,
+            inline: inline_config(&spec.inline, &at)?,
             rules: Rules(rules),
             grpc,
             envoy_config: spec.envoy_config.map(|d| d.into_inner().into()),
@@ -451,6 +485,76 @@ fn failure_policy(
     Ok(Some(parsed))
 }
 
+/// The `[server]` table over the defaults.
+fn server_limits(
+    s: &ServerSpec,
+    at: &impl Fn(std::ops::Range<usize>, String) -> ConfigError,
+) -> Result<HttpLimits, ConfigError> {
+    let mut limits = HttpLimits::default();
+    let duration = |d: &Spanned<String>, name: &str| {
+        parse_duration(d.get_ref()).map_err(|m| at(d.span(), format!("server.{name}: {m}")))
+    };
+    if let Some(d) = &s.header_read_timeout {
+        limits.header_read_timeout = duration(d, "header_read_timeout")?;
+    }
+    if let Some(d) = &s.request_timeout {
+        limits.request_timeout = duration(d, "request_timeout")?;
+    }
+    if let Some(n) = &s.max_connections {
+        limits.max_connections = *n.get_ref();
+    }
+    limits.validate().map_err(|m| {
+        // The message starts with the setting's name: report it at that setting.
+        let spans = [
+            ("header_read_timeout", s.header_read_timeout.as_ref().map(Spanned::span)),
+            ("request_timeout", s.request_timeout.as_ref().map(Spanned::span)),
+            ("max_connections", s.max_connections.as_ref().map(Spanned::span)),
+        ];
+        let span = spans.into_iter().find(|(name, _)| m.starts_with(name)).and_then(|(_, span)| span);
+        at(span.unwrap_or(0..0), format!("server.{m}"))
+    })?;
+    Ok(limits)
+}
+
+/// The `[inline]` table over the defaults.
+fn inline_config(
+    s: &InlineSpec,
+    at: &impl Fn(std::ops::Range<usize>, String) -> ConfigError,
+) -> Result<InlineConfig, ConfigError> {
+    let mut c = InlineConfig::default();
+    c.enabled = s.enabled.unwrap_or(c.enabled);
+    let count = |n: &Spanned<u64>, name: &str| {
+        let v = *n.get_ref();
+        if (1..=slidegate::MAX_LIMIT).contains(&v) {
+            Ok(v)
+        } else {
+            Err(at(n.span(), format!("inline.{name}: must be between 1 and {}, got {v}", slidegate::MAX_LIMIT)))
+        }
+    };
+    if let Some(n) = &s.max_limit {
+        c.max_limit = count(n, "max_limit")?;
+    }
+    if let Some(n) = &s.max_cost {
+        c.max_cost = count(n, "max_cost")?;
+    }
+    if let Some(w) = &s.max_window {
+        let window = parse_duration(w.get_ref()).map_err(|m| at(w.span(), format!("inline.max_window: {m}")))?;
+        if window.is_zero() || window > slidegate::MAX_WINDOW {
+            return Err(at(w.span(), "inline.max_window: must be between 1ms and 366 days".into()));
+        }
+        c.max_window = window;
+    }
+    if let Some(names) = &s.algorithms {
+        let invalid = |m: String| at(names.span(), format!("inline.algorithms: {m}"));
+        if names.get_ref().is_empty() {
+            return Err(invalid("list at least one algorithm (or set enabled = false)".into()));
+        }
+        let parsed = names.get_ref().iter().map(|n| n.parse::<Algorithm>().map(Algorithm::as_str));
+        c.algorithms = Some(parsed.collect::<Result<_, _>>().map_err(|e| invalid(e.to_string()))?);
+    }
+    Ok(c)
+}
+
 /// Rule and tier names appear in Redis keys and headers: keep them plain.
 fn check_name(name: &str) -> Result<(), String> {
     if name.is_empty() || name.len() > 64 {
@@ -476,7 +580,8 @@ pub fn check_redis_url(url: &str) -> Result<(), String> {
     if ["redis://", "rediss://", "unix://"].iter().any(|scheme| url.starts_with(scheme)) {
         Ok(())
     } else {
-        Err(format!("{url:?} is not a redis:// URL"))
+        // The URL may hold a password (`http://user:secret@host`): never echo it.
+        Err(format!("{:?} is not a redis:// URL", redact(url)))
     }
 }
 
@@ -586,6 +691,122 @@ tiers = { vip = { limit = 100 } }
         );
         assert!(error("[backend]\nredis_cluster = [\"b:1\"]\n").contains("backend.redis_cluster"));
         assert!(error("[backend]\nredis = \"redis://a\"\nredis_sentinel = [\"redis://b\"]\n").contains("give one of"));
+    }
+
+    #[test]
+    fn server_and_inline_tables_load_and_report_their_field() {
+        let text = r#"
+[server]
+header_read_timeout = "5s"
+request_timeout = "20s"
+max_connections = 64
+
+[inline]
+enabled = false
+max_limit = 500
+max_window = "1h"
+max_cost = 10
+algorithms = ["gcra", "token_bucket", "sliding_log"]
+"#;
+        let c = Config::parse(text, "rules.toml").expect("valid");
+        assert_eq!(
+            c.server,
+            HttpLimits {
+                header_read_timeout: Duration::from_secs(5),
+                request_timeout: Duration::from_secs(20),
+                max_connections: 64
+            }
+        );
+        let want = InlineConfig {
+            enabled: false,
+            max_limit: 500,
+            max_window: Duration::from_secs(3600),
+            max_cost: 10,
+            algorithms: Some(vec!["gcra", "gcra", "sliding_log"]),
+        };
+        assert_eq!(c.inline, want);
+        assert_eq!(
+            (Config::default().server, Config::default().inline),
+            (HttpLimits::default(), InlineConfig::default())
+        );
+        assert!(
+            error(
+                "[server]
+max_connections = 0
+"
+            )
+            .starts_with("rules.toml:2:19: server.max_connections: must be")
+        );
+        assert!(
+            error(
+                "[server]
+request_timeout = \"2h\"
+"
+            )
+            .starts_with("rules.toml:2:19: server.request_timeout: must be")
+        );
+        assert!(
+            error(
+                "[server]
+header_read_timeout = \"soon\"
+"
+            )
+            .contains("server.header_read_timeout:")
+        );
+        assert!(
+            error(
+                "[server]
+idle = 3
+"
+            )
+            .contains("unknown field `idle`")
+        );
+        assert!(
+            error(
+                "[inline]
+max_limit = 0
+"
+            )
+            .starts_with("rules.toml:2:13: inline.max_limit: must be between 1")
+        );
+        assert!(
+            error(
+                "[inline]
+max_cost = 2000000000
+"
+            )
+            .contains("inline.max_cost: must be between 1")
+        );
+        assert!(
+            error(
+                "[inline]
+max_window = \"400d\"
+"
+            )
+            .contains("inline.max_window: must be between 1ms")
+        );
+        assert!(
+            error(
+                "[inline]
+algorithms = []
+"
+            )
+            .contains("inline.algorithms: list at least one")
+        );
+        assert!(
+            error(
+                "[inline]
+algorithms = [\"leaky\"]
+"
+            )
+            .contains("inline.algorithms: unknown algorithm \"leaky\"")
+        );
+    }
+
+    #[test]
+    fn a_password_in_a_malformed_redis_url_is_not_echoed() {
+        let e = error("[backend]\nredis = \"http://user:hunter2@host\"\n");
+        assert!(e.contains("http://user:***@host") && !e.contains("hunter2"), "{e}");
     }
 
     #[test]

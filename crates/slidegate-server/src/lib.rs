@@ -9,15 +9,23 @@
 //! - [`app`]: the shared state — limiter and live rules, swapped whole on reload.
 //! - [`api`]: the HTTP routes, JSON bodies, RateLimit headers and error answers.
 //! - [`server`]: `serve` — bind, graceful shutdown, rules-file watching and SIGHUP.
+//! - [`http`]: the HTTP listener — header-read and request deadlines, the connection cap.
+//! - [`inline`]: the bounds of inline checks (`[inline]`).
+//! - [`admin`]: the admin token, compared in constant time.
+//! - [`redact`](mod@redact): passwords out of every log line and answer.
 //! - [`envoy`]: the Envoy rate limit service (gRPC) and envoyproxy/ratelimit's YAML files.
 //! - [`metrics`]: metric names and the Prometheus recorder.
 //! - [`bench`](mod@bench): the load generator.
 
+pub mod admin;
 pub mod api;
 pub mod app;
 pub mod backend;
 pub mod bench;
 pub mod config;
 pub mod envoy;
+pub mod http;
+pub mod inline;
 pub mod metrics;
+pub mod redact;
 pub mod server;

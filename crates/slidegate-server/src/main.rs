@@ -10,6 +10,7 @@ use slidegate::{Algorithm, Quota};
 use slidegate_server::backend::AnyBackend;
 use slidegate_server::bench::{self, BenchOptions};
 use slidegate_server::config::{Config, parse_duration};
+use slidegate_server::redact::redact;
 use slidegate_server::server::{self, ServeOptions};
 
 // The service allocates a few small buffers per request (JSON in and out, headers); mimalloc
@@ -129,7 +130,8 @@ fn main() -> ExitCode {
     match runtime.block_on(run(cli.command)) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            // An error can quote a Redis URL (a connect error, a bad flag): never its password.
+            eprintln!("error: {}", redact(&format!("{e:#}")));
             ExitCode::from(2)
         }
     }

@@ -13,6 +13,10 @@ pub const BACKEND_ERRORS: &str = "slidegate_backend_errors_total";
 pub const BACKEND_SECONDS: &str = "slidegate_backend_call_seconds";
 /// Time of each HTTP request, by route.
 pub const HTTP_SECONDS: &str = "slidegate_http_request_seconds";
+/// HTTP connections open now.
+pub const HTTP_CONNECTIONS: &str = "slidegate_http_connections";
+/// HTTP connections refused because `max_connections` were open.
+pub const HTTP_CONNECTIONS_REFUSED: &str = "slidegate_http_connections_refused_total";
 /// The number of active rules.
 pub const RULES: &str = "slidegate_rules";
 /// Rules file reloads by result (`ok` / `failed`).

@@ -10,9 +10,11 @@ use anyhow::Context;
 use tokio::net::TcpListener;
 use tracing::{error, info};
 
-use crate::app::App;
-use crate::config::{Config, check_redis_url};
+use crate::app::{App, admin_state};
+use crate::config::{Config, check_redis_url, parse_duration};
 use crate::envoy::EnvoyRateLimit;
+use crate::http::HttpLimits;
+use crate::redact::redact;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 
 /// How often the rules file is looked at for changes.
@@ -52,6 +54,20 @@ pub struct ServeOptions {
     /// Add envoyproxy/ratelimit's x-ratelimit-* headers to gRPC answers.
     #[arg(long)]
     pub envoy_response_headers: bool,
+    /// How long a client may take to send a request head (request line and headers), also the
+    /// longest idle time between two requests on one connection; then the connection is closed
+    /// (default 10s; `[server] header_read_timeout`).
+    #[arg(long, value_parser = parse_duration)]
+    pub header_read_timeout: Option<Duration>,
+    /// How long a request may take from its head to its answer, body included; then it is
+    /// answered 408 `request_timeout` (default 15s; `[server] request_timeout`). Must be longer
+    /// than the backend timeout.
+    #[arg(long, value_parser = parse_duration)]
+    pub request_timeout: Option<Duration>,
+    /// The most HTTP connections open at once; one more is answered 503 `too_many_connections`
+    /// and closed (default 512; `[server] max_connections`).
+    #[arg(long)]
+    pub max_connections: Option<usize>,
 }
 
 /// Loads the configuration, connects the backend, and serves until SIGINT or SIGTERM.
@@ -60,6 +76,7 @@ pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
         Some(path) => Config::load(path)?,
         None => Config::default(),
     };
+    let limits = http_limits(&options, &config)?;
     if let Some(url) = options.redis {
         check_redis_url(&url).map_err(|m| anyhow::anyhow!("--redis: {m}"))?;
         (config.backend.redis, config.backend.redis_cluster, config.backend.redis_sentinel) =
@@ -98,13 +115,7 @@ pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
     }
     config.envoy_response_headers |= options.envoy_response_headers;
     let grpc = config.grpc;
-    let b = &config.backend;
-    let where_ = match (&b.redis, &b.redis_cluster, &b.redis_sentinel) {
-        (Some(url), _, _) => url.clone(),
-        (None, nodes, _) if !nodes.is_empty() => nodes.join(","),
-        (None, _, sentinels) if !sentinels.is_empty() => format!("{} via {}", b.sentinel_service, sentinels.join(",")),
-        _ => "embedded".to_owned(),
-    };
+    let where_ = backend_location(&config);
     let app = App::start(config, options.config.clone())
         .await
         .with_context(|| format!("connecting the backend ({where_})"))?;
@@ -116,6 +127,15 @@ pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
         app.limiter.backend().name(),
         app.live().rules.len()
     );
+    info!(
+        "HTTP limits: header_read_timeout {}, request_timeout {}, max_connections {}",
+        humantime::format_duration(limits.header_read_timeout),
+        humantime::format_duration(limits.request_timeout),
+        limits.max_connections
+    );
+    if app.live().admin_token.is_none() {
+        info!("{}", admin_state(false));
+    }
     // One signal stops both servers.
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
@@ -147,7 +167,7 @@ pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
         None => None,
     };
     let watcher = tokio::spawn(watch_config(Arc::clone(&app)));
-    let result = run(app, listener, stopped(stop_rx)).await;
+    let result = run(app, listener, limits, stopped(stop_rx)).await;
     if let Some(g) = grpc_server {
         g.await.context("gRPC server task")?.context("gRPC server")?;
     }
@@ -156,14 +176,46 @@ pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
     result
 }
 
-/// Serves `app` on `listener` until `shutdown` completes; requests in flight then finish.
+/// Serves `app` on `listener` within `limits` until `shutdown` completes; requests in flight
+/// then finish.
 pub async fn run(
     app: Arc<App>,
     listener: TcpListener,
-    shutdown: impl Future<Output = ()> + Send + 'static,
+    limits: HttpLimits,
+    shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
-    axum::serve(listener, crate::api::router(app)).with_graceful_shutdown(shutdown).await?;
+    crate::http::serve(listener, crate::api::router(app), limits, shutdown).await?;
     Ok(())
+}
+
+/// The rules file's `[server]` limits under `options`' flags, checked.
+fn http_limits(options: &ServeOptions, config: &Config) -> anyhow::Result<HttpLimits> {
+    let mut limits = config.server;
+    limits.header_read_timeout = options.header_read_timeout.unwrap_or(limits.header_read_timeout);
+    limits.request_timeout = options.request_timeout.unwrap_or(limits.request_timeout);
+    limits.max_connections = options.max_connections.unwrap_or(limits.max_connections);
+    limits.validate().map_err(|m| anyhow::anyhow!("server.{m}"))?;
+    // A slow backend must meet its own deadline (and the failure policy) before the request's.
+    if limits.request_timeout <= config.backend.timeout {
+        anyhow::bail!(
+            "server.request_timeout ({}) must be longer than backend.timeout ({})",
+            humantime::format_duration(limits.request_timeout),
+            humantime::format_duration(config.backend.timeout)
+        );
+    }
+    Ok(limits)
+}
+
+/// Where the backend is, for logs and errors, without passwords.
+fn backend_location(config: &Config) -> String {
+    let b = &config.backend;
+    let urls = |urls: &[String]| urls.iter().map(|u| redact(u)).collect::<Vec<_>>().join(",");
+    match (&b.redis, &b.redis_cluster, &b.redis_sentinel) {
+        (Some(url), _, _) => redact(url).into_owned(),
+        (None, nodes, _) if !nodes.is_empty() => urls(nodes),
+        (None, _, sentinels) if !sentinels.is_empty() => format!("{} via {}", b.sentinel_service, urls(sentinels)),
+        _ => "embedded".to_owned(),
+    }
 }
 
 async fn shutdown_signal() {
@@ -198,7 +250,7 @@ async fn watch_config(app: Arc<App>) {
         if path.is_some() && (forced || file_now != seen_file) {
             seen_file = file_now;
             if let Err(e) = app.reload() {
-                error!("rules file not reloaded, the previous rules stay in force: {e}");
+                error!("rules file not reloaded, the previous rules stay in force: {}", redact(&e.to_string()));
             }
         }
         if dir.is_some() && (forced || dir_now != seen_dir) {

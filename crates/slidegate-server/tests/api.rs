@@ -216,6 +216,7 @@ async fn every_bad_input_gets_its_4xx_and_the_server_keeps_serving() {
         (br#"{"key":"a","limit":5,"window":"1s","warm_up":"later"}"#.to_vec(), 400, "invalid_quota"),
         (br#"{"key":"a","limit":5,"window":"1s","buckets":"six"}"#.to_vec(), 400, "invalid_json"),
         (br#"{"checks":[]}"#.to_vec(), 400, "invalid_checks"),
+        (format!(r#"{{"checks":[{}{{}}]}}"#, "{},".repeat(20_000)).into_bytes(), 400, "invalid_checks"),
         (br#"{"checks":[{"rule":"sms","key":"a"},{"rule":"sms","key":"a"}]}"#.to_vec(), 400, "duplicate_key"),
         (br#"{"checks":[{"checks":[]}]}"#.to_vec(), 400, "missing_key"),
         (br#"{"checks":[{"rule":"sms","key":"a"}],"cost":2}"#.to_vec(), 400, "invalid_request"),
@@ -234,7 +235,7 @@ async fn every_bad_input_gets_its_4xx_and_the_server_keeps_serving() {
         assert_eq!(v["error"]["code"], code, "{v}");
         assert!(v["error"]["message"].as_str().is_some_and(|m| !m.is_empty()));
     }
-    for (method, path, status) in [("GET", "/v1/check", 405), ("GET", "/nope", 404), ("GET", "/v1/keys/sms/%FF", 400)] {
+    for (method, path, status) in [("GET", "/v1/check", 405), ("GET", "/nope", 404), ("GET", "/v1/keys/sms/a", 403)] {
         let r = client.request(method.parse().expect("method"), server.url(path)).send().await.expect("response");
         assert_eq!(r.status().as_u16(), status, "{method} {path}");
         let v: Value = r.json().await.expect("JSON error body");
@@ -266,6 +267,12 @@ async fn rules_and_keys_endpoints_with_the_admin_token() {
     assert_eq!(client.delete(&key_url).bearer_auth("s3cret").send().await.expect("delete").status(), 200);
     let v: Value = client.get(&key_url).bearer_auth("s3cret").send().await.expect("get").json().await.expect("json");
     assert_eq!(v["count"], 0);
+    let bad_path = client.get(server.url("/v1/keys/sms/%FF")).bearer_auth("s3cret").send().await.expect("get");
+    assert_eq!(bad_path.status(), 400);
+    for guess in ["s3cre", "s3cret2", "S3CRET", ""] {
+        let r = client.delete(&key_url).bearer_auth(guess).send().await.expect("delete");
+        assert_eq!(r.status(), 401, "{guess:?}");
+    }
     let (_, _, v) = check(&client, &server, &json!({"rule": "sms", "key": "10.0.0.1"})).await;
     assert_eq!(v["remaining"], 4);
 }
@@ -432,4 +439,126 @@ fn bench_reports_json_against_memory_and_a_server() {
         assert_eq!(v["allowed"], 50, "10 keys × limit 5 on {target}: {v}");
         assert_eq!(v["errors"], 0);
     }
+}
+
+/// The body of an error answer: (status, code, message).
+async fn error_of(client: &reqwest::Client, server: &Slidegate, body: &Value) -> (u16, String, String) {
+    let (status, _, v) = check(client, server, body).await;
+    let text = |field: &str| v["error"][field].as_str().unwrap_or_else(|| panic!("not an error: {v}")).to_owned();
+    (status, text("code"), text("message"))
+}
+
+#[tokio::test]
+async fn without_an_admin_token_no_caller_can_reset_or_read_a_key() {
+    let rules = RulesFile::new(RULES);
+    let server = Slidegate::serve(&["--config", rules.arg()]);
+    let client = reqwest::Client::new();
+    let sms = json!({"rule": "sms", "key": "+1555"});
+    for _ in 0..5 {
+        check(&client, &server, &sms).await;
+    }
+    assert!(!allowed(&check(&client, &server, &sms).await.2), "the key is at its limit");
+    // The caller tries to reset its own limit, with and without a made-up token.
+    let key_url = server.url("/v1/keys/sms/+1555");
+    let attempts = [
+        client.delete(&key_url),
+        client.delete(&key_url).bearer_auth("anything"),
+        client.get(&key_url),
+        client.get(format!("{key_url}?tier=vip")).bearer_auth(""),
+    ];
+    for attempt in attempts {
+        let r = attempt.send().await.expect("response");
+        assert_eq!(r.status(), 403);
+        let v: Value = r.json().await.expect("JSON error body");
+        assert_eq!(v["error"]["code"], "admin_disabled", "{v}");
+    }
+    assert!(!allowed(&check(&client, &server, &sms).await.2), "still at its limit: nothing was reset");
+    let log = server.log_text();
+    assert_eq!(log.matches("admin routes disabled").count(), 1, "logged once, at start: {log}");
+}
+
+#[tokio::test]
+async fn inline_checks_past_each_bound_are_refused_naming_it_and_charge_nothing() {
+    let rules = RulesFile::new(
+        "[inline]\nmax_limit = 100\nmax_window = \"1h\"\nmax_cost = 5\nalgorithms = [\"sliding_log\", \"gcra\"]\n",
+    );
+    let server = Slidegate::serve(&["--config", rules.arg()]);
+    let client = reqwest::Client::new();
+    let attacks = [
+        (json!({"key": "victim", "limit": 101, "window": "1m"}), "inline_limit_too_large", "max_limit = 100"),
+        (json!({"key": "victim", "limit": 10, "window": "61m"}), "inline_window_too_long", "max_window = 1h"),
+        (json!({"key": "victim", "limit": 10, "window": "1m", "cost": 6}), "inline_cost_too_large", "max_cost = 5"),
+        (
+            json!({"key": "victim", "limit": 10, "window": "1m", "algorithm": "gcra", "burst": 101}),
+            "inline_limit_too_large",
+            "burst 101 is over max_limit = 100",
+        ),
+        (
+            json!({"key": "victim", "limit": 10, "window": "1m", "algorithm": "fixed_window"}),
+            "inline_algorithm_not_allowed",
+            "\"fixed_window\"",
+        ),
+        // One check out of bounds refuses its whole group: the check within bounds is not charged.
+        (
+            json!({"checks": [{"key": "victim", "limit": 10, "window": "1m"},
+                              {"key": "other", "limit": 1000, "window": "1m"}]}),
+            "inline_limit_too_large",
+            "max_limit = 100",
+        ),
+    ];
+    for (body, code, bound) in attacks {
+        let (status, got, message) = error_of(&client, &server, &body).await;
+        assert_eq!((status, got.as_str()), (400, code), "{body}");
+        assert!(message.contains(bound), "{message:?} does not name {bound:?}");
+    }
+    let (status, _, v) = check(&client, &server, &json!({"key": "victim", "limit": 10, "window": "1m"})).await;
+    assert_eq!((status, v["remaining"].as_u64()), (200, Some(9)), "no attack was charged: {v}");
+    // At the bounds themselves, checks are served.
+    let edge = json!({"key": "edge", "limit": 100, "window": "1h", "cost": 5, "algorithm": "gcra", "burst": 100});
+    assert_eq!(check(&client, &server, &edge).await.0, 200);
+}
+
+#[tokio::test]
+async fn inline_bounds_default_to_the_documented_values() {
+    let server = Slidegate::serve(&[]);
+    let client = reqwest::Client::new();
+    let attacks = [
+        (json!({"key": "k", "limit": 10_001, "window": "1m"}), "max_limit = 10000"),
+        (json!({"key": "k", "limit": 10, "window": "25h"}), "max_window = 1day"),
+        (json!({"key": "k", "limit": 1_000, "window": "1m", "cost": 101}), "max_cost = 100"),
+    ];
+    for (body, bound) in attacks {
+        let (status, _, message) = error_of(&client, &server, &body).await;
+        assert_eq!(status, 400, "{body}");
+        assert!(message.contains(bound), "{message:?} does not name {bound:?}");
+    }
+    let within = json!({"key": "k", "limit": 10_000, "window": "24h", "cost": 100, "algorithm": "fixed_window"});
+    assert_eq!(check(&client, &server, &within).await.0, 200);
+}
+
+#[tokio::test]
+async fn inline_bounds_and_disabling_follow_the_rules_file_on_reload() {
+    let rules = RulesFile::new(&format!("[inline]\nmax_limit = 100\n{RULES}"));
+    let server = Slidegate::serve(&["--config", rules.arg()]);
+    let client = reqwest::Client::new();
+    let inline = json!({"key": "k", "limit": 150, "window": "1m"});
+    assert_eq!(error_of(&client, &server, &inline).await.1, "inline_limit_too_large");
+    let status_becomes = async |want: u16| {
+        let started = Instant::now();
+        loop {
+            let (status, _, v) = check(&client, &server, &inline).await;
+            if status == want {
+                return v;
+            }
+            assert!(started.elapsed() < Duration::from_secs(5), "never {want}: {status} {v}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    rules.write(&format!("[inline]\nmax_limit = 200\n{RULES}"));
+    assert_eq!(status_becomes(200).await["limit"], 150);
+    rules.write(&format!("[inline]\nenabled = false\n{RULES}"));
+    let v = status_becomes(403).await;
+    assert_eq!(v["error"]["code"], "inline_disabled", "{v}");
+    let (status, _, v) = check(&client, &server, &json!({"rule": "sms", "key": "k"})).await;
+    assert_eq!((status, allowed(&v)), (200, true), "rules are still served: {v}");
 }

@@ -264,7 +264,8 @@ async fn a_sentinel_backend_follows_its_master_through_a_failover() {
     let client = reqwest::Client::new();
     let v: Value = client.get(server.url("/readyz")).send().await.expect("readyz").json().await.expect("json");
     assert_eq!(v["backend"], "redis_sentinel", "{v}");
-    let body = json!({"key": "k", "limit": 1_000_000, "window": "1m"});
+    // The largest inline limit by default: never reached while the master fails over.
+    let body = json!({"key": "k", "limit": 10_000, "window": "1m"});
     let (_, _, v) = check(&client, &server, &body).await;
     assert_eq!(v["degraded"], false, "{v}");
     setup.master.kill();
@@ -282,4 +283,119 @@ async fn a_sentinel_backend_follows_its_master_through_a_failover() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_ne!(setup.master_port(), Some(setup.master.port()), "served by the promoted replica");
+}
+
+#[tokio::test]
+async fn caller_mistakes_are_400s_under_fail_open_never_degraded_and_never_open_the_circuit() {
+    let redis = RedisServer::start();
+    let rules = RulesFile::new(&format!(
+        "[backend]\nredis = \"{}\"\nfailure_policy = \"fail_open\"\ntimeout = \"5s\"\n\n[[rules]]\nname = \"sms\"\nlimit = 5\nwindow = \"1m\"\n",
+        redis.url()
+    ));
+    let server = Slidegate::serve(&["--config", rules.arg()]);
+    let client = reqwest::Client::new();
+    let long_key = "k".repeat(600);
+    // The attack: requests the core refuses, which fail_open would admit if they were counted
+    // as backend failures, and which would open the circuit for everyone.
+    let mistakes = [
+        json!({"rule": "sms", "key": "a", "cost": 6}),
+        json!({"rule": "sms", "key": long_key}),
+        json!({"key": "a", "limit": 0, "window": "1m"}),
+        json!({"key": "a", "limit": 5, "window": "1m", "cost": 6}),
+        json!({"checks": [{"rule": "sms", "key": "a"}, {"rule": "sms", "key": "a"}]}),
+    ];
+    for body in mistakes.iter().cycle().take(20) {
+        let (status, _, v) = check(&client, &server, body).await;
+        assert_eq!(status, 400, "{body}: {v}");
+        assert!(v["error"]["code"].is_string() && v.get("degraded").is_none() && v.get("allowed").is_none(), "{v}");
+    }
+    let (status, _, v) = check(&client, &server, &json!({"rule": "sms", "key": "a"})).await;
+    assert_eq!((status, &v["allowed"], &v["degraded"]), (200, &json!(true), &json!(false)), "{v}");
+    assert_eq!(v["remaining"], 4, "none of the mistakes was charged: {v}");
+    let page = client.get(server.url("/metrics")).send().await.expect("metrics").text().await.expect("text");
+    assert!(page.contains("slidegate_circuit_open 0"), "{page}");
+    assert!(!page.contains("slidegate_backend_errors_total"), "no backend error was counted: {page}");
+    assert!(!page.contains("slidegate_degraded_decisions_total"), "{page}");
+}
+
+#[tokio::test]
+async fn a_redis_password_never_appears_in_the_log_or_any_answer() {
+    const PASSWORD: &str = "hunter2-s3cret";
+    let mut redis = RedisServer::start();
+    redis.query::<String>(&["ACL", "SETUSER", "alice", "on", &format!(">{PASSWORD}"), "~*", "&*", "+@all"]);
+    let url = redis.url().replacen("redis://", &format!("redis://alice:{PASSWORD}@"), 1);
+    let masked = redis.url().replacen("redis://", "redis://alice:***@", 1);
+    let rules = RulesFile::new(&format!(
+        "admin_token = \"t\"\n[backend]\nredis = \"{url}\"\nfailure_policy = \"fail_closed\"\ntimeout = \"200ms\"\n"
+    ));
+    let server = Slidegate::serve(&["--config", rules.arg()]);
+    let client = reqwest::Client::new();
+    let mut answers = Vec::new();
+    let (status, _, v) = check(&client, &server, &json!({"key": "k", "limit": 5, "window": "1m"})).await;
+    assert_eq!((status, &v["degraded"]), (200, &json!(false)), "connected with the password: {v}");
+    // Redis goes away: the answers that carry the backend's error.
+    redis.kill();
+    for _ in 0..3 {
+        answers.push(client.get(server.url("/readyz")).send().await.expect("readyz").text().await.expect("text"));
+        let key = client.get(server.url("/v1/keys/r/k")).bearer_auth("t").send().await.expect("keys");
+        answers.push(key.text().await.expect("text"));
+        answers.push(check(&client, &server, &json!({"key": "k", "limit": 5, "window": "1m"})).await.2.to_string());
+    }
+    assert!(answers.iter().any(|a| a.contains("\"error\"")), "errors were answered: {answers:?}");
+    // A rules file with a malformed URL, reloaded: the refusal is logged.
+    rules.write(&format!("[backend]\nredis = \"http://alice:{PASSWORD}@127.0.0.1:1\"\n"));
+    server.signal("HUP");
+    let started = Instant::now();
+    while !server.log_text().contains("not reloaded") {
+        assert!(started.elapsed() < Duration::from_secs(5), "the bad file was never read: {}", server.log_text());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let log = server.log_text();
+    assert!(log.contains(&masked), "the log names the backend, masked: {log}");
+    assert!(log.contains("http://alice:***@127.0.0.1:1"), "{log}");
+    for text in answers.iter().chain([&log]) {
+        assert!(!text.contains(PASSWORD), "the password leaked: {text}");
+    }
+}
+
+#[test]
+fn a_redis_password_never_appears_when_the_start_fails() {
+    const PASSWORD: &str = "hunter2-s3cret";
+    let closed = format!("redis://alice:{PASSWORD}@127.0.0.1:{}", slidegate_testkit::free_port());
+    let rules = RulesFile::new(&format!("[backend]\nredis = \"ftp://alice:{PASSWORD}@host\"\n"));
+    let cases: [&[&str]; 4] = [
+        &["--redis", &closed],
+        &["--redis", &format!("http://alice:{PASSWORD}@host")],
+        &["--redis-cluster", &format!("{closed},redis://bob:{PASSWORD}@127.0.0.1:1")],
+        &["--config", rules.arg()],
+    ];
+    for args in cases {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_slidegate"))
+            .args(["serve", "--http", "127.0.0.1:0"])
+            .args(args)
+            .output()
+            .expect("run");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains("alice:***@"), "{args:?}: the error names the URL, masked: {stderr}");
+        assert!(!stderr.contains(PASSWORD), "{args:?}: the password leaked: {stderr}");
+    }
+}
+
+#[test]
+fn the_bench_report_masks_a_redis_password() {
+    const PASSWORD: &str = "hunter2-s3cret";
+    let redis = RedisServer::start();
+    redis.query::<String>(&["ACL", "SETUSER", "alice", "on", &format!(">{PASSWORD}"), "~*", "&*", "+@all"]);
+    let url = redis.url().replacen("redis://", &format!("redis://alice:{PASSWORD}@"), 1);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_slidegate"))
+        .args(["bench", "--target", &url, "--keys", "10", "--concurrency", "2", "--duration", "200ms", "--json"])
+        .output()
+        .expect("run");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(report["target"], redis.url().replacen("redis://", "redis://alice:***@", 1), "{report}");
+    assert_eq!(report["errors"], 0, "the bench ran with the password: {report}");
+    let all = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(!all.contains(PASSWORD), "{all}");
 }

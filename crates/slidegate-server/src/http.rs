@@ -1,0 +1,264 @@
+//! The HTTP listener: every connection and every request has a deadline, and the number of
+//! open connections a cap, so slow or many clients cannot starve the others.
+//!
+//! - A connection must deliver each request head (request line and headers) within
+//!   [`HttpLimits::header_read_timeout`] of starting to wait for it — also between requests on a
+//!   kept-alive connection — or it is closed. Half a request line held open costs a slot for
+//!   that long at most.
+//! - A request, from its head to the end of its answer (its body read included, so a body sent
+//!   a byte at a time too), gets [`HttpLimits::request_timeout`]; past it the answer is
+//!   `408 {"error":{"code":"request_timeout"}}`, and a connection whose body was not read whole
+//!   is closed.
+//! - At most [`HttpLimits::max_connections`] connections are open. One more is accepted and
+//!   closed at once, answered (when the socket takes it without waiting) `503
+//!   {"error":{"code":"too_many_connections"}}`, and counted in
+//!   `slidegate_http_connections_refused_total`: the accept loop never waits and nothing
+//!   queues in the process; clients see a prompt refusal they can retry instead of a stall.
+//! - A request head is at most [`MAX_HEAD_BYTES`]; a longer one is answered 431 and closed.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::io::Write as _;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use axum::Router;
+use axum::response::Response;
+use axum::routing::future::RouteFuture;
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tower_service::Service as _;
+use tracing::{error, warn};
+
+use crate::metrics;
+
+/// The time a client gets to send a request head unless `[server] header_read_timeout` says
+/// otherwise: ample for any real client (a head is a few hundred bytes), short enough that a
+/// stalled connection gives its slot back soon.
+pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The time a request gets, body and backend call included, unless `[server] request_timeout`
+/// says otherwise: a body is at most [`crate::api::MAX_BODY`] (64 KiB) and a backend call at
+/// most `backend.timeout` (≤ 60 s, 50 ms by default), so only a client trickling its body or a
+/// backend timeout set near its maximum comes near it.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Open connections unless `[server] max_connections` says otherwise: far more than the
+/// connection pools of a fleet of callers keep open, and with the backend's own connections,
+/// within the common soft limit of 1,024 open files.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
+
+/// The largest `max_connections` accepted (each connection holds a file descriptor and up to
+/// [`MAX_HEAD_BYTES`] of buffer).
+pub const MAX_CONNECTIONS: usize = 100_000;
+
+/// The shortest and longest timeouts accepted.
+pub const TIMEOUT_RANGE: std::ops::RangeInclusive<Duration> = Duration::from_millis(100)..=Duration::from_secs(3600);
+
+/// The largest request head (request line and headers) read into memory per connection: a
+/// check's head is well under 1 KiB and a percent-encoded 512-byte key in a path is 1.5 KiB;
+/// hyper's own cap (~400 KiB) times [`DEFAULT_MAX_CONNECTIONS`] would be 200 MiB.
+pub const MAX_HEAD_BYTES: usize = 16 * 1024;
+
+/// Deadlines and the connection cap of the HTTP listener (`[server]` in the rules file, or
+/// `serve`'s flags). They apply at start; a reload does not change them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HttpLimits {
+    /// How long a connection may take to send a request head (also the longest idle time
+    /// between two requests on a kept-alive connection).
+    pub header_read_timeout: Duration,
+    /// How long a request may take, from its head to its answer, body included.
+    pub request_timeout: Duration,
+    /// The most connections open at once; more are refused.
+    pub max_connections: usize,
+}
+
+impl Default for HttpLimits {
+    fn default() -> Self {
+        Self {
+            header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+        }
+    }
+}
+
+impl HttpLimits {
+    /// Checks each value's range; the message starts with the setting's name.
+    pub fn validate(&self) -> Result<(), String> {
+        for (name, value) in
+            [("header_read_timeout", self.header_read_timeout), ("request_timeout", self.request_timeout)]
+        {
+            if !TIMEOUT_RANGE.contains(&value) {
+                return Err(format!("{name}: must be between 100ms and 1h, got {value:?}"));
+            }
+        }
+        if !(1..=MAX_CONNECTIONS).contains(&self.max_connections) {
+            return Err(format!(
+                "max_connections: must be between 1 and {MAX_CONNECTIONS}, got {}",
+                self.max_connections
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Serves `router` on `listener` within `limits` until `shutdown` completes; then stops
+/// accepting, and lets requests in flight finish (each is bounded by its deadlines).
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    limits: HttpLimits,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let graceful = GracefulShutdown::new();
+    let mut builder = http1::Builder::new();
+    builder.timer(TokioTimer::new()).header_read_timeout(limits.header_read_timeout).max_buf_size(MAX_HEAD_BYTES);
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = &mut shutdown => break,
+        };
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                accept_failed(e).await;
+                continue;
+            }
+        };
+        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+            refuse(stream);
+            continue;
+        };
+        let service = RequestDeadline { router: router.clone(), limit: limits.request_timeout };
+        let connection = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
+        tokio::spawn(async move {
+            let _open = OpenConnection::new(slot);
+            // A connection's errors (a client gone, a head too slow or too large) are its own.
+            let _ = connection.await;
+        });
+    }
+    drop(listener);
+    // Every request left is bounded by the request deadline, every head by the header one.
+    let drain = limits.request_timeout.max(limits.header_read_timeout);
+    if tokio::time::timeout(drain, graceful.shutdown()).await.is_err() {
+        warn!("connections still open {drain:?} after the shutdown signal were dropped");
+    }
+    Ok(())
+}
+
+/// A connection's slot, and the open-connections gauge, for as long as it lives.
+struct OpenConnection {
+    _slot: OwnedSemaphorePermit,
+}
+
+impl OpenConnection {
+    fn new(slot: OwnedSemaphorePermit) -> Self {
+        ::metrics::gauge!(metrics::HTTP_CONNECTIONS).increment(1.0);
+        Self { _slot: slot }
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        ::metrics::gauge!(metrics::HTTP_CONNECTIONS).decrement(1.0);
+    }
+}
+
+/// The whole answer to a connection over the cap, written without waiting.
+const REFUSAL: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nconnection: close\r\n\
+content-length: 86\r\n\r\n{\"error\":{\"code\":\"too_many_connections\",\"message\":\"too many open connections, retry\"}}";
+
+/// Closes a connection over the cap, after one non-blocking attempt to say why.
+fn refuse(stream: TcpStream) {
+    ::metrics::counter!(metrics::HTTP_CONNECTIONS_REFUSED).increment(1);
+    // A fresh socket's send buffer takes the few bytes; if not, the client sees the close alone.
+    if let Ok(mut socket) = stream.into_std() {
+        let _ = socket.write(REFUSAL);
+    }
+}
+
+/// An accept that failed: a connection reset before it was accepted is the client's; anything
+/// else (out of file descriptors) is logged and waited out a little, as accepting again at once
+/// would fail again at once.
+async fn accept_failed(e: std::io::Error) {
+    use std::io::ErrorKind::{ConnectionAborted, ConnectionRefused, ConnectionReset};
+    if matches!(e.kind(), ConnectionAborted | ConnectionRefused | ConnectionReset) {
+        return;
+    }
+    error!("accepting a connection failed, retrying in 1s: {e}");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+}
+
+/// The router under the request deadline.
+#[derive(Clone)]
+struct RequestDeadline {
+    router: Router,
+    limit: Duration,
+}
+
+impl hyper::service::Service<hyper::Request<Incoming>> for RequestDeadline {
+    type Response = Response;
+    type Error = Infallible;
+    type Future = Deadline;
+
+    fn call(&self, request: hyper::Request<Incoming>) -> Deadline {
+        // A router is always ready (axum's `Router::poll_ready` returns `Ready` at once).
+        let answer = self.router.clone().call(request);
+        Deadline { answer: tokio::time::timeout(self.limit, answer), limit: self.limit }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A request's answer, or 408 when it is not ready by the deadline.
+    struct Deadline {
+        #[pin]
+        answer: tokio::time::Timeout<RouteFuture<Infallible>>,
+        limit: Duration,
+    }
+}
+
+impl Future for Deadline {
+    type Output = Result<Response, Infallible>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        match ready!(this.answer.poll(cx)) {
+            Ok(answer) => Poll::Ready(answer),
+            Err(_) => Poll::Ready(Ok(crate::api::request_timed_out(*this.limit))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_refusal_is_one_whole_json_answer() {
+        let text = std::str::from_utf8(REFUSAL).expect("ASCII");
+        let (head, body) = text.split_once("\r\n\r\n").expect("a head and a body");
+        assert!(head.contains(&format!("content-length: {}", body.len())), "{head}");
+        let v: serde_json::Value = serde_json::from_str(body).expect("JSON");
+        assert_eq!(v["error"]["code"], "too_many_connections");
+    }
+
+    #[test]
+    fn limits_out_of_range_name_their_setting() {
+        assert_eq!(HttpLimits::default().validate(), Ok(()));
+        let zero = HttpLimits { max_connections: 0, ..HttpLimits::default() };
+        assert!(zero.validate().is_err_and(|m| m.starts_with("max_connections")));
+        let slow = HttpLimits { request_timeout: Duration::from_secs(7200), ..HttpLimits::default() };
+        assert!(slow.validate().is_err_and(|m| m.starts_with("request_timeout")));
+        let fast = HttpLimits { header_read_timeout: Duration::from_millis(1), ..HttpLimits::default() };
+        assert!(fast.validate().is_err_and(|m| m.starts_with("header_read_timeout")));
+    }
+}
