@@ -626,7 +626,7 @@ mod tests {
         };
         let caller = [
             (E::InvalidCost { cost: 6, max: 5 }, "invalid_cost"),
-            (E::InvalidLimit { limit: 0 }, "invalid_quota"),
+            (E::InvalidLimit { limit: 0, max: slidegate::MAX_LIMIT }, "invalid_quota"),
             (E::KeyTooLong { len: 600 }, "key_too_long"),
             (E::EmptyKey, "invalid_key"),
             (E::CheckCount { count: 17 }, "invalid_checks"),
