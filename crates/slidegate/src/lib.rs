@@ -62,7 +62,7 @@ pub mod state;
 pub use backend::{Backend, Check};
 pub use clock::{Clock, ManualClock, MonotonicClock, SystemClock};
 pub use decision::{Decision, KeyState, MultiDecision};
-pub use error::Error;
+pub use error::{Error, ErrorClass};
 pub use limiter::{Limiter, MAX_CHECKS, MAX_KEY_LEN, validate_key};
 pub use memory::MemoryBackend;
 pub use quota::{Algorithm, MAX_LIMIT, MAX_WINDOW, Quota, WarmUp};
