@@ -38,7 +38,7 @@ impl AnyBackend {
             ));
         }
         Ok(match &config.redis {
-            None => Self::Memory(MemoryBackend::new()),
+            None => Self::Memory(MemoryBackend::new().with_max_keys(config.max_keys)),
             Some(url) => Self::Redis(
                 RedisBackend::connect(url)
                     .await?

@@ -147,7 +147,7 @@ async fn clusterdown_from_a_node_serving_no_slot_is_a_failure() {
 async fn tryagain_during_a_slot_migration_is_a_failure() {
     let cluster = RedisCluster::start(3, 0);
     let (a, b) = (hash_tag("t", "a"), hash_tag("t", "b"));
-    let slot = slidegate::key_slot(&format!("slidegate:{a}"));
+    let slot = slidegate::key_slot(format!("slidegate:{a}"));
     let master = cluster.master_of(slot);
     let other = cluster.nodes().iter().find(|n| n.port() != master.port()).expect("another master");
     let other_id: String = other.query(&["CLUSTER", "MYID"]);
@@ -174,7 +174,7 @@ async fn script_errors_wrong_types_and_unknown_commands_are_errors_not_failures(
     // A Lua error raised inside a script, and a command the server does not know.
     let mut conn = PipelinedConnection::connect(&server.url()).await.expect("connect");
     let unpack = redis::cmd("EVAL").arg("return unpack({}, 1, 10000000)").arg(0).to_owned();
-    let unknown = redis::cmd("NO.SUCH.COMMAND").to_owned();
+    let unknown = redis::cmd("NO.SUCH.COMMAND");
     for cmd in [unpack, unknown] {
         let e = Error::from(cmd.query_async::<redis::Value>(&mut conn).await.expect_err("refused"));
         assert_backend_error(&e);

@@ -227,7 +227,8 @@ impl Queue {
 
     /// Wakes the writer task unless it is awake or has nothing to do.
     fn wake_writer(&mut self, wake: &mpsc::Sender<()>) {
-        if !self.writing && !(self.unwritten.is_empty() && self.queued.is_empty()) {
+        let work = !self.unwritten.is_empty() || !self.queued.is_empty();
+        if work && !self.writing {
             self.writing = true;
             // The channel holds one signal; a full one means the writer is already woken.
             let _ = wake.try_send(());
