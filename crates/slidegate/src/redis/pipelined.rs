@@ -54,9 +54,9 @@ pub const MAX_IN_FLIGHT: usize = 256;
 /// The most commands one connection holds — waiting to be written and in flight together —
 /// unless [`PipelinedConnection::with_max_queued`] says otherwise. Redis answers about 5,000
 /// decisions within the backend's default 50 ms deadline ([`super::DEFAULT_TIMEOUT`]); a
-/// caller queued behind more would miss its deadline anyway, so it is told at once. Each
-/// command is a few hundred bytes (16 keys of 512 bytes at most), so the queue holds a few
-/// megabytes at most.
+/// caller queued behind more would miss its deadline anyway, so it is told at once. A
+/// decision's command is a few hundred bytes, about 10 KB at most (16 keys of 512 bytes and
+/// their arguments): a full queue holds about a megabyte, 40 MB at worst.
 pub const DEFAULT_MAX_QUEUED: usize = 4096;
 
 /// A pipelined connection to one standalone Redis that connects again after a failure — after
