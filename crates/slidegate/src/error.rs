@@ -97,6 +97,10 @@ pub enum Error {
 }
 
 /// Who an error is on, and so what answers it: see [`Error::class`].
+///
+/// The line between the last two is whether a request can cause the error. A failure policy
+/// answers only for errors no request can cause: were a caller able to provoke an error that
+/// fail-open answers, it could make the limiter admit at will.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum ErrorClass {
@@ -104,17 +108,19 @@ pub enum ErrorClass {
     /// request fails the same way. Never answered by a failure policy, never counted by the
     /// circuit breaker; a server answers it HTTP 400 / gRPC `INVALID_ARGUMENT`.
     Caller,
-    /// The backend unreachable, slow or refusing for now: a transport error, a missed
-    /// deadline, an open circuit, or a Redis that is busy, loading, out of memory, read-only,
-    /// cut off from its master or its cluster. The one class a failure policy answers and
-    /// the circuit breaker counts; a server answers it HTTP 503 / gRPC `UNAVAILABLE`.
+    /// The backend cannot decide now, for a reason of its own: unreachable (a transport error,
+    /// a refused or reset connection), slow (a missed deadline, a full queue, an open circuit),
+    /// refusing for now (`BUSY`, `LOADING`, `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`,
+    /// `READONLY`, `OOM`…), or not set up as configured (refused credentials, a forced module
+    /// that is not loaded). The one class a failure policy answers and the circuit breaker
+    /// counts; a server answers it HTTP 503 / gRPC `UNAVAILABLE` when no policy does.
     BackendFailure,
-    /// Neither: the backend answered, with an error that waiting will not fix and that a
-    /// failure policy must not hide (fail-open would admit every request) — a script error
-    /// such as `too many results to unpack`, a key of another type where the limiter's key
-    /// is (`WRONGTYPE`), an unknown command, refused credentials, a forced module that is not
-    /// loaded, a reply the scripts cannot have given. Returned as it is, never counted by the
-    /// breaker; a server answers it HTTP 500 / gRPC `INTERNAL`.
+    /// Neither: the backend answered, with an error a request's content can provoke and that a
+    /// failure policy must therefore not hide (fail-open would admit) — a script error such as
+    /// `too many results to unpack`, a key of another type where the limiter's key is
+    /// (`WRONGTYPE`), an unknown command, an ACL refusing a key (`NOPERM`), a reply the scripts
+    /// cannot have given. Returned as it is, never counted by the breaker; a server answers it
+    /// HTTP 500 / gRPC `INTERNAL`.
     BackendError,
 }
 
@@ -138,7 +144,7 @@ impl Error {
             #[cfg(feature = "redis")]
             Self::UnknownEngine(_) => ErrorClass::Caller,
             #[cfg(feature = "redis")]
-            Self::ModuleNotLoaded => ErrorClass::BackendError,
+            Self::ModuleNotLoaded => ErrorClass::BackendFailure,
             #[cfg(feature = "redis")]
             Self::Redis(e) => redis_class(e),
         }
@@ -158,24 +164,26 @@ impl Error {
     }
 }
 
-/// Redis error codes of a server that cannot serve for now, beyond those redis-rs names:
-/// `BUSY` (a script or function running past `busy-reply-threshold`), `OOM` (`maxmemory` reached
-/// under `noeviction`), `NOREPLICAS` (`min-replicas-to-write` not met), `MISCONF` (writes
-/// stopped after a failed snapshot).
+/// Redis error codes of a server that cannot serve now, beyond those redis-rs names: `BUSY` (a
+/// script or function running past `busy-reply-threshold`), `OOM` (`maxmemory` reached under
+/// `noeviction`), `NOREPLICAS` (`min-replicas-to-write` not met), `MISCONF` (writes stopped
+/// after a failed snapshot), `NOAUTH` and `WRONGPASS` (the configured credentials refused).
 #[cfg(feature = "redis")]
-const UNAVAILABLE_CODES: [&str; 4] = ["BUSY", "OOM", "NOREPLICAS", "MISCONF"];
+const UNAVAILABLE_CODES: [&str; 6] = ["BUSY", "OOM", "NOREPLICAS", "MISCONF", "NOAUTH", "WRONGPASS"];
 
 /// The class of a Redis error: transport errors and the replies of a server that cannot serve
-/// for now are failures; `CROSSSLOT` is the caller's keys; everything else Redis said (a script
-/// error, `WRONGTYPE`, an unknown command, `NOAUTH`, `NOPERM`, a reply that does not convert) is
-/// an error to report, not to fail over.
+/// now are failures; `CROSSSLOT` is the caller's keys; everything else Redis said (a script
+/// error, `WRONGTYPE`, an unknown command, `NOPERM`, a reply that does not convert) is an error
+/// to report, not to fail over.
 #[cfg(feature = "redis")]
 fn redis_class(e: &redis::RedisError) -> ErrorClass {
     use redis::{ErrorKind as K, ServerErrorKind as S};
     match e.kind() {
-        K::Io | K::ClusterConnectionNotFound | K::MasterNameNotFoundBySentinel | K::NoValidReplicasFoundBySentinel => {
-            ErrorClass::BackendFailure
-        }
+        K::Io
+        | K::AuthenticationFailed
+        | K::ClusterConnectionNotFound
+        | K::MasterNameNotFoundBySentinel
+        | K::NoValidReplicasFoundBySentinel => ErrorClass::BackendFailure,
         K::Server(S::BusyLoading | S::TryAgain | S::ClusterDown | S::MasterDown | S::ReadOnly | S::Moved | S::Ask) => {
             ErrorClass::BackendFailure
         }

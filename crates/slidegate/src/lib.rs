@@ -43,7 +43,7 @@
 //! - [`clock`]: [`Clock`]; [`SystemClock`], the TSC-fast [`MonotonicClock`], and [`ManualClock`]
 //!   for tests.
 //! - [`slot`]: Redis Cluster slots and the [`hash_tag`] helper for atomic multi-limit checks.
-//! - [`error`]: [`Error`], the one error type.
+//! - [`error`]: [`Error`], the one error type, and [`ErrorClass`]: whom an error is on.
 
 pub mod backend;
 pub mod clock;

@@ -136,6 +136,34 @@ async fn a_stopped_server_is_a_failure() {
 }
 
 #[tokio::test]
+async fn credentials_refused_after_a_password_change_are_a_failure() {
+    let server = RedisServer::start();
+    let b = backend(&server.url()).await;
+    assert!(backend_check(&b, "k").await.expect("decided").allowed);
+    // The operator sets a password the backend was not given, and drops every connection.
+    let mut admin = server.conn();
+    let _: () = redis::cmd("CONFIG").arg("SET").arg("requirepass").arg("s3cret").query(&mut admin).expect("CONFIG");
+    let _: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("normal")
+        .arg("SKIPME")
+        .arg("yes")
+        .query(&mut admin)
+        .expect("KILL");
+    assert_failure(&error_with_code(&b, "k", "NOAUTH").await);
+}
+
+#[tokio::test]
+async fn a_forced_module_that_is_not_loaded_is_a_failure() {
+    let server = RedisServer::start();
+    let b = backend(&server.url()).await.with_engine(RedisEngine::Module);
+    let e = backend_check(&b, "k").await.expect_err("no module");
+    assert!(matches!(e, Error::ModuleNotLoaded), "{e}");
+    assert_failure(&e);
+}
+
+#[tokio::test]
 async fn clusterdown_from_a_node_serving_no_slot_is_a_failure() {
     let bus = slidegate_testkit::free_port().to_string();
     let node = RedisServer::start_with(&["--cluster-enabled", "yes", "--cluster-port", &bus]);
@@ -163,7 +191,7 @@ async fn tryagain_during_a_slot_migration_is_a_failure() {
 }
 
 #[tokio::test]
-async fn script_errors_wrong_types_and_unknown_commands_are_errors_not_failures() {
+async fn script_errors_wrong_types_unknown_commands_and_acl_refusals_are_errors_not_failures() {
     let server = RedisServer::start();
     let b = backend(&server.url()).await;
     // Another program's string where the limiter keeps its sorted set.
@@ -179,6 +207,14 @@ async fn script_errors_wrong_types_and_unknown_commands_are_errors_not_failures(
         let e = Error::from(cmd.query_async::<redis::Value>(&mut conn).await.expect_err("refused"));
         assert_backend_error(&e);
     }
+    // An ACL that lets the limiter's user at some keys only: a caller choosing another key.
+    server.query::<String>(&["ACL", "SETUSER", "limiter", "on", ">pw", "~slidegate:user:*", "+@all"]);
+    let port = server.port();
+    let scoped = backend(&format!("redis://limiter:pw@127.0.0.1:{port}")).await;
+    assert!(backend_check(&scoped, "user:1").await.expect("its own keys").allowed);
+    let e = backend_check(&scoped, "admin").await.expect_err("NOPERM");
+    assert_eq!(code(&e), "NOPERM", "{e}");
+    assert_backend_error(&e);
 }
 
 #[test]
