@@ -134,3 +134,17 @@ impl Backend for AnyBackend {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_memory_backend_holds_at_most_the_configured_keys() {
+        let config = BackendConfig { max_keys: 1_000, ..BackendConfig::default() };
+        let AnyBackend::Memory(memory) = AnyBackend::connect(&config).await.expect("memory") else {
+            panic!("no Redis configured: the memory backend");
+        };
+        assert!(memory.max_keys() <= 1_000 && memory.max_keys() > 900, "{memory:?}");
+    }
+}
