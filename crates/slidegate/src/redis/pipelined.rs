@@ -295,32 +295,37 @@ impl Link {
     /// once when the connection is idle, else leaves it to the writer task. Fails at once when
     /// the link already holds `max_queued` commands.
     fn send(&self, write: impl FnOnce(&mut Vec<u8>), replies: usize, max_queued: usize) -> RedisResult<Vec<Reply>> {
-        let mut q = lock(&self.queue);
+        let mut guard = lock(&self.queue);
         if self.failed.load(Ordering::Relaxed) {
             return Err(closed().into());
         }
+        let q = &mut *guard;
         if q.len() > 0 && q.len() + replies > max_queued {
             return Err(io::Error::new(io::ErrorKind::TimedOut, "the Redis connection's queue is full").into());
         }
-        let (tx, rx): (Vec<Caller>, Vec<Reply>) = (0..replies).map(|_| oneshot::channel()).unzip();
         let idle = q.len() == 0 && !q.writing;
+        let (bytes, callers) =
+            if idle { (&mut q.unwritten, &mut q.in_flight) } else { (&mut q.queued_bytes, &mut q.queued_callers) };
+        let start = bytes.len();
+        write(bytes);
+        let rx = (0..replies)
+            .map(|_| {
+                let (tx, rx) = oneshot::channel();
+                callers.push_back(tx);
+                rx
+            })
+            .collect();
         if !idle {
-            let start = q.queued_bytes.len();
-            write(&mut q.queued_bytes);
-            let len = q.queued_bytes.len() - start;
-            q.queued.push_back((len, replies));
-            q.queued_callers.extend(tx);
+            q.queued.push_back((q.queued_bytes.len() - start, replies));
             q.wake_writer(&self.wake_writer);
             return Ok(rx);
         }
         // Nothing in flight, so nothing to batch with: write now, from this task.
-        write(&mut q.unwritten);
-        q.in_flight.extend(tx);
         match self.writer.try_write(&q.unwritten) {
             Ok(n) => drop(q.unwritten.drain(..n)),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
             Err(e) => {
-                drop(q);
+                drop(guard);
                 self.fail(&e);
                 return Err(e.into());
             }
