@@ -144,6 +144,15 @@ impl CircuitBreaker {
         }
     }
 
+    /// A call that ended in an error that is not the backend failing (see
+    /// [`crate::Error::is_backend_failure`]): it neither counts as a failure nor closes the
+    /// circuit, but a probe that ends so is over — the next call probes again. Without this, a
+    /// probe answered with such an error (which a caller can provoke) would leave the circuit
+    /// open for good.
+    pub(crate) fn settled(&self) {
+        self.probing.store(false, Ordering::Release);
+    }
+
     pub(crate) fn failed(&self) {
         let n = self.consecutive.fetch_add(1, Ordering::Relaxed).saturating_add(1);
         let probe_failed = self.probing.swap(false, Ordering::AcqRel);

@@ -71,7 +71,7 @@ async fn busy_while_another_client_runs_a_long_script_is_a_failure() {
     assert_failure(&e);
     server.query::<String>(&["SCRIPT", "KILL"]);
     assert!(script.join().expect("thread").is_err(), "the script was killed");
-    assert!(backend_check(&b, "k").await.expect("served again").allowed);
+    assert!(backend_check(&b, "after").await.expect("served again").allowed);
 }
 
 #[tokio::test]
@@ -87,7 +87,7 @@ async fn loading_while_redis_reloads_its_dataset_is_a_failure() {
     let e = error_with_code(&b, "k", "LOADING").await;
     assert_failure(&e);
     reload.join().expect("thread").expect("DEBUG RELOAD");
-    assert!(backend_check(&b, "k").await.expect("served again").allowed);
+    assert!(backend_check(&b, "after").await.expect("served again").allowed);
 }
 
 #[tokio::test]
@@ -264,4 +264,34 @@ async fn under_fail_open_a_script_error_or_a_caller_error_is_never_an_admission(
         assert_eq!((d.allowed, d.degraded), (true, Some(FailurePolicy::FailOpen)));
     }
     assert!(limiter.circuit_open(), "consecutive failures open the breaker");
+}
+
+#[tokio::test]
+async fn a_probe_answered_with_a_script_error_does_not_leave_the_circuit_open() {
+    let mut server = RedisServer::start();
+    let port = server.port();
+    let open_for = Duration::from_millis(100);
+    let limiter = Limiter::new(backend(&server.url()).await)
+        .with_failure_policy(FailurePolicy::FailClosed)
+        .with_circuit_breaker(1, open_for);
+    // A real fault opens the circuit.
+    server.kill();
+    let d = limiter.check("k", &quota()).await.expect("the policy answers");
+    assert_eq!(d.degraded, Some(FailurePolicy::FailClosed));
+    assert!(limiter.circuit_open());
+    let server = RedisServer::start_on(port);
+    server.query::<String>(&["SET", "slidegate:victim", "not a sorted set"]);
+    // The attack: the probe, when the circuit lets one through, provokes a script error.
+    let until = Instant::now() + Duration::from_secs(5);
+    loop {
+        tokio::time::sleep(open_for).await;
+        match limiter.check("victim", &quota()).await {
+            Err(e) => break assert_backend_error(&e),
+            Ok(d) => assert!(d.degraded.is_some() && Instant::now() < until, "no probe within 5 s: {d:?}"),
+        }
+    }
+    // The next call probes again, finds Redis answering, and closes the circuit.
+    let d = limiter.check("k", &quota()).await.expect("decided");
+    assert_eq!((d.allowed, d.degraded), (true, None), "decided by Redis again");
+    assert!(!limiter.circuit_open());
 }
