@@ -38,7 +38,7 @@ impl AnyBackend {
             ));
         }
         Ok(match &config.redis {
-            None => Self::Memory(MemoryBackend::new()),
+            None => Self::Memory(MemoryBackend::new().with_max_keys(config.max_keys)),
             Some(url) => Self::Redis(
                 RedisBackend::connect(url)
                     .await?
@@ -132,5 +132,19 @@ impl Backend for AnyBackend {
             Self::Cluster(b) => Box::pin(b.reset(key)).await,
             Self::Sentinel(b) => Box::pin(b.reset(key)).await,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_memory_backend_holds_at_most_the_configured_keys() {
+        let config = BackendConfig { max_keys: 1_000, ..BackendConfig::default() };
+        let AnyBackend::Memory(memory) = AnyBackend::connect(&config).await.expect("memory") else {
+            panic!("no Redis configured: the memory backend");
+        };
+        assert!(memory.max_keys() <= 1_000 && memory.max_keys() > 900, "{memory:?}");
     }
 }

@@ -90,6 +90,9 @@ pub struct BackendConfig {
     pub failure_policy: FailurePolicy,
     /// Denied keys remembered to answer locally until their `retry_after` (0: none).
     pub near_cache: usize,
+    /// The most keys the memory backend holds (`[backend] max_keys`, at least 1; default
+    /// [`slidegate::memory::DEFAULT_MAX_KEYS`]).
+    pub max_keys: usize,
     /// Key namespace in Redis.
     pub prefix: String,
     /// Deadline of each backend call.
@@ -109,6 +112,7 @@ impl Default for BackendConfig {
             timeout: DEFAULT_TIMEOUT,
             failure_policy: FailurePolicy::FailOpen,
             near_cache: DEFAULT_NEAR_CACHE,
+            max_keys: slidegate::memory::DEFAULT_MAX_KEYS,
             engine: RedisEngine::Auto,
         }
     }
@@ -206,6 +210,7 @@ struct BackendSpec {
     failure_policy: Option<Spanned<String>>,
     local_share: Option<Spanned<f64>>,
     near_cache: Option<Spanned<usize>>,
+    max_keys: Option<Spanned<usize>>,
     prefix: Option<Spanned<String>>,
     timeout: Option<Spanned<String>>,
     engine: Option<Spanned<String>>,
@@ -338,6 +343,12 @@ impl Config {
         }
         if let Some(n) = b.near_cache {
             backend.near_cache = n.into_inner();
+        }
+        if let Some(n) = b.max_keys {
+            if *n.get_ref() == 0 {
+                return Err(at(n.span(), "backend.max_keys: must be at least 1".into()));
+            }
+            backend.max_keys = n.into_inner();
         }
         if let Some(engine) = b.engine {
             backend.engine = engine.get_ref().parse().map_err(|_| {
@@ -807,6 +818,14 @@ algorithms = [\"leaky\"]
     fn a_password_in_a_malformed_redis_url_is_not_echoed() {
         let e = error("[backend]\nredis = \"http://user:hunter2@host\"\n");
         assert!(e.contains("http://user:***@host") && !e.contains("hunter2"), "{e}");
+    }
+
+    #[test]
+    fn max_keys_bounds_the_memory_backend() {
+        let text = "[backend]\nmax_keys = 5000\n\n[[rules]]\nname = \"api\"\nlimit = 5\nwindow = \"1m\"\n";
+        assert_eq!(Config::parse(text, "rules.toml").expect("valid").backend.max_keys, 5_000);
+        assert_eq!(Config::default().backend.max_keys, slidegate::memory::DEFAULT_MAX_KEYS);
+        assert!(error("[backend]\nmax_keys = 0\n").contains("backend.max_keys: must be at least 1"));
     }
 
     #[test]

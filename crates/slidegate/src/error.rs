@@ -3,6 +3,9 @@
 use std::time::Duration;
 
 /// Everything that can go wrong in a check. A denial is not an error (see [`crate::Decision`]).
+///
+/// [`Error::class`] says whom an error is on — the caller, a backend failing for now, or a
+/// backend answering with an error — and so whether a failure policy may answer it.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -73,10 +76,13 @@ pub enum Error {
     /// The circuit breaker is open (the backend kept failing) and no failure policy applies.
     #[error("the backend's circuit is open after repeated failures")]
     CircuitOpen,
-    /// The backend did not answer within its deadline.
+    /// The backend did not answer within its deadline, or could not take the command within
+    /// it (the Redis connection's queue is full).
     #[error("backend did not answer within {0:?}")]
     Timeout(Duration),
-    /// Redis answered with an error or the connection failed.
+    /// Redis answered with an error or the connection failed: [`Error::class`] tells which
+    /// (a connection failure or `BUSY`, `LOADING`, `READONLY`… is a backend failure; a script
+    /// error, `WRONGTYPE`, an unknown command is not).
     #[cfg(feature = "redis")]
     #[error("redis: {0}")]
     Redis(#[from] redis::RedisError),
@@ -95,15 +101,101 @@ pub enum Error {
     UnexpectedReply(String),
 }
 
+/// Who an error is on, and so what answers it: see [`Error::class`].
+///
+/// The line between the last two is whether a request can cause the error. A failure policy
+/// answers only for errors no request can cause: were a caller able to provoke an error that
+/// fail-open answers, it could make the limiter admit at will.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorClass {
+    /// The caller's input: a key, quota, cost or group the limiter refuses. Retrying the same
+    /// request fails the same way. Never answered by a failure policy, never counted by the
+    /// circuit breaker; a server answers it HTTP 400 / gRPC `INVALID_ARGUMENT`.
+    Caller,
+    /// The backend cannot decide now, for a reason of its own: unreachable (a transport error,
+    /// a refused or reset connection), slow (a missed deadline, a full queue, an open circuit),
+    /// refusing for now (`BUSY`, `LOADING`, `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`,
+    /// `READONLY`, `OOM`…), or not set up as configured (refused credentials, a forced module
+    /// that is not loaded). The one class a failure policy answers and the circuit breaker
+    /// counts; a server answers it HTTP 503 / gRPC `UNAVAILABLE` when no policy does.
+    BackendFailure,
+    /// Neither: the backend answered, with an error a request's content can provoke and that a
+    /// failure policy must therefore not hide (fail-open would admit) — a script error such as
+    /// `too many results to unpack`, a key of another type where the limiter's key is
+    /// (`WRONGTYPE`), an unknown command, an ACL refusing a key (`NOPERM`), a reply the scripts
+    /// cannot have given. Returned as it is, never counted by the breaker; a server answers it
+    /// HTTP 500 / gRPC `INTERNAL`.
+    BackendError,
+}
+
 impl Error {
-    /// Whether this is the backend failing (unreachable, slow, broken) rather than the caller's
-    /// mistake: the errors a failure policy answers for.
-    pub fn is_backend_failure(&self) -> bool {
+    /// Which [`ErrorClass`] this error is. Every variant is listed here, once: the one place
+    /// the limiter, its circuit breaker and the server learn whom an error is on.
+    pub fn class(&self) -> ErrorClass {
         match self {
-            Self::Timeout(_) | Self::UnexpectedReply(_) | Self::CircuitOpen => true,
+            Self::InvalidLimit { .. }
+            | Self::InvalidWindow { .. }
+            | Self::InvalidCost { .. }
+            | Self::InvalidQuota(_)
+            | Self::EmptyKey
+            | Self::KeyTooLong { .. }
+            | Self::CheckCount { .. }
+            | Self::DuplicateKey { .. }
+            | Self::UnknownAlgorithm(_)
+            | Self::CrossSlot { .. } => ErrorClass::Caller,
+            Self::CircuitOpen | Self::Timeout(_) => ErrorClass::BackendFailure,
+            Self::UnexpectedReply(_) => ErrorClass::BackendError,
             #[cfg(feature = "redis")]
-            Self::Redis(_) | Self::ModuleNotLoaded => true,
-            _ => false,
+            Self::UnknownEngine(_) => ErrorClass::Caller,
+            #[cfg(feature = "redis")]
+            Self::ModuleNotLoaded => ErrorClass::BackendFailure,
+            #[cfg(feature = "redis")]
+            Self::Redis(e) => redis_class(e),
         }
+    }
+
+    /// Whether this is the backend failing (unreachable, slow, refusing for now) rather than
+    /// anything else: the errors a failure policy answers and the circuit breaker counts
+    /// ([`ErrorClass::BackendFailure`]).
+    pub fn is_backend_failure(&self) -> bool {
+        self.class() == ErrorClass::BackendFailure
+    }
+
+    /// Whether this is the caller's mistake ([`ErrorClass::Caller`]): HTTP 400 / gRPC
+    /// `INVALID_ARGUMENT`, never a failure.
+    pub fn is_caller_error(&self) -> bool {
+        self.class() == ErrorClass::Caller
+    }
+}
+
+/// Redis error codes of a server that cannot serve now, beyond those redis-rs names: `BUSY` (a
+/// script or function running past `busy-reply-threshold`), `OOM` (`maxmemory` reached under
+/// `noeviction`), `NOREPLICAS` (`min-replicas-to-write` not met), `MISCONF` (writes stopped
+/// after a failed snapshot), `NOAUTH` and `WRONGPASS` (the configured credentials refused).
+#[cfg(feature = "redis")]
+const UNAVAILABLE_CODES: [&str; 6] = ["BUSY", "OOM", "NOREPLICAS", "MISCONF", "NOAUTH", "WRONGPASS"];
+
+/// The class of a Redis error: transport errors and the replies of a server that cannot serve
+/// now are failures; `CROSSSLOT` is the caller's keys; everything else Redis said (a script
+/// error, `WRONGTYPE`, an unknown command, `NOPERM`, a reply that does not convert) is an error
+/// to report, not to fail over.
+#[cfg(feature = "redis")]
+fn redis_class(e: &redis::RedisError) -> ErrorClass {
+    use redis::{ErrorKind as K, ServerErrorKind as S};
+    match e.kind() {
+        K::Io
+        | K::AuthenticationFailed
+        | K::ClusterConnectionNotFound
+        | K::MasterNameNotFoundBySentinel
+        | K::NoValidReplicasFoundBySentinel => ErrorClass::BackendFailure,
+        K::Server(S::BusyLoading | S::TryAgain | S::ClusterDown | S::MasterDown | S::ReadOnly | S::Moved | S::Ask) => {
+            ErrorClass::BackendFailure
+        }
+        K::Server(S::CrossSlot) => ErrorClass::Caller,
+        _ if e.code().is_some_and(|code| UNAVAILABLE_CODES.contains(&code)) => ErrorClass::BackendFailure,
+        // Redis' refusal of one connection too many comes as a plain `ERR`.
+        _ if e.detail().is_some_and(|d| d.starts_with("max number of clients reached")) => ErrorClass::BackendFailure,
+        _ => ErrorClass::BackendError,
     }
 }

@@ -43,7 +43,7 @@
 //! - [`clock`]: [`Clock`]; [`SystemClock`], the TSC-fast [`MonotonicClock`], and [`ManualClock`]
 //!   for tests.
 //! - [`slot`]: Redis Cluster slots and the [`hash_tag`] helper for atomic multi-limit checks.
-//! - [`error`]: [`Error`], the one error type.
+//! - [`error`]: [`Error`], the one error type, and [`ErrorClass`]: whom an error is on.
 
 pub mod backend;
 pub mod clock;
@@ -62,7 +62,7 @@ pub mod state;
 pub use backend::{Backend, Check};
 pub use clock::{Clock, ManualClock, MonotonicClock, SystemClock};
 pub use decision::{Decision, KeyState, MultiDecision};
-pub use error::Error;
+pub use error::{Error, ErrorClass};
 pub use limiter::{Limiter, MAX_CHECKS, MAX_KEY_LEN, validate_key};
 pub use memory::MemoryBackend;
 pub use quota::{Algorithm, MAX_LIMIT, MAX_LOG_LIMIT, MAX_WINDOW, Quota, WarmUp};

@@ -152,7 +152,10 @@ impl<B: Backend> Limiter<B> {
                 guard.breaker.failed();
                 guard.single(policy, key, quota, cost, e)
             }
-            Err(e) => Err(e),
+            Err(e) => {
+                guard.breaker.settled();
+                Err(e)
+            }
         }
     }
 
@@ -205,7 +208,10 @@ impl<B: Backend> Limiter<B> {
                 guard.breaker.failed();
                 guard.group(policy, checks, e)
             }
-            Err(e) => Err(e),
+            Err(e) => {
+                guard.breaker.settled();
+                Err(e)
+            }
         }
     }
 

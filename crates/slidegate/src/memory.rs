@@ -11,9 +11,26 @@
 //! A sweep therefore costs at most two key visits per operation, amortized, and a shard holds
 //! the keys live at its last sweep plus at most those created since (one per operation, over at
 //! most the larger of its key count in operations and 100 ms).
+//!
+//! The number of keys is bounded too: at most [`DEFAULT_MAX_KEYS`]
+//! ([`MemoryBackend::with_max_keys`]), split evenly over the shards. A new key that finds its
+//! shard full makes room, in this order, without ever dropping a key that holds a live denial —
+//! a flood of new keys must not reset the limit of a key that is over it:
+//! 1. keys that hold nothing any more (expired) are swept;
+//! 2. keys not at their limit are evicted, those that would expire soonest first (they hold the
+//!    least), [`EVICT_SHARE`] of the shard at once, so that the pass over the shard is paid
+//!    for by that many new keys. An evicted key starts again from nothing;
+//! 3. when every key of the shard is at its limit, the new key is not admitted into the table:
+//!    it is denied, with a `retry_after` until the first of those keys leaves its limit (when
+//!    room can be made). A denial, not an error: the memory backend does not fail, and a full
+//!    table is no reason for a failure policy or a circuit breaker to step in.
+//!
+//! A key is *at its limit* from a denial until its `retry_after`, and from an admission that
+//! leaves nothing remaining until the next permit frees.
 
 use std::hash::{BuildHasher, RandomState};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use hashbrown::HashTable;
 use hashbrown::hash_table::Entry as TableEntry;
@@ -28,6 +45,22 @@ const MIN_OPS_BETWEEN_SWEEPS: usize = 64;
 /// A shard sweeps at most ten times a second: under millions of operations a second, sweeping
 /// at every budget would visit a key per operation for nothing.
 const MIN_MS_BETWEEN_SWEEPS: u64 = 100;
+
+/// The most keys a memory backend holds unless [`MemoryBackend::with_max_keys`] says otherwise.
+/// A key with a few admissions takes about 250 bytes (its table slot, its counter, its key when
+/// longer than 22 bytes, a small log: `tests/memory_bound.rs` measures 253 B per 52-byte key),
+/// so a full backend holds about a quarter of a gigabyte — a fraction of a server's memory —
+/// plus 1–2 bytes per admission each sliding log holds (at most its limit). A million distinct
+/// keys live at once is more than one process's traffic meets in a window.
+pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
+
+/// A shard holds at least this many keys (fewer shards when the bound is small), so that a
+/// shard's share of the bound is not rounded to nothing.
+const MIN_KEYS_PER_SHARD: usize = 64;
+
+/// When a full shard must evict keys not at their limit, it evicts this fraction (1/16) of its
+/// bound at once: one pass over the shard per that many new keys, not one per key.
+pub const EVICT_SHARE: usize = 16;
 
 /// Room for this many bytes of admissions (1–2 each) is reserved when a key first appears,
 /// sparing the early regrowths of its log.
@@ -58,6 +91,8 @@ pub struct MemoryBackend {
 
 struct Inner {
     shards: Box<[Shard]>,
+    /// Keys one shard may hold.
+    keys_per_shard: usize,
     /// Keyed per process, so clients cannot choose keys that collide (hash flooding).
     hasher: RandomState,
     clock: Arc<dyn Clock>,
@@ -71,11 +106,13 @@ struct Table {
     keys: HashTable<Entry>,
     ops_until_sweep: usize,
     next_sweep_ms: u64,
+    /// Set when the shard is full of keys at their limit: until then, no room can be made.
+    full_until_ms: u64,
 }
 
 impl Default for Table {
     fn default() -> Self {
-        Self { keys: HashTable::new(), ops_until_sweep: MIN_OPS_BETWEEN_SWEEPS, next_sweep_ms: 0 }
+        Self { keys: HashTable::new(), ops_until_sweep: MIN_OPS_BETWEEN_SWEEPS, next_sweep_ms: 0, full_until_ms: 0 }
     }
 }
 
@@ -86,6 +123,8 @@ struct Entry {
     counter: Counter,
     /// When the key holds nothing any more; it is swept from then on.
     expires_at: u64,
+    /// Until when the key is at its limit (see [the module](self)): it is not evicted before.
+    limited_until: u64,
 }
 
 /// A key, stored in its table slot when short (most user ids, IPs and phone numbers are), so
@@ -119,7 +158,11 @@ impl KeyBytes {
 
 impl std::fmt::Debug for MemoryBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MemoryBackend").field("shards", &self.inner.shards.len()).field("keys", &self.len()).finish()
+        f.debug_struct("MemoryBackend")
+            .field("shards", &self.inner.shards.len())
+            .field("keys", &self.len())
+            .field("max_keys", &self.max_keys())
+            .finish()
     }
 }
 
@@ -137,15 +180,36 @@ impl MemoryBackend {
 
     /// A memory backend on the given clock (a [`crate::ManualClock`] in tests).
     pub fn with_clock(clock: impl Clock) -> Self {
+        Self::build(Arc::new(clock), DEFAULT_MAX_KEYS)
+    }
+
+    /// A new, empty backend on the same clock that holds at most `max_keys` keys (at least
+    /// one; default [`DEFAULT_MAX_KEYS`]): see [the module](self) for what happens when it is
+    /// full. Set it when building the backend — the keys this one holds are not carried over.
+    #[must_use]
+    pub fn with_max_keys(self, max_keys: usize) -> Self {
+        Self::build(Arc::clone(&self.inner.clock), max_keys)
+    }
+
+    fn build(clock: Arc<dyn Clock>, max_keys: usize) -> Self {
         let cores = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
-        let shards = (cores * 16).next_power_of_two().clamp(16, 1024);
+        let by_cores = (cores * 16).next_power_of_two().clamp(16, 1024);
+        // The largest power of two of shards that each get MIN_KEYS_PER_SHARD of the bound.
+        let by_bound = (max_keys / MIN_KEYS_PER_SHARD + 1).next_power_of_two() / 2;
+        let shards = by_cores.min(by_bound.max(1));
         Self {
             inner: Arc::new(Inner {
                 shards: (0..shards).map(|_| Shard(Mutex::default())).collect(),
+                keys_per_shard: (max_keys / shards).max(1),
                 hasher: RandomState::new(),
-                clock: Arc::new(clock),
+                clock,
             }),
         }
+    }
+
+    /// The most keys this backend holds: its bound, rounded down to a multiple of its shards.
+    pub fn max_keys(&self) -> usize {
+        self.inner.keys_per_shard * self.inner.shards.len()
     }
 
     /// The number of keys held, live or not yet swept.
@@ -173,11 +237,20 @@ impl MemoryBackend {
         let hash = self.inner.hasher.hash_one(key);
         let mut table = lock(&self.inner.shards[self.shard_index(hash)]);
         table.count_op(now);
+        // Only a full shard looks the key up twice: to know whether it needs room.
+        let max = self.inner.keys_per_shard;
+        if table.keys.len() >= max
+            && table.find_mut(hash, key, quota.algorithm()).is_none()
+            && !table.make_room(now, max, 1, &[])
+        {
+            return table.refusal(now, quota);
+        }
         let entry = table.get_or_insert(hash, key, quota.algorithm());
         let decision = entry.counter.evaluate(now, quota, cost);
         if decision.allowed {
             entry.record(now, quota, cost);
         }
+        entry.note(now, quota, &decision);
         decision
     }
 
@@ -196,6 +269,15 @@ impl MemoryBackend {
         for &t in &table_of {
             tables[t].count_op(now);
         }
+        // Room for the keys not held yet is made first, sparing the keys of this group.
+        let is_new: Vec<bool> = (0..checks.len())
+            .map(|i| tables[table_of[i]].find_mut(hashes[i], checks[i].key, checks[i].quota.algorithm()).is_none())
+            .collect();
+        let mut refused = vec![false; tables.len()];
+        for (t, table) in tables.iter_mut().enumerate() {
+            let new = (0..checks.len()).filter(|&i| table_of[i] == t && is_new[i]).count();
+            refused[t] = new > 0 && !table.make_room(now, self.inner.keys_per_shard, new, &hashes);
+        }
         // Every check is evaluated before any is recorded; a key never seen before holds
         // nothing, so it is evaluated on a fresh entry that is kept only if recorded.
         let verdicts: Vec<Decision> = checks
@@ -203,6 +285,7 @@ impl MemoryBackend {
             .enumerate()
             .map(|(i, c)| match tables[table_of[i]].find_mut(hashes[i], c.key, c.quota.algorithm()) {
                 Some(entry) => entry.counter.evaluate(now, &c.quota, c.cost),
+                None if refused[table_of[i]] => tables[table_of[i]].refusal(now, &c.quota),
                 // Nothing is recorded yet: an unnamed entry with no room allocates nothing.
                 None => Counter::new(c.quota.algorithm()).evaluate(now, &c.quota, c.cost),
             })
@@ -215,10 +298,15 @@ impl MemoryBackend {
             .map(|(i, (c, d))| {
                 let table = &mut tables[table_of[i]];
                 if admitted {
-                    table.get_or_insert(hashes[i], c.key, c.quota.algorithm()).record(now, &c.quota, c.cost);
+                    let entry = table.get_or_insert(hashes[i], c.key, c.quota.algorithm());
+                    entry.record(now, &c.quota, c.cost);
+                    entry.note(now, &c.quota, &d);
                     return d;
                 }
                 if !d.allowed {
+                    if let Some(entry) = table.find_mut(hashes[i], c.key, c.quota.algorithm()) {
+                        entry.note(now, &c.quota, &d);
+                    }
                     return d;
                 }
                 match table.find_mut(hashes[i], c.key, c.quota.algorithm()) {
@@ -264,6 +352,52 @@ impl Table {
         self.next_sweep_ms = now + MIN_MS_BETWEEN_SWEEPS;
     }
 
+    /// Makes room for `new` more keys under the bound `max`, as [the module](self) describes,
+    /// never evicting a key whose hash is in `spare` (the keys of the check making room).
+    /// Whether there is room.
+    fn make_room(&mut self, now: u64, max: usize, new: usize, spare: &[u64]) -> bool {
+        if self.keys.len() + new <= max {
+            return true;
+        }
+        if now < self.full_until_ms {
+            return false;
+        }
+        self.sweep(now);
+        if self.keys.len() + new <= max {
+            return true;
+        }
+        let evictable = |e: &Entry| e.limited_until <= now && !spare.contains(&e.hash);
+        let mut expiries: Vec<u64> = self.keys.iter().filter(|e| evictable(e)).map(|e| e.expires_at).collect();
+        let needed = self.keys.len() + new - max;
+        if expiries.len() < needed {
+            // Every key is at its limit: none leaves it before the first one's limit ends.
+            self.full_until_ms =
+                self.keys.iter().map(|e| e.limited_until).filter(|&t| t > now).min().unwrap_or(now + 1);
+            return false;
+        }
+        let batch = (max / EVICT_SHARE).clamp(needed, expiries.len());
+        let (_, &mut cutoff, _) = expiries.select_nth_unstable(batch - 1);
+        // Into a new table rather than in place: removing from a full table leaves tombstones
+        // that would make hashbrown double it at the next insert.
+        let mut left = batch;
+        let kept = HashTable::with_capacity(max);
+        for e in std::mem::replace(&mut self.keys, kept) {
+            if left > 0 && evictable(&e) && e.expires_at <= cutoff {
+                left -= 1;
+            } else {
+                self.keys.insert_unique(e.hash, e, |e| e.hash);
+            }
+        }
+        true
+    }
+
+    /// The answer to a new key that finds its shard full of keys at their limit: a denial until
+    /// room can be made.
+    fn refusal(&self, now: u64, quota: &Quota) -> Decision {
+        let retry = Duration::from_millis(self.full_until_ms.saturating_sub(now).max(1));
+        Decision::denied(quota.limit(), 0, retry, retry)
+    }
+
     fn get_or_insert(&mut self, hash: u64, key: &str, algorithm: Algorithm) -> &mut Entry {
         match self.keys.entry(hash, |e| e.key.is(key) && e.counter.counts_by(algorithm), |e| e.hash) {
             TableEntry::Occupied(e) => e.into_mut(),
@@ -279,7 +413,22 @@ impl Table {
 impl Entry {
     /// A key that holds nothing, with room for `log_capacity` admissions if it is a log.
     fn new(hash: u64, key: &str, algorithm: Algorithm, log_capacity: usize) -> Self {
-        Self { hash, key: KeyBytes::new(key), counter: Counter::with_capacity(algorithm, log_capacity), expires_at: 0 }
+        let counter = Counter::with_capacity(algorithm, log_capacity);
+        Self { hash, key: KeyBytes::new(key), counter, expires_at: 0, limited_until: 0 }
+    }
+
+    /// Notes whether `decision` leaves the key at its limit, and until when: a denial until its
+    /// `retry_after`, an admission that left nothing until the next permit frees.
+    fn note(&mut self, now: u64, quota: &Quota, decision: &Decision) {
+        let limited_for = match decision.retry_after {
+            Some(retry) => retry,
+            None if decision.allowed && decision.remaining == 0 => {
+                self.counter.evaluate(now, quota, 1).retry_after.unwrap_or_default()
+            }
+            None => return,
+        };
+        let until = now.saturating_add(u64::try_from(limited_for.as_millis()).unwrap_or(u64::MAX));
+        self.limited_until = self.limited_until.max(until);
     }
 
     /// Records `cost` permits at `now`, after [`Counter::evaluate`] found that they fit.
@@ -320,7 +469,6 @@ mod tests {
     use super::*;
     use crate::ManualClock;
     use crate::reference::SlidingLog;
-    use std::time::Duration;
 
     #[test]
     fn idle_keys_are_swept_by_use() {
@@ -381,5 +529,56 @@ mod tests {
             clock.set_ms(t);
             assert_eq!(backend.check_now("k", &quota, 1), reference.check(t, 3, 1_000, 1), "at {t}");
         }
+    }
+
+    #[test]
+    fn a_flood_of_new_keys_never_evicts_a_denied_key() {
+        let clock = ManualClock::new(0);
+        let backend = MemoryBackend::with_clock(clock.clone()).with_max_keys(64);
+        assert_eq!(backend.max_keys(), 64);
+        let (strict, loose) = (Quota::per_minute(2).expect("valid"), Quota::per_minute(10).expect("valid"));
+        let victim = (0..3).map(|_| backend.check_now("victim", &strict, 1).allowed).collect::<Vec<_>>();
+        assert_eq!(victim, [true, true, false]);
+        // The attack: a thousand new keys, each admitted once, into a table of 64.
+        for i in 0..1_000 {
+            clock.set_ms(i);
+            assert!(backend.check_now(&format!("flood{i}"), &loose, 1).allowed, "a key under its limit is evicted");
+            assert!(backend.len() <= 64);
+        }
+        assert!(!backend.check_now("victim", &strict, 1).allowed, "the victim is still denied");
+        clock.set_ms(60_000);
+        assert!(backend.check_now("victim", &strict, 1).allowed, "until its window passes");
+    }
+
+    #[test]
+    fn a_table_full_of_keys_at_their_limit_denies_new_keys_until_one_frees() {
+        let clock = ManualClock::new(0);
+        let backend = MemoryBackend::with_clock(clock.clone()).with_max_keys(64);
+        let quota = Quota::per_second(1).expect("valid");
+        for i in 0..64 {
+            clock.set_ms(i);
+            assert!(backend.check_now(&format!("k{i}"), &quota, 1).allowed);
+        }
+        // Every key took its only permit: none may be evicted, so the new key is denied.
+        let d = backend.check_now("new", &quota, 1);
+        assert!(!d.allowed);
+        assert_eq!(d.retry_after, Some(Duration::from_millis(1_000 - 63)), "until k0's permit frees");
+        let group = backend.check_all_now(&[Check::new("k63", quota), Check::new("other", quota)]);
+        assert!(!group.allowed);
+        assert_eq!(group.denied_by, Some(0));
+        assert!(group.decisions[1].retry_after.is_some(), "the new key of the group is refused too");
+        assert!((0..64).all(|i| !backend.check_now(&format!("k{i}"), &quota, 1).allowed), "all still limited");
+        clock.set_ms(1_000);
+        assert!(backend.check_now("new", &quota, 1).allowed, "room once k0 leaves its limit");
+        assert_eq!(backend.len(), 64);
+    }
+
+    #[test]
+    fn the_bound_is_spread_over_shards_and_never_exceeded() {
+        for max in [1, 63, 100, 4_096, 100_000, DEFAULT_MAX_KEYS] {
+            let backend = MemoryBackend::new().with_max_keys(max);
+            assert!(backend.max_keys() <= max && backend.max_keys() > max - backend.inner.shards.len(), "{max}");
+        }
+        assert_eq!(MemoryBackend::new().with_max_keys(0).max_keys(), 1);
     }
 }

@@ -4,7 +4,7 @@
 //! trip.
 
 use std::hash::{BuildHasher, RandomState};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -72,7 +72,8 @@ pub(crate) fn strictest(policies: impl IntoIterator<Item = FailurePolicy>) -> Op
 /// Stops calling a backend that keeps failing: after `failures` consecutive failures the circuit
 /// opens and every call is answered by the failure policy at once, without waiting for a
 /// deadline; after `open_for` one call is let through as a probe (half-open); its success closes
-/// the circuit, its failure opens it again.
+/// the circuit, its failure opens it again. A probe that has not reported after another
+/// `open_for` (its caller gave up mid-call) no longer holds the next one back.
 #[derive(Debug)]
 pub struct CircuitBreaker {
     failures: u32,
@@ -81,7 +82,8 @@ pub struct CircuitBreaker {
     consecutive: AtomicU32,
     /// When the circuit may be probed, in ns since `epoch`; 0 while closed.
     open_until: AtomicU64,
-    probing: AtomicBool,
+    /// When the probe in flight began, in ns since `epoch`; 0 when none is.
+    probe_since: AtomicU64,
 }
 
 /// Consecutive failures that open a circuit unless set otherwise.
@@ -106,7 +108,7 @@ impl CircuitBreaker {
             epoch: Instant::now(),
             consecutive: AtomicU32::new(0),
             open_until: AtomicU64::new(0),
-            probing: AtomicBool::new(false),
+            probe_since: AtomicU64::new(0),
         }
     }
 
@@ -133,24 +135,46 @@ impl CircuitBreaker {
     /// probe after `open_for`.
     pub(crate) fn allow(&self) -> bool {
         let until = self.open_until.load(Ordering::Acquire);
-        until == 0 || (self.now() >= until && !self.probing.swap(true, Ordering::AcqRel))
+        if until == 0 {
+            return true;
+        }
+        let now = self.now();
+        let since = self.probe_since.load(Ordering::Acquire);
+        // A probe whose caller gave up (its future dropped mid-call) never reports; without
+        // this, it would hold the circuit open for good. One older than `open_for` is over.
+        let over = since == 0 || now.saturating_sub(since) >= self.open_for_ns();
+        now >= until
+            && over
+            && self.probe_since.compare_exchange(since, now, Ordering::AcqRel, Ordering::Relaxed).is_ok()
     }
 
     pub(crate) fn succeeded(&self) {
         self.consecutive.store(0, Ordering::Relaxed);
         if self.open_until.load(Ordering::Relaxed) != 0 {
             self.open_until.store(0, Ordering::Release);
-            self.probing.store(false, Ordering::Release);
+            self.probe_since.store(0, Ordering::Release);
         }
+    }
+
+    /// A call that ended in an error that is not the backend failing (see
+    /// [`crate::Error::is_backend_failure`]): it neither counts as a failure nor closes the
+    /// circuit, but a probe that ends so is over — the next call probes again. Without this, a
+    /// probe answered with such an error (which a caller can provoke) would leave the circuit
+    /// open for good.
+    pub(crate) fn settled(&self) {
+        self.probe_since.store(0, Ordering::Release);
     }
 
     pub(crate) fn failed(&self) {
         let n = self.consecutive.fetch_add(1, Ordering::Relaxed).saturating_add(1);
-        let probe_failed = self.probing.swap(false, Ordering::AcqRel);
+        let probe_failed = self.probe_since.swap(0, Ordering::AcqRel) != 0;
         if probe_failed || n >= self.failures {
-            let open_for = u64::try_from(self.open_for.as_nanos()).unwrap_or(u64::MAX);
-            self.open_until.store(self.now().saturating_add(open_for), Ordering::Release);
+            self.open_until.store(self.now().saturating_add(self.open_for_ns()), Ordering::Release);
         }
+    }
+
+    fn open_for_ns(&self) -> u64 {
+        u64::try_from(self.open_for.as_nanos()).unwrap_or(u64::MAX)
     }
 }
 

@@ -231,6 +231,42 @@ async fn an_open_circuit_answers_without_waiting_for_the_deadline() {
     server.kill();
 }
 
+#[tokio::test]
+async fn a_probe_whose_caller_gave_up_does_not_hold_the_circuit_open() {
+    let server = RedisServer::start_with(&["--enable-debug-command", "yes"]);
+    let backend = RedisBackend::connect(&server.url()).await.expect("connect").with_timeout(Duration::from_millis(200));
+    let open_for = Duration::from_millis(100);
+    let limiter =
+        Limiter::new(backend).with_failure_policy(FailurePolicy::FailClosed).with_circuit_breaker(1, open_for);
+    let quota = Quota::per_minute(100).expect("valid");
+    let url = server.url();
+    let stall = std::thread::spawn(move || {
+        let mut conn = redis::Client::open(url).and_then(|c| c.get_connection()).expect("conn");
+        let _: redis::RedisResult<()> = redis::cmd("DEBUG").arg("SLEEP").arg("1").query(&mut conn);
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // A stalled Redis misses the deadline: the circuit opens.
+    let d = limiter.check("k", &quota).await.expect("policy");
+    assert_eq!(d.degraded, Some(FailurePolicy::FailClosed));
+    assert!(limiter.circuit_open());
+    // The attack: the caller let through as the probe gives up before the probe can report.
+    tokio::time::sleep(open_for * 2).await;
+    let dropped = tokio::time::timeout(Duration::from_millis(20), limiter.check("k", &quota)).await;
+    assert!(dropped.is_err(), "the probe was waiting on the stalled Redis: {dropped:?}");
+    stall.join().expect("stall");
+    // Redis is back: a later call probes, and Redis decides again.
+    let until = Instant::now() + Duration::from_secs(5);
+    loop {
+        tokio::time::sleep(open_for).await;
+        let d = limiter.check("k", &quota).await.expect("answered");
+        if d.degraded.is_none() {
+            break;
+        }
+        assert!(Instant::now() < until, "the circuit stayed open after Redis came back: {d:?}");
+    }
+    assert!(!limiter.circuit_open());
+}
+
 fn report_waits(waits: &[Duration]) {
     let _ = writeln!(std::io::stderr(), "fault breaker: waits per request while Redis stalls {waits:?}");
 }

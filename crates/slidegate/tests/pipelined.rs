@@ -1,14 +1,16 @@
 //! slidegate's pipelined connection against real redis-server processes: every reply reaches
 //! the caller that asked, in batches and after callers gave up; AUTH and SELECT from the URL; a
 //! Unix socket; transactions; a dropped connection fails its callers and the next call connects
-//! again, and so does one that went silent.
+//! again, and so does one that went silent; the queue is bounded, and callers that gave up
+//! are not sent.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionLike;
-use slidegate::{Limiter, PipelinedConnection, Quota, RedisBackend};
+use slidegate::redis::MAX_IN_FLIGHT;
+use slidegate::{Error, Limiter, PipelinedConnection, Quota, RedisBackend, RedisEngine};
 use slidegate_testkit::RedisServer;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, tcp};
@@ -252,4 +254,106 @@ async fn silence_alone_keeps_the_connection() {
         redis::cmd("BLPOP").arg("empty").arg("1.5").query_async(&mut conn).await.expect("BLPOP times out empty");
     assert_eq!(popped, None);
     assert_eq!(client_id(&mut conn).await, id, "the same connection throughout");
+}
+
+/// Blocks the Redis at `url` for `seconds` (`DEBUG SLEEP`) from a thread of its own, so that the
+/// caller goes on while Redis stalls; the handle returns once Redis is back.
+fn stall(url: String, seconds: &'static str) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut conn = redis::Client::open(url).and_then(|c| c.get_connection()).expect("conn");
+        let _: () = redis::cmd("DEBUG").arg("SLEEP").arg(seconds).query(&mut conn).expect("DEBUG SLEEP");
+    })
+}
+
+/// Calls of `EVALSHA` and `EVAL` Redis has run since its statistics were last reset.
+fn script_calls(server: &RedisServer) -> u64 {
+    let info: String = server.query(&["INFO", "commandstats"]);
+    info.lines()
+        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter_map(|l| l.split("calls=").nth(1)?.split(',').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callers_beyond_the_queue_bound_fail_at_once_with_a_timeout() {
+    const BOUND: usize = 64;
+    const CALLERS: usize = 500;
+    let server = RedisServer::start_with(&["--enable-debug-command", "yes"]);
+    let conn = connect(&server.url()).await.with_max_queued(BOUND);
+    // A deadline longer than the stall: queued callers wait it out and are answered.
+    let backend =
+        RedisBackend::with_connection(conn.clone()).with_engine(RedisEngine::Lua).with_timeout(Duration::from_secs(10));
+    let limiter = Limiter::new(backend);
+    let q = Quota::per_minute(10).expect("quota");
+    let stalled = stall(server.url(), "2");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The attack: far more concurrent callers than the queue holds while Redis does not answer.
+    let tasks: Vec<_> = (0..CALLERS)
+        .map(|i| {
+            let limiter = limiter.clone();
+            tokio::spawn(async move {
+                let started = Instant::now();
+                let result = limiter.check(&format!("k{i}"), &q).await;
+                (result, started.elapsed())
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(conn.queued() <= BOUND, "{} commands held, the bound is {BOUND}", conn.queued());
+    let (mut admitted, mut refused) = (0, 0);
+    for t in tasks {
+        match t.await.expect("task") {
+            (Ok(d), _) => admitted += usize::from(d.allowed),
+            (Err(Error::Timeout(_)), waited) => {
+                refused += 1;
+                // Refused when sent, not after the stall (2 s) or the deadline (10 s).
+                assert!(waited < Duration::from_secs(1), "a refused caller waited {waited:?}");
+            }
+            (Err(e), _) => panic!("unexpected error: {e}"),
+        }
+    }
+    stalled.join().expect("stall");
+    assert_eq!(admitted, BOUND, "the queued callers are answered once Redis is back");
+    assert_eq!(refused, CALLERS - BOUND, "every caller beyond the bound is refused");
+    assert_eq!(conn.queued(), 0);
+    assert!(limiter.check("after", &q).await.expect("decided").allowed, "the connection serves on");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_of_callers_that_gave_up_are_not_sent_when_redis_returns() {
+    const CALLERS: usize = 1_000;
+    let server = RedisServer::start_with(&["--enable-debug-command", "yes"]);
+    let conn = connect(&server.url()).await;
+    let backend = RedisBackend::with_connection(conn.clone())
+        .with_engine(RedisEngine::Lua)
+        .with_timeout(Duration::from_millis(100));
+    let limiter = Limiter::new(backend);
+    let q = Quota::per_minute(10).expect("quota");
+    assert!(limiter.check("warm", &q).await.expect("decided").allowed, "the script is cached");
+    server.query::<String>(&["CONFIG", "RESETSTAT"]);
+    // Shorter than the connection's silence limit (1 s): the same connection lives through it.
+    let stalled = stall(server.url(), "0.6");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let tasks: Vec<_> = (0..CALLERS)
+        .map(|i| {
+            let limiter = limiter.clone();
+            tokio::spawn(async move { limiter.check(&format!("k{i}"), &q).await })
+        })
+        .collect();
+    for t in tasks {
+        let result = t.await.expect("task");
+        assert!(matches!(result, Err(Error::Timeout(_))), "every caller gives up: {result:?}");
+    }
+    stalled.join().expect("stall");
+    // Redis is back: it answers what was in flight, and nothing else reaches it.
+    let settled_by = Instant::now() + Duration::from_secs(5);
+    while conn.queued() > 0 {
+        assert!(Instant::now() < settled_by, "{} commands still held", conn.queued());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let ran = script_calls(&server);
+    assert!((1..=MAX_IN_FLIGHT as u64).contains(&ran), "{ran} of {CALLERS} abandoned decisions reached Redis");
+    assert_eq!(server.query::<u64>(&["DBSIZE"]), ran + 1, "one key per decision Redis ran, and `warm`");
+    assert!(limiter.check("after", &q).await.expect("decided").allowed, "replies still reach their callers");
+    assert_eq!(script_calls(&server), ran + 1);
 }

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::time::Duration;
 
-pub use pipelined::PipelinedConnection;
+pub use pipelined::{DEFAULT_MAX_QUEUED, MAX_IN_FLIGHT, PipelinedConnection};
 use redis::aio::ConnectionLike;
 use redis::cluster::ClusterClientBuilder;
 pub use redis::cluster_async::ClusterConnection;
@@ -523,7 +523,13 @@ where
 
     async fn deadline<T>(&self, call: impl Future<Output = Result<T, Error>>) -> Result<T, Error> {
         let timeout = self.config.timeout;
-        tokio::time::timeout(timeout, call).await.map_err(|_| Error::Timeout(timeout))?
+        match tokio::time::timeout(timeout, call).await {
+            Err(_) => Err(Error::Timeout(timeout)),
+            // The connection's own timeouts (its queue full, a node or a link gone silent) are
+            // this call missing its deadline too.
+            Ok(Err(Error::Redis(e))) if e.is_timeout() => Err(Error::Timeout(timeout)),
+            Ok(answer) => answer,
+        }
     }
 
     /// Runs `script` by EVALSHA, falling back to EVAL on NOSCRIPT, all within one deadline.

@@ -11,6 +11,14 @@
 //!   letting the other ready tasks add theirs: one `write` per batch;
 //! - reads with one task that hands each reply to its caller, in order.
 //!
+//! Both ways are bounded. At most [`MAX_IN_FLIGHT`] commands are written and unanswered at
+//! once; the others wait in this process, where a command whose callers have all given up
+//! (their deadline passed) is dropped instead of being sent — so a Redis that stalls and comes
+//! back is not handed the work of callers long gone. At most [`DEFAULT_MAX_QUEUED`] commands
+//! ([`PipelinedConnection::with_max_queued`]) are queued and in flight together; past that a
+//! call fails at once with a timeout, as it would at its deadline, and the failure policy
+//! answers it.
+//!
 //! When the socket fails or closes, every caller waiting on it gets the error and the next call
 //! connects again (within the backend's deadline, as every call is). A connection that stays
 //! silent for [`SILENCE_LIMIT`] while its oldest caller has given up counts as failed too: a
@@ -20,7 +28,7 @@
 
 use std::collections::VecDeque;
 use std::io;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
@@ -37,6 +45,20 @@ use tokio::sync::{mpsc, oneshot};
 /// the second.
 const SILENCE_LIMIT: Duration = Duration::from_secs(1);
 
+/// The most commands written to Redis and not answered yet. A command written is out of reach:
+/// if Redis stalls, it runs when Redis comes back even though its caller has given up. Redis
+/// runs a decision in about 5–20 µs, so 256 in flight are a few milliseconds of its work —
+/// deep enough that batches never leave it idle, shallow enough that a stall strands little.
+pub const MAX_IN_FLIGHT: usize = 256;
+
+/// The most commands one connection holds — waiting to be written and in flight together —
+/// unless [`PipelinedConnection::with_max_queued`] says otherwise. Redis answers about 5,000
+/// decisions within the backend's default 50 ms deadline ([`super::DEFAULT_TIMEOUT`]); a
+/// caller queued behind more would miss its deadline anyway, so it is told at once. A
+/// decision's command is a few hundred bytes, about 10 KB at most (16 keys of 512 bytes and
+/// their arguments): a full queue holds about a megabyte, 40 MB at worst.
+pub const DEFAULT_MAX_QUEUED: usize = 4096;
+
 /// A pipelined connection to one standalone Redis that connects again after a failure — after
 /// the socket fails or closes, and after a second of silence while the caller first in line has
 /// given up. Cheap to clone: clones share the connection.
@@ -47,6 +69,7 @@ pub struct PipelinedConnection {
 
 struct Shared {
     info: ConnectionInfo,
+    max_queued: AtomicUsize,
     link: Mutex<Option<Arc<Link>>>,
     /// Held while connecting, so that a burst of calls after a failure opens one socket.
     connecting: tokio::sync::Mutex<()>,
@@ -66,9 +89,30 @@ impl PipelinedConnection {
         if !matches!(info.addr(), ConnectionAddr::Tcp(..) | ConnectionAddr::Unix(_)) {
             return Err(io::Error::new(io::ErrorKind::Unsupported, "only redis:// and unix:// addresses").into());
         }
-        let conn = Self { shared: Arc::new(Shared { info, link: Mutex::new(None), connecting: Default::default() }) };
+        let shared = Shared {
+            info,
+            max_queued: AtomicUsize::new(DEFAULT_MAX_QUEUED),
+            link: Mutex::new(None),
+            connecting: Default::default(),
+        };
+        let conn = Self { shared: Arc::new(shared) };
         conn.link().await?;
         Ok(conn)
+    }
+
+    /// Holds at most `max` commands (at least 1) queued and in flight together (default
+    /// [`DEFAULT_MAX_QUEUED`]); a call beyond fails at once with an I/O `TimedOut` error, which
+    /// [`crate::RedisBackend`] reports as [`crate::Error::Timeout`]. Applies to every clone.
+    #[must_use]
+    pub fn with_max_queued(self, max: usize) -> Self {
+        self.shared.max_queued.store(max.max(1), Ordering::Relaxed);
+        self
+    }
+
+    /// The commands queued and in flight now (at most the bound of
+    /// [`PipelinedConnection::with_max_queued`]): a gauge of how far Redis is behind.
+    pub fn queued(&self) -> usize {
+        self.current().map_or(0, |link| lock(&link.queue).len())
     }
 
     /// The live link, connecting when there is none or the last one failed.
@@ -91,7 +135,8 @@ impl PipelinedConnection {
     }
 
     async fn request(&self, write: impl FnOnce(&mut Vec<u8>), replies: usize) -> RedisResult<Vec<Value>> {
-        self.link().await?.request(write, replies).await
+        let max_queued = self.shared.max_queued.load(Ordering::Relaxed);
+        self.link().await?.request(write, replies, max_queued).await
     }
 }
 
@@ -121,8 +166,8 @@ impl ConnectionLike for PipelinedConnection {
     }
 }
 
-/// One open socket: its write side, the bytes and callers queued on it, and the writer task's
-/// signal. The reader task owns the read side.
+/// One open socket: its write side, the commands queued on it, and the writer task's signal.
+/// The reader task owns the read side.
 struct Link {
     writer: WriteHalf,
     queue: Mutex<Queue>,
@@ -130,17 +175,66 @@ struct Link {
     failed: AtomicBool,
 }
 
+type Caller = oneshot::Sender<RedisResult<Value>>;
+type Reply = oneshot::Receiver<RedisResult<Value>>;
+
+/// The commands of one link: in flight (written, or committed to be written next) and queued
+/// behind them.
 #[derive(Default)]
 struct Queue {
-    /// Packed commands not written yet.
-    out: Vec<u8>,
-    /// One per reply expected, in the order the commands were written.
-    waiting: VecDeque<oneshot::Sender<RedisResult<Value>>>,
-    /// The writer task has been woken and owns the socket's write side until `out` is empty.
+    /// One per reply expected, in the order the commands were written: Redis answers these.
+    in_flight: VecDeque<Caller>,
+    /// Bytes of the commands in flight not written yet; they go out before anything else.
+    unwritten: Vec<u8>,
+    /// Commands not committed yet, oldest first: their packed length and number of replies.
+    queued: VecDeque<(usize, usize)>,
+    /// The queued commands' bytes, one after another.
+    queued_bytes: Vec<u8>,
+    /// One per reply the queued commands expect.
+    queued_callers: VecDeque<Caller>,
+    /// The writer task has been woken and owns the socket's write side until it finds nothing
+    /// to write.
     writing: bool,
 }
 
-type Reply = oneshot::Receiver<RedisResult<Value>>;
+impl Queue {
+    /// Commands (replies expected) held, in flight and queued.
+    fn len(&self) -> usize {
+        self.in_flight.len() + self.queued_callers.len()
+    }
+
+    /// Moves queued commands in flight, oldest first, while there is room for them (a command
+    /// larger than the room goes alone), dropping those whose callers have all given up:
+    /// nothing asked for them any more.
+    fn commit(&mut self) {
+        let mut at = 0;
+        while let Some(&(len, replies)) = self.queued.front() {
+            let abandoned = self.queued_callers.iter().take(replies).all(oneshot::Sender::is_closed);
+            let full = !self.in_flight.is_empty() && self.in_flight.len() + replies > MAX_IN_FLIGHT;
+            if full && !abandoned {
+                break;
+            }
+            self.queued.pop_front();
+            let callers = self.queued_callers.drain(..replies);
+            if !abandoned {
+                self.unwritten.extend_from_slice(&self.queued_bytes[at..at + len]);
+                self.in_flight.extend(callers);
+            }
+            at += len;
+        }
+        self.queued_bytes.drain(..at);
+    }
+
+    /// Wakes the writer task unless it is awake or has nothing to do.
+    fn wake_writer(&mut self, wake: &mpsc::Sender<()>) {
+        let work = !self.unwritten.is_empty() || !self.queued.is_empty();
+        if work && !self.writing {
+            self.writing = true;
+            // The channel holds one signal; a full one means the writer is already woken.
+            let _ = wake.try_send(());
+        }
+    }
+}
 
 impl Link {
     async fn open(info: &ConnectionInfo) -> RedisResult<Arc<Self>> {
@@ -176,15 +270,20 @@ impl Link {
     }
 
     async fn handshake(&self, cmd: &Cmd) -> RedisResult<()> {
-        for value in self.request(|out| cmd.write_packed_command(out), 1).await? {
+        for value in self.request(|out| cmd.write_packed_command(out), 1, DEFAULT_MAX_QUEUED).await? {
             value.extract_error()?;
         }
         Ok(())
     }
 
     /// Sends what `write` packs, which `replies` replies answer, and returns those replies.
-    async fn request(&self, write: impl FnOnce(&mut Vec<u8>), replies: usize) -> RedisResult<Vec<Value>> {
-        let waiting = self.send(write, replies)?;
+    async fn request(
+        &self,
+        write: impl FnOnce(&mut Vec<u8>),
+        replies: usize,
+        max_queued: usize,
+    ) -> RedisResult<Vec<Value>> {
+        let waiting = self.send(write, replies, max_queued)?;
         let mut values = Vec::with_capacity(replies);
         for rx in waiting {
             values.push(rx.await.unwrap_or_else(|_| Err(closed().into()))?);
@@ -193,52 +292,60 @@ impl Link {
     }
 
     /// Queues what `write` packs and `replies` callers' places for its replies; writes it at
-    /// once when the connection is idle, else leaves it to the writer task's next batch.
-    fn send(&self, write: impl FnOnce(&mut Vec<u8>), replies: usize) -> RedisResult<Vec<Reply>> {
-        let mut q = lock(&self.queue);
+    /// once when the connection is idle, else leaves it to the writer task. Fails at once when
+    /// the link already holds `max_queued` commands.
+    fn send(&self, write: impl FnOnce(&mut Vec<u8>), replies: usize, max_queued: usize) -> RedisResult<Vec<Reply>> {
+        let mut guard = lock(&self.queue);
         if self.failed.load(Ordering::Relaxed) {
             return Err(closed().into());
         }
-        let idle = q.waiting.is_empty() && !q.writing;
-        write(&mut q.out);
-        let waiting = (0..replies)
+        let q = &mut *guard;
+        if q.len() > 0 && q.len() + replies > max_queued {
+            return Err(io::Error::new(io::ErrorKind::TimedOut, "the Redis connection's queue is full").into());
+        }
+        let idle = q.len() == 0 && !q.writing;
+        let (bytes, callers) =
+            if idle { (&mut q.unwritten, &mut q.in_flight) } else { (&mut q.queued_bytes, &mut q.queued_callers) };
+        let start = bytes.len();
+        write(bytes);
+        let rx = (0..replies)
             .map(|_| {
                 let (tx, rx) = oneshot::channel();
-                q.waiting.push_back(tx);
+                callers.push_back(tx);
                 rx
             })
             .collect();
-        if idle {
-            // Nothing in flight, so nothing to batch with: write now, from this task.
-            match self.writer.try_write(&q.out) {
-                Ok(n) => drop(q.out.drain(..n)),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) => {
-                    drop(q);
-                    self.fail(&e);
-                    return Err(e.into());
-                }
+        if !idle {
+            q.queued.push_back((q.queued_bytes.len() - start, replies));
+            q.wake_writer(&self.wake_writer);
+            return Ok(rx);
+        }
+        // Nothing in flight, so nothing to batch with: write now, from this task.
+        match self.writer.try_write(&q.unwritten) {
+            Ok(n) => drop(q.unwritten.drain(..n)),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => {
+                drop(guard);
+                self.fail(&e);
+                return Err(e.into());
             }
         }
-        if !q.out.is_empty() && !q.writing {
-            q.writing = true;
-            // The channel holds one signal; a full one means the writer is already woken.
-            let _ = self.wake_writer.try_send(());
-        }
-        Ok(waiting)
+        q.wake_writer(&self.wake_writer);
+        Ok(rx)
     }
 
-    /// Marks the link failed and answers every waiting caller with `e`.
+    /// Marks the link failed and answers every caller in flight or queued with `e`.
     fn fail(&self, e: &io::Error) {
         self.failed.store(true, Ordering::Relaxed);
-        let waiting = std::mem::take(&mut lock(&self.queue).waiting);
-        for tx in waiting {
+        let q = std::mem::take(&mut *lock(&self.queue));
+        for tx in q.in_flight.into_iter().chain(q.queued_callers) {
             let _ = tx.send(Err(io::Error::new(e.kind(), e.to_string()).into()));
         }
     }
 }
 
-/// Writes the queued commands in batches each time it is woken, until the link is gone.
+/// Writes the committed commands in batches each time it is woken, committing queued ones as
+/// room in flight allows, until the link is gone.
 async fn write_batches(mut woken: mpsc::Receiver<()>, link: Weak<Link>) {
     let mut batch = Vec::new();
     while woken.recv().await.is_some() {
@@ -249,11 +356,14 @@ async fn write_batches(mut woken: mpsc::Receiver<()>, link: Weak<Link>) {
         loop {
             {
                 let mut q = lock(&link.queue);
-                if q.out.is_empty() {
+                q.commit();
+                if q.unwritten.is_empty() {
+                    // Queued commands left wait for replies to make room: the reader wakes
+                    // this task again.
                     q.writing = false;
                     break;
                 }
-                std::mem::swap(&mut q.out, &mut batch);
+                std::mem::swap(&mut q.unwritten, &mut batch);
             }
             if let Err(e) = link.writer.write_all(&batch).await {
                 link.fail(&e);
@@ -276,7 +386,7 @@ async fn read_replies(mut reader: impl AsyncRead + Unpin, link: Weak<Link>) {
             Err(_silent) => {
                 let Some(link) = link.upgrade() else { return };
                 // A caller still waiting (a blocking command, no deadline) keeps the link.
-                if lock(&link.queue).waiting.front().is_some_and(oneshot::Sender::is_closed) {
+                if lock(&link.queue).in_flight.front().is_some_and(oneshot::Sender::is_closed) {
                     break io::Error::new(io::ErrorKind::TimedOut, "Redis sent nothing back: connection presumed dead");
                 }
                 continue;
@@ -290,7 +400,7 @@ async fn read_replies(mut reader: impl AsyncRead + Unpin, link: Weak<Link>) {
                 Ok(Some(len)) => {
                     let reply = redis::parse_redis_value(&buf[at..at + len]);
                     at += len;
-                    match q.waiting.pop_front() {
+                    match q.in_flight.pop_front() {
                         // A caller that gave up (its deadline passed) dropped its receiver.
                         Some(tx) => drop(tx.send(reply)),
                         None => break Err(protocol("a reply nobody asked for")),
@@ -300,6 +410,10 @@ async fn read_replies(mut reader: impl AsyncRead + Unpin, link: Weak<Link>) {
                 Err(e) => break Err(e),
             }
         };
+        if at > 0 {
+            // Replies made room in flight for queued commands.
+            q.wake_writer(&link.wake_writer);
+        }
         drop(q);
         if let Err(e) = parsed {
             link.fail(&e);
