@@ -16,7 +16,7 @@ use axum::routing::{MethodRouter, get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::json;
-use slidegate::{Algorithm, Check, Decision, Quota};
+use slidegate::{Algorithm, Check, Decision, ErrorClass, Quota};
 use slidegate_tower::{insert_rate_limit_headers, push_u64};
 
 use crate::app::{App, Live};
@@ -197,14 +197,15 @@ impl From<slidegate::Error> for ApiError {
         use slidegate::Error as E;
         // Errors can quote a backend URL; its password stays out of answers.
         let message = redact(&e.to_string()).into_owned();
-        if e.is_backend_failure() {
-            let (kind, code) = if matches!(e, E::Timeout(_)) {
-                ("timeout", "backend_timeout")
-            } else {
-                ("error", "backend_unavailable")
-            };
-            ::metrics::counter!(metrics::BACKEND_ERRORS, "kind" => kind).increment(1);
-            return Self::new(StatusCode::SERVICE_UNAVAILABLE, code, message);
+        match e.class() {
+            ErrorClass::BackendFailure => {
+                let (kind, code) =
+                    if matches!(e, E::Timeout(_)) { ("timeout", "backend_timeout") } else { ("error", "backend_unavailable") };
+                ::metrics::counter!(metrics::BACKEND_ERRORS, "kind" => kind).increment(1);
+                return Self::new(StatusCode::SERVICE_UNAVAILABLE, code, message);
+            }
+            ErrorClass::Caller => {}
+            _ => return Self::new(StatusCode::INTERNAL_SERVER_ERROR, "backend_error", message),
         }
         let code = match e {
             E::InvalidCost { .. } => "invalid_cost",
@@ -215,9 +216,6 @@ impl From<slidegate::Error> for ApiError {
             E::CheckCount { .. } => "invalid_checks",
             E::DuplicateKey { .. } => "duplicate_key",
             E::CrossSlot { .. } => "cross_slot",
-            E::Redis(_) | E::UnexpectedReply(_) | E::ModuleNotLoaded => {
-                return Self::new(StatusCode::INTERNAL_SERVER_ERROR, "backend_error", message);
-            }
             _ => "invalid_request",
         };
         Self::bad_request(code, message)

@@ -336,9 +336,9 @@ fn own_problem(e: Error) -> Result<Outcome, Status> {
     if e.is_backend_failure() { Err(unavailable(e)) } else { Ok(Outcome::Invalid(Invalid::Rejected)) }
 }
 
-/// A backend failure that no failure policy answered.
+/// A backend failure that no failure policy answered (a Redis URL's password masked).
 fn unavailable(e: impl std::fmt::Display) -> Status {
-    Status::unavailable(e.to_string())
+    Status::unavailable(crate::redact::redact(&e.to_string()))
 }
 
 fn pb_unit(unit: Unit) -> PbUnit {
