@@ -58,10 +58,15 @@ where
 }
 
 impl<A: KeyExtractor, B: KeyExtractor> KeyExtractor for (A, B) {
+    /// `a|b`, with `|` and `\` inside `a` escaped by a `\`: the first unescaped `|` ends the
+    /// first part, so a client who controls either part cannot land on another pair's key
+    /// (`x|y` + `z` is `x\|y|z`, not `x` + `y|z`).
     fn extract(&self, request: &Parts, out: &mut String) -> Result<bool, Rejection> {
+        let start = out.len();
         if !extract_part(&self.0, request, out)? {
             return Ok(false);
         }
+        escape_separators(out, start);
         out.push('|');
         extract_part(&self.1, request, out)
     }
@@ -69,6 +74,19 @@ impl<A: KeyExtractor, B: KeyExtractor> KeyExtractor for (A, B) {
     fn too_long(&self) -> Rejection {
         // Each part is held to the bound as it is appended; what is left over is the last's.
         self.1.too_long()
+    }
+}
+
+/// Escapes `|` and `\\` in `out[from..]` with a `\\`; the common key has neither and is left as it is.
+fn escape_separators(out: &mut String, from: usize) {
+    if out[from..].contains(['|', '\\']) {
+        let part = out.split_off(from);
+        for c in part.chars() {
+            if c == '|' || c == '\\' {
+                out.push('\\');
+            }
+            out.push(c);
+        }
     }
 }
 
@@ -184,6 +202,17 @@ mod tests {
         assert_eq!(key(&both, &p), Ok(Some("u42|k1|/login".to_owned())));
         let closure = |p: &Parts| p.uri.query().map(str::to_owned);
         assert_eq!(key(&closure, &p), Ok(None));
+    }
+
+    #[test]
+    fn a_separator_in_a_part_cannot_reach_another_pair() {
+        let pair = (Header::new(HeaderName::from_static("a")), Header::new(HeaderName::from_static("b")));
+        let one = key(&pair, &request(&[("a", b"x|y"), ("b", b"z")]));
+        let other = key(&pair, &request(&[("a", b"x"), ("b", b"y|z")]));
+        assert_eq!(one, Ok(Some("x\\|y|z".to_owned())));
+        assert_eq!(other, Ok(Some("x|y|z".to_owned())));
+        let escaped = key(&pair, &request(&[("a", b"x\\"), ("b", b"|z")]));
+        assert_eq!(escaped, Ok(Some("x\\\\||z".to_owned())), "a trailing backslash is escaped too");
     }
 
     #[test]

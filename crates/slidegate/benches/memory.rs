@@ -142,20 +142,21 @@ fn bench(c: &mut Criterion) {
     }
 }
 
-/// A denial deep in a long log: a key holding 1,000,000 admissions (one per ms, or 1,000 per
-/// call), denied a cost of 500,000, must find its 500,000th oldest admission — marks keep that
-/// to a few hundred gaps read instead of half a million.
+/// A denial deep in the longest log: a key holding `MAX_LOG_LIMIT` (100,000) admissions (one per
+/// ms, or 1,000 per call), denied a cost of 50,000, must find its 50,000th oldest admission —
+/// marks keep that to a few hundred gaps read instead of fifty thousand.
 fn deep_denial(c: &mut Criterion) {
     let mut group = c.benchmark_group("memory/deep denial");
-    let quota = Quota::new(1_000_000, Duration::from_secs(3_600)).expect("quota");
+    let limit = slidegate::MAX_LOG_LIMIT;
+    let quota = Quota::new(limit, Duration::from_secs(3_600)).expect("quota");
     for (name, cost) in [("one admission per ms", 1), ("1,000 admissions per call", 1_000)] {
         let clock = ManualClock::new(0);
         let backend = MemoryBackend::with_clock(clock.clone());
-        for t in 0..1_000_000 / cost {
+        for t in 0..limit / cost {
             clock.set_ms(t);
             assert!(backend.check_now("deep", &quota, cost).allowed);
         }
-        group.bench_function(name, |b| b.iter(|| black_box(backend.check_now("deep", &quota, 500_000))));
+        group.bench_function(name, |b| b.iter(|| black_box(backend.check_now("deep", &quota, limit / 2))));
     }
     group.finish();
 }
