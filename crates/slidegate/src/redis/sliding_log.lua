@@ -24,7 +24,7 @@
 -- that entry is also the one a denied request must wait for. An admission drops the expired
 -- entries, so a set never holds more than `limit`, and it is removed whole one window after its
 -- last admission. (Counting live entries with ZCOUNT instead parses every score of a
--- listpack-encoded set twice: 1.11x the seed's instructions on keys of ~100 entries.)
+-- listpack-encoded set twice: 1.11x the classic script's instructions on keys of ~100 entries.)
 --
 -- The script is shaped by Redis' costs (measured with callgrind on Redis 7.0; see
 -- BENCHMARKS.md): every redis.call has a fixed overhead of several thousand instructions; a Lua
@@ -35,7 +35,7 @@
 -- first). So both outcomes answer one integer, the entry's time is read from its member, not
 -- its score, the timestamp string is built only when admitting, and the caller passes
 -- precomputed strings. A denial writes nothing, so it cannot drop expired entries first (as the
--- seed does); its calls and an admission's differ, and no one order is cheapest for both:
+-- classic script does); its calls and an admission's differ, and no one order is cheapest for both:
 --   look first (ARGV[4] set):  denial TIME, ZRANGE, PTTL (3 calls);
 --                              admission + ZCARD, ZREMRANGEBYSCORE, ZADD, PEXPIRE (6)
 --   count first (ARGV[4] ""):  admission TIME, ZCARD, ZREMRANGEBYSCORE, ZADD, PEXPIRE (5; 4
