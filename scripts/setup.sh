@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # What a fresh Debian/Ubuntu machine lacks for the test suite, installed with apt-get:
 # redis-server and redis-cli (the tests start their own servers), libclang (bindgen, for the
-# Redis module crate, reads Redis' module header with it), and python3 (the README's Python
-# client is run as written).
+# Redis module crate, reads Redis' module header with it), and python3 (the Python client
+# of docs/service.md is run as written).
 set -euo pipefail
 
 missing=()

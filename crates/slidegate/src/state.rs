@@ -47,7 +47,7 @@ enum Inner {
 /// One permit per admission, as in [`reference::SlidingLog`], but stored as gaps: an admission
 /// costs 1–2 bytes where a time would take 8, so a key's ring spans a quarter to an eighth of
 /// the cache lines, and on many keys a decision's cost is mostly the memory it touches
-/// (BENCHMARKS.md §3).
+/// (BENCHMARKS.md, "The memory backend beside governor").
 #[derive(Debug, Clone)]
 struct Log {
     /// For each admission after the oldest, its gap in ms to the one before, as LEB128: the
