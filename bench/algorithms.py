@@ -4,8 +4,7 @@
 For each repetition, shape and algorithm, interleaved: `slidegate bench` with 64 in flight
 against a redis-server started here (Redis pinned to CPU 1, the load generator to CPU 0;
 Redis CPU per decision = EVALSHA usec_per_call from INFO commandstats, reset before each run)
-and against the memory backend (the load generator on both CPUs). Shapes as in
-../shared/peers: W1 one hot key, 100 per 10 s; W2 10,000 uniform keys, 100 per 60 s.
+and against the memory backend (the load generator on both CPUs). Shapes: W1 one hot key, 100 per 10 s; W2 10,000 uniform keys, 100 per 60 s.
 Medians of the repetitions. Loopback only; the server is ours and stopped.
 
     cargo build --release -p slidegate-server && python3 bench/algorithms.py [--reps 3]

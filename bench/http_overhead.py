@@ -141,7 +141,7 @@ def main():
                     r["bare_wrk"] = wrk(f"http://127.0.0.1:{bport}/v1/check", keys, window, a.seconds)
                     stop(p)
 
-                # The VM's speed drifts over seconds: the two sides of the ratio run back to back,
+                # A shared machine's speed drifts over seconds: the two sides of the ratio run back to back,
                 # in alternating order.
                 for run in (serve_memory, bare_axum) if rep % 2 == 0 else (bare_axum, serve_memory):
                     run()
@@ -156,7 +156,7 @@ def main():
                           f"http://127.0.0.1:{port}/healthz", cpus="0,1")
                 r["redis_http"] = bench(f"http://127.0.0.1:{port}", keys, window, a.seconds)
                 flush()
-                # The same through wrk, the faster load generator (reqwest tops out near 19k/s).
+                # The same through wrk, the faster load generator (`slidegate bench` over HTTP is client-bound).
                 r["redis_http_wrk"] = wrk(f"http://127.0.0.1:{port}/v1/check", keys, window, a.seconds)
                 stop(p)
                 rows.setdefault(shape, []).append(r)

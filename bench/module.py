@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""slidegate's Redis module beside the Lua scripts, the seed's script and redis-cell, in one run.
+"""slidegate's Redis module beside the Lua scripts, the classic sorted-set script and redis-cell, in one run.
 
     cargo build --release -p slidegate-module
     REDIS_CELL_MODULE=path/to/libredis_cell.so python3 bench/module.py [reps]
@@ -12,10 +12,10 @@ commandstats usec_per_call). Systems, rows interleaved rep by rep:
 
 - module: SLIDEGATE.CHECK key sliding_log <limit> <window> 1 (the server's clock)
 - lua:    slidegate's sliding_log.lua by EVALSHA (Redis' TIME), as the backend sends it
-- seed:   the seed's script as ../shared/peers runs it (lua/sliding_log_servertime.lua)
+- classic: the classic sorted-set script (bench/baselines/sliding_log_classic.lua)
 - cell:   redis-cell's CL.THROTTLE key <limit-1> <limit> <window s> 1 (GCRA, another algorithm)
 
-Shapes as in ../shared/peers: W1 one hot key, 100 per 10 s (after 100 admissions every call is
+Shapes: W1 one hot key, 100 per 10 s (after 100 admissions every call is
 denied); W2 10,000 keys drawn at random, 100 per 60 s (nearly every call admits).
 Then bytes per key (MEMORY USAGE ... SAMPLES 0) holding 100 and 10,000 admissions.
 """
@@ -29,7 +29,7 @@ import time
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 MODULE = os.path.join(ROOT, "target/release/libslidegate_module.so")
 OURS = os.path.join(ROOT, "crates/slidegate/src/redis/sliding_log.lua")
-SEED = os.path.join(ROOT, "../shared/peers/lua/sliding_log_servertime.lua")
+CLASSIC = os.path.join(ROOT, "bench/baselines/sliding_log_classic.lua")
 CELL = os.environ.get("REDIS_CELL_MODULE")
 PORT = 7611
 # 0 repetitions: the bytes per key only.
@@ -56,7 +56,7 @@ def commands(shape, shas):
         # ("") for W2's admissions
         "lua": ["EVALSHA", shas["ours"], 1, f"slidegate:{key}", "m__rand_int__", window, limit - 1,
                 -limit if shape == "W1" else ""],
-        "seed": ["EVALSHA", shas["seed"], 1, key, window, limit, "__rand_int__"],
+        "classic": ["EVALSHA", shas["classic"], 1, key, window, limit, "__rand_int__"],
     }
     if CELL:
         rows["cell"] = ["CL.THROTTLE", key, limit - 1, limit, window // 1000, 1]
@@ -105,9 +105,9 @@ def bytes_per_key(args_for, admissions):
 
 
 def main():
-    for path in (MODULE, OURS, SEED):
+    for path in (MODULE, OURS, CLASSIC):
         if not os.path.exists(path):
-            sys.exit(f"missing {path} (cargo build --release -p slidegate-module; ../shared/peers)")
+            sys.exit(f"missing {path} (cargo build --release -p slidegate-module)")
     server = ["taskset", "-c", "1", "redis-server", "--port", str(PORT), "--bind", "127.0.0.1", "--save", "",
               "--appendonly", "no", "--loadmodule", MODULE]
     if CELL:
@@ -121,7 +121,7 @@ def main():
             except subprocess.CalledProcessError:
                 pass
             time.sleep(0.1)
-        shas = {name: cli("SCRIPT", "LOAD", open(path).read()) for name, path in (("ours", OURS), ("seed", SEED))}
+        shas = {name: cli("SCRIPT", "LOAD", open(path).read()) for name, path in (("ours", OURS), ("classic", CLASSIC))}
         results = {}
         for rep in range(REPS):
             for shape in SHAPES:
@@ -146,15 +146,15 @@ def main():
         memory = {
             "module": lambda n: ["SLIDEGATE.CHECK", "mem", "sliding_log", 1_000_000, 3_600_000, 1],
             "lua": lambda n: ["EVALSHA", shas["ours"], 1, "mem", "m__rand_int__", 3_600_000, 999_999, ""],
-            "seed": lambda n: ["EVALSHA", shas["seed"], 1, "mem", 3_600_000, 1_000_000, "__rand_int__"],
+            "classic": lambda n: ["EVALSHA", shas["classic"], 1, "mem", 3_600_000, 1_000_000, "__rand_int__"],
         }
         print("\n| system | bytes, key of 100 admissions | per admission | bytes, key of 10,000 | per admission |")
         print("|---|---|---|---|---|")
         sizes = {s: [bytes_per_key(f, n) for n in (100, 10_000)] for s, f in memory.items()}
         for system, (b100, b10k) in sizes.items():
             print(f"| {system} | {b100:,} | {b100 / 100:.1f} | {b10k:,} | {b10k / 10_000:.1f} |")
-        print(f"\nmodule / seed at 100 admissions: {sizes['module'][0] / sizes['seed'][0]:.2f}; "
-              f"at 10,000: {sizes['module'][1] / sizes['seed'][1]:.2f}")
+        print(f"\nmodule / classic at 100 admissions: {sizes['module'][0] / sizes['classic'][0]:.2f}; "
+              f"at 10,000: {sizes['module'][1] / sizes['classic'][1]:.2f}")
     finally:
         redis.terminate()
         redis.wait()

@@ -3,26 +3,25 @@
 
 For each shape (W1: one hot key, 100 per 10 s; W2: 10,000 uniform keys, 100 per 60 s) and each
 repetition, interleaved:
-  ceiling   redis-benchmark, 64 connections, -P 16, EVALSHA of the seed's sliding-log script
-            (server-time variant, ../shared/peers/lua/sliding_log_servertime.lua)
+  ceiling   redis-benchmark, 64 connections, -P 16, EVALSHA of the classic sorted-set script
+            (bench/baselines/sliding_log_classic.lua)
   ours      `slidegate bench --target redis://…`, 64 in flight on one multiplexed connection
   seq       both again with one request at a time (-P 1 -c 1 / --concurrency 1), for p50
 Redis CPU per decision is `usec_per_call` of EVALSHA from INFO commandstats, reset before each
-run. Placement as in the peers harness: concurrent runs put Redis on CPU 1 and the client on
+run. Placement: concurrent runs put Redis on CPU 1 and the client on
 CPU 0; sequential runs put both on CPU 0. Loopback only; every server is ours and stopped.
 
     cargo build --release -p slidegate-server && python3 bench/redis_ceiling.py [--reps 10] [--seconds 2]
 
 Each repetition runs the two sides of each comparison back to back, in alternating order, and the
-table reports medians of the per-repetition ratios: this VM's speed drifts by up to 2x over
-seconds (redis-benchmark alone reported 78k-150k/s second by second in one run), so only
-comparisons made close together in time mean anything.
+table reports medians of the per-repetition ratios: a shared machine's speed can drift by up to 2x
+over seconds, so only comparisons made close together in time mean anything.
 """
 import argparse, csv, io, json, os, socket, statistics, subprocess, sys, tempfile, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SLIDEGATE = os.path.join(ROOT, "target", "release", "slidegate")
-SEED = os.environ.get("SEED_SCRIPT", os.path.join(ROOT, "..", "shared", "peers", "lua", "sliding_log_servertime.lua"))
+CLASSIC = os.path.join(ROOT, "bench", "baselines", "sliding_log_classic.lua")
 SHAPES = {"W1": ("rl:w1:hot", "10000", "1000000", 1, "10s"), "W2": ("rl:w2:__rand_int__", "60000", "10000", 10_000, "60s")}
 
 
@@ -89,11 +88,9 @@ def main():
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--seconds", type=float, default=2)
     args = ap.parse_args()
-    if not os.path.exists(SEED):
-        raise SystemExit(f"seed script not found at {SEED} (set SEED_SCRIPT)")
     r = Redis()
     try:
-        sha = r.cli("SCRIPT", "LOAD", open(SEED).read())
+        sha = r.cli("SCRIPT", "LOAD", open(CLASSIC).read())
         rows, rate = {}, {"W1": 100_000, "W2": 50_000}
         for rep in range(args.reps):
             for shape in ("W1", "W2"):
@@ -123,7 +120,7 @@ def main():
                 print(f"rep {rep + 1} {shape}: " + json.dumps(res), file=sys.stderr)
         med = lambda xs: statistics.median(xs)
         print("| shape | ceiling -P 16 (dec/s) | slidegate 64 in flight (dec/s) | ratio (target ≥ 1.0) "
-              "| Redis µs/call seed | Redis µs/call slidegate | ratio (target ≤ 1.1) "
+              "| Redis µs/call classic | Redis µs/call slidegate | ratio (target ≤ 1.1) "
               "| seq p50 redis-benchmark -P 1 (µs) | seq p50 slidegate (µs) | ratio (target ≤ 1.2) |")
         print("|---|---|---|---|---|---|---|---|---|---|")
         for shape, reps in rows.items():

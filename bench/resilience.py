@@ -2,14 +2,14 @@
 """Resilience and scale figures (issue: production resilience), measured in one run:
 
 1. Hot-key attack: one key, limit 100 per 10 s, 64 in flight, `slidegate bench` straight at
-   Redis without and with the near-cache, beside the seed script under `redis-benchmark -P 16`
+   Redis without and with the near-cache, beside the classic sorted-set script under `redis-benchmark -P 16`
    (Redis' ceiling for one decision per command). Reports decisions/s and Redis commands per
    decision (all commands Redis executed, from INFO commandstats, over decisions made).
 2. 10,000 uniform keys, 64 in flight: one Redis vs a 3-master Redis Cluster (no replicas).
 3. What one request waits while Redis stalls (DEBUG SLEEP), circuit closed vs open: from the
    fault-injection test's own measurement (`cargo test --test faults -- breaker`).
 
-Placement: Redis (or the cluster) on CPU 1, the load generator on CPU 0, as in the peers harness.
+Placement: Redis (or the cluster) on CPU 1, the load generator on CPU 0.
 Medians of --reps interleaved repetitions. Loopback only; every server is ours and stopped.
 
     cargo build --release -p slidegate-server && python3 bench/resilience.py [--reps 3]
@@ -17,7 +17,7 @@ Medians of --reps interleaved repetitions. Loopback only; every server is ours a
 import argparse, json, os, shutil, socket, statistics, subprocess, sys, tempfile, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from redis_ceiling import SEED, SLIDEGATE, Redis, free_port, redis_benchmark  # noqa: E402
+from redis_ceiling import CLASSIC, SLIDEGATE, Redis, free_port, redis_benchmark  # noqa: E402
 
 
 def commands(port):
@@ -102,7 +102,7 @@ def main():
     r, cluster = Redis(), Cluster(3)
     rows = {}
     try:
-        sha = r.cli("SCRIPT", "LOAD", open(SEED).read())
+        sha = r.cli("SCRIPT", "LOAD", open(CLASSIC).read())
         for rep in range(args.reps):
             res = {}
             r.fresh("1")
@@ -129,7 +129,7 @@ def main():
     m = {k: statistics.median(v) for k, v in rows.items()}
     print("| hot key (W1), 64 in flight | decisions/s | × ceiling | Redis commands per decision |")
     print("|---|---|---|---|")
-    print(f"| seed script, redis-benchmark -P 16 (ceiling) | {m['ceiling']:,.0f} | 1.00 | 1 |")
+    print(f"| classic script, redis-benchmark -P 16 (ceiling) | {m['ceiling']:,.0f} | 1.00 | 1 |")
     print(f"| slidegate, no near-cache | {m['plain']:,.0f} | {m['plain'] / m['ceiling']:.2f} | {m['plain_cmds']:.3f} |")
     print(f"| slidegate, near-cache | {m['near_cache']:,.0f} | **{m['near_cache'] / m['ceiling']:.1f}** | {m['near_cache_cmds']:.6f} |")
     print()

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Redis CPU per decision, counted in instructions instead of seconds: redis-server runs under
 # callgrind, redis-benchmark sends the same calls to each system, and the script prints
-# instructions per call. Unlike usec_per_call on a shared 2-core VM, the counts repeat to within
+# instructions per call. Unlike usec_per_call on a shared machine, the counts repeat to within
 # a fraction of a percent.
 #
-#   bash bench/script_cost.sh [calls]     (needs valgrind; the seed script from ../shared/peers)
+#   bash bench/script_cost.sh [calls]     (needs valgrind)
 #
-# Table 1, the scripts (collected inside EVALSHA): the seed's sliding-log script and slidegate's.
+# Table 1, the scripts (collected inside EVALSHA): the classic sorted-set script
+# (bench/baselines/sliding_log_classic.lua) and slidegate's sliding-log script.
 # Table 2, the fixed window and the GCRA: one_key.lua beside check.lua, which decides
 # them in groups and with warm-up (collected inside EVALSHA).
 # Table 3, when the module is built (cargo build --release -p slidegate-module), collected inside
@@ -20,14 +21,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 calls=${1:-3000}
-seed=${SEED_SCRIPT:-../shared/peers/lua/sliding_log_servertime.lua}
+classic=bench/baselines/sliding_log_classic.lua
 ours=crates/slidegate/src/redis/sliding_log.lua
 scripts=crates/slidegate/src/redis
 module=target/release/libslidegate_module.so
 command -v valgrind >/dev/null || { echo "valgrind is needed (apt-get install valgrind)"; exit 1; }
-[ -f "$seed" ] || { echo "seed script not found at $seed (set SEED_SCRIPT)"; exit 1; }
 
-per_call() { # function to collect in, redis-benchmark args (@SEED@/@OURS@ = SHAs) -> instructions per call
+per_call() { # function to collect in, redis-benchmark args (@CLASSIC@/@OURS@ = SHAs) -> instructions per call
   local collect=$1; shift
   local port out pid n ir load=()
   [ -f "$module" ] && load+=(--loadmodule "$PWD/$module")
@@ -39,7 +39,7 @@ per_call() { # function to collect in, redis-benchmark args (@SEED@/@OURS@ = SHA
   pid=$!
   for _ in $(seq 1 300); do redis-cli -p "$port" PING 2>/dev/null | grep -q PONG && break; sleep 0.1; done
   local args=("$@")
-  args=("${args[@]/@SEED@/$(redis-cli -p "$port" SCRIPT LOAD "$(cat "$seed")")}")
+  args=("${args[@]/@CLASSIC@/$(redis-cli -p "$port" SCRIPT LOAD "$(cat "$classic")")}")
   args=("${args[@]/@OURS@/$(redis-cli -p "$port" SCRIPT LOAD "$(cat "$ours")")}")
   local name
   for name in check one_key; do
@@ -57,24 +57,24 @@ per_call() { # function to collect in, redis-benchmark args (@SEED@/@OURS@ = SHA
 
 shapes=("W1:-r 1000000:hot:10000:100" "W2 fresh:-r 10000:k__rand_int__:60000:100"
   "W2 warm:-r 100:k__rand_int__:60000:100" "busy:-r 30:k__rand_int__:60000:1000")
-# Seed ARGV: window, limit, random token. Ours (cost 1, Redis' TIME): id, window, limit-cost,
+# Classic ARGV: window, limit, random token. Ours (cost 1, Redis' TIME): id, window, limit-cost,
 # and the order: -(limit-cost+1) to look at the blocking entry first, "" to count first.
 # The backend guesses a key's outcome from its last one: W1's denials run in the look-first
 # order, the other shapes' admissions in the count-first order (ours_call).
-calls_for() { # shape key window limit -> the arrays seed_call, look_call, count_call, ours_call
-  seed_call=(EVALSHA @SEED@ 1 "$2" "$3" "$4" __rand_int__)
+calls_for() { # shape key window limit -> the arrays classic_call, look_call, count_call, ours_call
+  classic_call=(EVALSHA @CLASSIC@ 1 "$2" "$3" "$4" __rand_int__)
   look_call=(EVALSHA @OURS@ 1 "$2" m__rand_int__ "$3" $(($4 - 1)) -"$4")
   count_call=(EVALSHA @OURS@ 1 "$2" m__rand_int__ "$3" $(($4 - 1)) "")
   if [ "$1" = W1 ]; then ours_call=("${look_call[@]}"); else ours_call=("${count_call[@]}"); fi
 }
 
-printf '| shape | seed script (instr/call) | slidegate, look first | slidegate, count first | ratio, the order the backend takes |\n'
+printf '| shape | classic script (instr/call) | slidegate, look first | slidegate, count first | ratio, the order the backend takes |\n'
 printf '|---|---|---|---|---|\n'
 for shape in "${shapes[@]}"; do
   IFS=: read -r name rand key window limit <<<"$shape"
   calls_for "$name" "$key" "$window" "$limit"
   # shellcheck disable=SC2086
-  s=$(per_call evalShaCommand $rand "${seed_call[@]}")
+  s=$(per_call evalShaCommand $rand "${classic_call[@]}")
   # shellcheck disable=SC2086
   l=$(per_call evalShaCommand $rand "${look_call[@]}")
   # shellcheck disable=SC2086
@@ -102,7 +102,7 @@ for shape in "${shapes[@]}"; do
 done
 
 [ -f "$module" ] || exit 0
-printf '\n| shape | module | slidegate script | seed script | redis-cell | module / seed | module / cell |\n'
+printf '\n| shape | module | slidegate script | classic script | redis-cell | module / classic | module / cell |\n'
 printf '|---|---|---|---|---|---|---|\n'
 for shape in "${shapes[@]}"; do
   IFS=: read -r name rand key window limit <<<"$shape"
@@ -112,7 +112,7 @@ for shape in "${shapes[@]}"; do
   # shellcheck disable=SC2086
   o=$(per_call processCommand $rand "${ours_call[@]}")
   # shellcheck disable=SC2086
-  s=$(per_call processCommand $rand "${seed_call[@]}")
+  s=$(per_call processCommand $rand "${classic_call[@]}")
   c=0
   # shellcheck disable=SC2086
   [ -n "${REDIS_CELL_MODULE:-}" ] && c=$(per_call processCommand $rand CL.THROTTLE "$key" $((limit - 1)) "$limit" $((window / 1000)) 1)

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # What a fresh Debian/Ubuntu machine lacks for the test suite, installed with apt-get:
 # redis-server and redis-cli (the tests start their own servers), libclang (bindgen, for the
-# Redis module crate, reads Redis' module header with it), and python3 (the README's Python
-# client is run as written).
+# Redis module crate, reads Redis' module header with it), python3 (the Python client of
+# docs/service.md is run as written) and curl (so is docs/middleware.md's session).
 set -euo pipefail
 
 missing=()
 command -v redis-server >/dev/null && command -v redis-cli >/dev/null || missing+=(redis-server redis-tools)
 dpkg -s libclang-dev >/dev/null 2>&1 || missing+=(libclang-dev clang)
 command -v python3 >/dev/null || missing+=(python3)
+command -v curl >/dev/null || missing+=(curl)
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "== installing ${missing[*]} (apt-get)"
   sudo_cmd=""

@@ -14,7 +14,7 @@ use slidegate_server::redact::redact;
 use slidegate_server::server::{self, ServeOptions};
 
 // The service allocates a few small buffers per request (JSON in and out, headers); mimalloc
-// serves them faster than glibc's allocator under two threads (see BENCHMARKS.md).
+// serves them faster than glibc's allocator under two threads (bench/results/2026-12-01.md, §4).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

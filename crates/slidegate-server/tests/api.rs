@@ -30,7 +30,7 @@ fn allowed(v: &Value) -> bool {
 }
 
 #[tokio::test]
-async fn seed_seven_requests_half_a_second_apart() {
+async fn seven_requests_half_a_second_apart() {
     let server = Slidegate::serve(&[]);
     let client = reqwest::Client::new();
     let body = json!({"key": "user_1001", "limit": 5, "window": "10s", "algorithm": "sliding_log"});

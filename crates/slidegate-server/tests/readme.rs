@@ -1,39 +1,86 @@
-//! The README's examples, run as written against the real binary: the quick start's request and
-//! the answer it shows, the rules file (with this test's redis-server in place of the documented
-//! address), and the Python client. The README is read at test time, so an edit that breaks an
-//! example fails here.
+//! The examples of the README and of `docs/`, run as written against the real binary: the quick
+//! start's request and the answer it shows, the rules files (with this test's redis-server in
+//! place of the documented address), the Python client, the `check` and `bench` commands, the
+//! Envoy configuration and command, and loading the Redis module. The files are read at test
+//! time, so an edit that breaks an example fails here. (Their Rust examples compile as doctests
+//! of `slidegate-tower`.)
 
 mod support;
 
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use serde_json::Value;
+use slidegate::FailurePolicy;
+use slidegate_server::config::Config;
+use slidegate_server::envoy::config::{EnvoyConfig, Unit};
 use slidegate_testkit::RedisServer;
 use support::{RulesFile, Slidegate};
 
-fn readme() -> String {
-    std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).expect("README.md")
+/// A documentation file, by its path from the repository's root.
+fn doc(path: &str) -> String {
+    let full = format!("{}/../../{path}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("{full}: {e}"))
 }
 
-/// The body of the first fenced block in `lang` after the line `heading`.
-fn block(readme: &str, heading: &str, lang: &str) -> String {
-    let section = &readme[readme.find(&format!("\n{heading}\n")).unwrap_or_else(|| panic!("no {heading:?}"))..];
+/// The body of the first fenced block in `lang` after the first line that starts with `marker`.
+fn block(text: &str, marker: &str, lang: &str) -> String {
+    // A newline before the text, so that its first line counts as a line.
+    let start = format!("\n{text}").find(&format!("\n{marker}")).unwrap_or_else(|| panic!("no line {marker:?}"));
+    let section = &text[start..];
     let fence = format!("```{lang}\n");
     let body =
-        &section[section.find(&fence).unwrap_or_else(|| panic!("no {lang} block in {heading:?}")) + fence.len()..];
+        &section[section.find(&fence).unwrap_or_else(|| panic!("no {lang} block after {marker:?}")) + fence.len()..];
     body[..body.find("```").expect("closed block")].to_owned()
 }
 
-/// The README's address of the service, `localhost:8080` or `127.0.0.1:8080`, made `server`'s.
+/// The commands of a shell block: its lines without comments, split into words.
+fn commands(sh: &str) -> Vec<Vec<String>> {
+    sh.lines()
+        .map(|l| l.split(" #").next().unwrap_or(l).trim())
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| l.split_whitespace().map(str::to_owned).collect())
+        .collect()
+}
+
+/// The documented address of the service, `localhost:8080` or `127.0.0.1:8080`, made `server`'s.
 fn at(text: &str, server: &Slidegate) -> String {
     let addr = server.base.trim_start_matches("http://");
     text.replace("localhost:8080", addr).replace("127.0.0.1:8080", addr)
 }
 
+/// Runs the real binary with `args`, within a deadline.
+fn slidegate(args: &[String]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_slidegate"))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start slidegate");
+    let started = Instant::now();
+    while child.try_wait().expect("try_wait").is_none() {
+        if started.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("slidegate {args:?} still running after 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("output")
+}
+
 #[tokio::test]
 async fn the_quick_start_answers_what_the_readme_shows() {
-    let quick_start = block(&readme(), "## Quick start (fresh Debian/Ubuntu machine with Rust)", "sh");
+    let readme = doc("README.md");
+    let quick_start = block(&readme, "## Quick start (fresh Debian/Ubuntu machine with Rust)", "sh");
     assert!(quick_start.contains("cargo run --release -- serve\n"), "{quick_start}");
-    let text = readme();
-    let curl = block(&text, "Then, from another terminal:", "sh");
+    assert!(quick_start.contains("bash scripts/test.sh\n"), "{quick_start}");
+    let curl = block(&readme, "Then, from another terminal:", "sh");
     let mut lines = curl.lines();
     let request = lines.next().expect("the curl line");
     let shown = lines.next().and_then(|l| l.strip_prefix("# ")).expect("the answer, as a comment");
@@ -55,9 +102,9 @@ async fn the_quick_start_answers_what_the_readme_shows() {
 
 #[tokio::test]
 async fn the_rules_file_and_the_python_client_work_as_written() {
-    let text = readme();
+    let text = doc("docs/service.md");
     let redis = RedisServer::start();
-    let rules = RulesFile::new(&block(&text, "### Rules file", "toml").replace("redis://127.0.0.1:6379", &redis.url()));
+    let rules = RulesFile::new(&block(&text, "## Rules file", "toml").replace("redis://127.0.0.1:6379", &redis.url()));
     let server = Slidegate::serve(&["--config", rules.arg()]);
     let client = reqwest::Client::new();
 
@@ -69,15 +116,13 @@ async fn the_rules_file_and_the_python_client_work_as_written() {
         assert!(names.contains(&name), "{name} missing: {listed}");
     }
 
-    // `is_allowed` as the README defines it, seven times against the "sms" rule (5 per 60 s).
+    // `is_allowed` as the docs define it, seven times against the "sms" rule (5 per 60 s).
     let python = format!(
         "{}\nprint([is_allowed(\"192.168.1.100\") for _ in range(7)])\n",
-        at(&block(&text, "### From any language", "python"), &server)
+        at(&block(&text, "## From any language", "python"), &server)
     );
-    let out = std::process::Command::new("python3")
-        .args(["-c", &python])
-        .output()
-        .expect("python3 runs (scripts/setup.sh installs it)");
+    let out =
+        Command::new("python3").args(["-c", &python]).output().expect("python3 runs (scripts/setup.sh installs it)");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "[True, True, True, True, True, False, False]");
 
@@ -89,4 +134,157 @@ async fn the_rules_file_and_the_python_client_work_as_written() {
     assert_eq!(client.get(&key).send().await.expect("keys").status(), 401);
     let authorized = client.get(&key).bearer_auth("change-me").send().await.expect("keys");
     assert_eq!(authorized.status(), 200);
+}
+
+#[tokio::test]
+async fn the_check_and_bench_commands_run_as_written() {
+    let text = doc("docs/service.md");
+    let redis = RedisServer::start();
+    let rules = RulesFile::new(&block(&text, "## Rules file", "toml").replace("redis://127.0.0.1:6379", &redis.url()));
+    let server = Slidegate::serve(&["--config", rules.arg()]);
+    let lines = commands(&block(&text, "## `slidegate check` and `slidegate bench`", "sh"));
+    assert_eq!(lines.len(), 5, "{lines:?}");
+
+    for line in lines {
+        assert_eq!(line[0], "slidegate", "{line:?}");
+        // This test's rules file, Redis and server in place of the documented ones, and runs of a
+        // second instead of ten.
+        let args: Vec<String> = line[1..]
+            .iter()
+            .enumerate()
+            .map(|(i, w)| match w.as_str() {
+                "rules.toml" => rules.arg().to_owned(),
+                "redis://127.0.0.1:6379" => redis.url(),
+                _ if line[i] == "--duration" => "1s".to_owned(),
+                other => at(other, &server),
+            })
+            .collect();
+        let out = slidegate(&args);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{args:?}: {stdout}{}", String::from_utf8_lossy(&out.stderr));
+        if args[0] == "check" {
+            // Exit code 0: admitted, and the decision printed as JSON.
+            let decision: Value = serde_json::from_str(&stdout).expect("one JSON decision");
+            assert_eq!(decision["allowed"], true, "{decision}");
+        } else if args.contains(&"--json".to_owned()) {
+            let report: Value = serde_json::from_str(&stdout).expect("one JSON object");
+            for field in ["decisions_per_sec", "p50_us", "p90_us", "p99_us", "max_us", "allowed", "denied", "errors"] {
+                assert!(report[field].is_number(), "{field} missing: {report}");
+            }
+            assert_eq!(report["errors"], 0, "{report}");
+            assert!(report["allowed"].as_u64() >= Some(1), "{report}");
+        }
+    }
+}
+
+#[test]
+fn the_operations_rules_file_loads_with_its_documented_policies() {
+    let text = block(&doc("docs/operations.md"), "# Operations", "toml");
+    let config = Config::parse(&text, "operations.toml").expect("the documented file loads");
+    assert_eq!(config.backend.failure_policy, FailurePolicy::FailOpen);
+    assert_eq!(config.backend.near_cache, 100_000);
+    assert_eq!(config.backend.timeout, Duration::from_millis(50));
+    let policy = |name: &str| config.rules.get(name).expect(name).quota.failure_policy();
+    assert_eq!(policy("sms"), Some(FailurePolicy::FailClosed));
+    assert_eq!(policy("api"), Some(FailurePolicy::Local { share_permille: 250 }));
+}
+
+#[tokio::test]
+async fn the_envoy_configuration_and_command_work_as_written() {
+    let text = doc("docs/envoy.md");
+    let edge = block(&text, "# Envoy's rate limit service", "yaml");
+
+    // What the comments of the configuration say, as the real loader reads it.
+    let mut config = EnvoyConfig::default();
+    config.add(&edge).expect("the documented domain loads");
+    let limit = |entries: &[(&str, &str)]| config.find("edge", entries).and_then(|n| n.limit.clone()).expect("a limit");
+    let per_address = limit(&[("remote_address", "10.1.2.3")]);
+    assert_eq!((per_address.requests_per_unit, per_address.unit), (10, Unit::Second));
+    assert!(limit(&[("remote_address", "50.0.0.5")]).quota.is_none(), "50.0.0.5 is blocked");
+    assert_eq!(limit(&[("path", "/api/orders")]).requests_per_unit, 600);
+    let nested = limit(&[("path", "/api/orders"), ("user", "ada")]);
+    assert_eq!((nested.requests_per_unit, nested.unit), (1000, Unit::Hour));
+    assert!(limit(&[("health", "x")]).unlimited);
+    let tenant = config.find("edge", &[("tenant", "acme")]).expect("tenant");
+    assert!(tenant.shadow_mode && tenant.detailed_metric);
+
+    // The Envoy side points at the port `--grpc` binds and names the domain.
+    let serve = commands(&block(&text, "# Envoy's rate limit service", "sh")).remove(0);
+    let envoy: serde_yaml_ng::Value =
+        serde_yaml_ng::from_str(&block(&text, "## The Envoy side", "yaml")).expect("Envoy's YAML");
+    let cluster = &envoy["static_resources"]["clusters"][0];
+    let filter = &envoy["http_filters"][0]["typed_config"];
+    assert_eq!(cluster["name"], filter["rate_limit_service"]["grpc_service"]["envoy_grpc"]["cluster_name"]);
+    let port = cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]["socket_address"]
+        ["port_value"]
+        .as_u64()
+        .expect("a port");
+    let grpc_flag = serve.iter().position(|w| w == "--grpc").expect("--grpc");
+    assert!(serve[grpc_flag + 1].ends_with(&format!(":{port}")), "{serve:?}");
+    assert_eq!(filter["domain"].as_str(), Some("edge"));
+
+    // The README shows the same command.
+    assert_eq!(commands(&block(&doc("README.md"), "**Envoy**", "sh")), std::slice::from_ref(&serve));
+
+    // The command, with a free port and the configuration in a directory of its own.
+    assert_eq!(serve[..2], ["slidegate", "serve"], "{serve:?}");
+    let dir =
+        std::env::temp_dir().join(format!("slidegate-docs-{}-{}", std::process::id(), slidegate_testkit::free_port()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    std::fs::write(dir.join("edge.yaml"), &edge).expect("write");
+    let grpc = format!("127.0.0.1:{}", slidegate_testkit::free_port());
+    let args: Vec<String> = serve[2..]
+        .iter()
+        .map(|w| match w.as_str() {
+            "./ratelimit-config" => dir.to_str().expect("utf-8").to_owned(),
+            w if w.ends_with(&format!(":{port}")) => grpc.clone(),
+            other => other.to_owned(),
+        })
+        .collect();
+    let server = Slidegate::serve(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let mut client = RateLimitServiceClient::connect(format!("http://{grpc}")).await.expect("connect");
+    for (address, code) in [("50.0.0.5", Code::OverLimit), ("10.1.2.3", Code::Ok)] {
+        let request = RateLimitRequest {
+            domain: "edge".into(),
+            descriptors: vec![RateLimitDescriptor {
+                entries: vec![Entry { key: "remote_address".into(), value: address.into() }],
+                ..RateLimitDescriptor::default()
+            }],
+            hits_addend: 1,
+        };
+        let answer = client.should_rate_limit(request).await.expect("answer").into_inner();
+        assert_eq!(answer.overall_code, code as i32, "{address}: {answer:?}");
+    }
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_redis_module_loads_as_written() {
+    let text = doc("docs/redis.md");
+    let sh = block(&text, "## The Redis module", "sh");
+    let lines = commands(&sh);
+    let start = lines.iter().find(|l| l[0] == "redis-server").expect("the redis-server line");
+    // The README shows the same build and start.
+    let readme = commands(&block(&doc("README.md"), "**Redis module**", "sh"));
+    assert!(readme.iter().all(|l| lines.contains(l)), "{readme:?} not in {lines:?}");
+
+    // `redis-server --loadmodule <the build>`, on a free port: the commands answer.
+    assert_eq!(start[1..], ["--loadmodule", "\"$PWD/target/release/libslidegate_module.so\""]);
+    let module = slidegate_testkit::module_path();
+    let module = module.to_str().expect("utf-8");
+    let server = RedisServer::start_with(&["--loadmodule", module]);
+    let admitted: Vec<i64> = server.query(&["SLIDEGATE.CHECK", "k", "sliding_log", "5", "10000", "1"]);
+    assert_eq!(admitted.first(), Some(&1), "{admitted:?}");
+
+    // On a running server with the setting the block's comment names: `MODULE LOAD`.
+    assert!(sh.contains("with `enable-module-command local`"), "{sh}");
+    let load = sh.lines().find_map(|l| l.split("redis-cli ").nth(1)).expect("the MODULE LOAD line");
+    let words: Vec<&str> = load.split_whitespace().collect();
+    assert_eq!(words[..2], ["MODULE", "LOAD"]);
+    let plain = RedisServer::start_with(&["--enable-module-command", "local"]);
+    let loaded: String = plain.query(&["MODULE", "LOAD", module]);
+    assert_eq!(loaded, "OK");
+    let answered: Vec<i64> = plain.query(&["SLIDEGATE.CHECK", "k", "sliding_log", "5", "10000", "1"]);
+    assert_eq!(answered.first(), Some(&1), "{answered:?}");
 }

@@ -41,7 +41,10 @@ async fn authenticate(mut request: Request, next: Next) -> Response {
     next.run(request).await
 }
 
-fn rules<B: slidegate::Backend + Clone>(limiter: Limiter<B>) -> Result<RateLimitLayer<B>, Box<dyn std::error::Error>> {
+/// The two rules (`pub(crate)` with `app`: tests/docs.rs serves this very app).
+pub(crate) fn rules<B: slidegate::Backend + Clone>(
+    limiter: Limiter<B>,
+) -> Result<RateLimitLayer<B>, Box<dyn std::error::Error>> {
     let plan = |req: &http::request::Parts| req.headers.get("x-plan").and_then(|v| v.to_str().ok()).map(str::to_owned);
     Ok(RateLimitLayer::new(limiter)
         // Behind a load balancer on 10.0.0.0/8 that writes X-Forwarded-For, trust that header
@@ -61,7 +64,8 @@ fn rules<B: slidegate::Backend + Clone>(limiter: Limiter<B>) -> Result<RateLimit
         .deny_body(HeaderValue::from_static("text/plain; charset=utf-8"), "请求过于频繁，请稍后再试\n"))
 }
 
-fn app<B: slidegate::Backend + 'static>(limits: RateLimitLayer<B>) -> Router {
+/// The routes, behind the limits and the stand-in authentication.
+pub(crate) fn app<B: slidegate::Backend + 'static>(limits: RateLimitLayer<B>) -> Router {
     Router::new()
         .route("/login", post(|| async { "welcome\n" }))
         .route(

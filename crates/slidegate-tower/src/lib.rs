@@ -55,8 +55,15 @@ pub use peer::{ForwardedHeader, PeerIp, PeerIpBehind, TrustedProxies};
 pub use rule::Rule;
 pub use service::{RateLimit, RateLimitBody};
 
-/// The README's examples (library, algorithms, middleware), compiled as doctests here, the one
-/// crate that sees all of them, so they stay true.
+/// The Rust examples of the README and of docs/ (library, algorithms, middleware), compiled as
+/// doctests here, the one crate that sees all of them, so they stay true.
 #[cfg(doctest)]
 #[doc = include_str!("../../../README.md")]
+#[doc = include_str!("../../../docs/library.md")]
+#[doc = include_str!("../../../docs/middleware.md")]
+#[doc = include_str!("../../../docs/service.md")]
+#[doc = include_str!("../../../docs/envoy.md")]
+#[doc = include_str!("../../../docs/redis.md")]
+#[doc = include_str!("../../../docs/operations.md")]
+#[doc = include_str!("../../../docs/development.md")]
 pub struct ReadmeDoctests;

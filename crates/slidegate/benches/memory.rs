@@ -1,8 +1,8 @@
-//! The memory backend beside governor (in-memory GCRA), on the peers harness' shapes:
+//! The memory backend beside governor (in-memory GCRA), on the shapes of every benchmark here:
 //! W1 one hot key, 100 per 10 s (nearly every decision a denial); W2 10,000 keys drawn
 //! uniformly, 100 per 60 s, in rounds of at most 500,000 decisions on a fresh limiter whose keys
-//! were touched once beforehand (untimed), so that nearly every decision is an admission, as in
-//! `../shared/peers`. One thread, and two threads sharing one limiter.
+//! were touched once beforehand (untimed), so that nearly every decision is an admission. One
+//! thread, and two threads sharing one limiter.
 
 // criterion_group! and criterion_main! generate undocumented items.
 #![allow(missing_docs)]
@@ -162,8 +162,8 @@ fn deep_denial(c: &mut Criterion) {
 }
 
 /// The ratio the issue sets a target on, measured so that the VM's drift cancels: criterion
-/// runs one function after the other, and this machine's speed moves by 2x over seconds (the
-/// same function measured 150 ns and 320 ns minutes apart). Here each pair times slidegate and
+/// runs one function after the other, and a shared machine's speed can move by 2x over seconds,
+/// so two functions timed minutes apart are not comparable. Here each pair times slidegate and
 /// governor back to back on the same number of decisions, in alternating order, and the table
 /// gives the median of the per-pair ratios (slidegate's decisions/s over governor's).
 fn paired(pairs: usize, decisions: u64) {

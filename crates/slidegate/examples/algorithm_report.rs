@@ -1,6 +1,7 @@
-//! The figures behind BENCHMARKS.md's "which algorithm when": bytes per key in Redis
-//! (`MEMORY USAGE`) and in the memory backend, at 100 and at 100,000 admissions per minute, and
-//! how often the sliding window counter decides differently from the exact log on a bursty trace.
+//! The figures behind the README's "which algorithm when" (BENCHMARKS.md, "Algorithms"): bytes
+//! per key in Redis (`MEMORY USAGE`) and in the memory backend, at 100 and at 100,000 admissions
+//! per minute, and how often the sliding window counter decides differently from the exact log
+//! on a bursty trace.
 //!
 //! Starts its own redis-server (loopback, stopped at exit).
 //!

@@ -1,4 +1,4 @@
-//! The seed demo: a limit of 5 requests per 10 seconds, seven requests half a second apart.
+//! A limit of 5 requests per 10 seconds, seven requests half a second apart.
 //! Requests 1–5 are admitted, 6 and 7 answered 429 with the time to wait.
 //!
 //! ```text

@@ -30,9 +30,10 @@ impl Clock for SystemClock {
 }
 
 /// The wall clock as of its creation, moved forward by the CPU's time-stamp counter (through
-/// `quanta`, where the TSC is reliable; the OS clock elsewhere): monotonic, and about a third of
-/// the cost of asking the OS (~20 ns against ~65 ns on this project's VM), which matters when a
-/// whole in-memory decision costs a few hundred. The memory backend's default.
+/// `quanta`, where the TSC is reliable; the OS clock elsewhere): monotonic, and reading the
+/// counter takes a few instructions where asking the OS goes through `clock_gettime` (a vDSO
+/// call at best, a system call on some virtual machines' clock sources), which matters when a
+/// whole in-memory decision costs a few hundred nanoseconds. The memory backend's default.
 #[derive(Debug, Clone)]
 pub struct MonotonicClock {
     clock: quanta::Clock,

@@ -29,7 +29,7 @@ const EXACT: u64 = 1 << 53;
 
 const MAX_WINDOW_MS: u64 = MAX_WINDOW.as_millis() as u64;
 
-/// How a quota counts. The trade-offs, measured, are in BENCHMARKS.md ("which algorithm when").
+/// How a quota counts. The trade-offs: the README's "Which algorithm when", measured in BENCHMARKS.md.
 ///
 /// Each algorithm keeps its own state for a key: checking one key under two algorithms counts
 /// twice, independently.

@@ -66,7 +66,7 @@ use crate::{Algorithm, Decision, MultiDecision, Quota};
 /// ```
 /// use slidegate::reference::SlidingLog;
 ///
-/// // The seed demo: 5 per 10 s, seven requests 0.5 s apart.
+/// // 5 per 10 s, seven requests 0.5 s apart: the sixth and seventh are denied.
 /// let mut log = SlidingLog::default();
 /// let admitted: Vec<bool> = (0..7).map(|i| log.check(i * 500, 5, 10_000, 1).allowed).collect();
 /// assert_eq!(admitted, [true, true, true, true, true, false, false]);

@@ -47,7 +47,7 @@ enum Inner {
 /// One permit per admission, as in [`reference::SlidingLog`], but stored as gaps: an admission
 /// costs 1–2 bytes where a time would take 8, so a key's ring spans a quarter to an eighth of
 /// the cache lines, and on many keys a decision's cost is mostly the memory it touches
-/// (BENCHMARKS.md §3).
+/// (BENCHMARKS.md, "The memory backend beside governor").
 #[derive(Debug, Clone)]
 struct Log {
     /// For each admission after the oldest, its gap in ms to the one before, as LEB128: the
@@ -68,8 +68,8 @@ struct Log {
 }
 
 /// A long log marks every this-many-th admission: a denial then reads at most this many gaps to
-/// find the admission that blocks it, wherever that is in the log (a few hundred nanoseconds),
-/// instead of a gap per admission before it (~3 ns each: a millisecond at 500,000).
+/// find the admission that blocks it, wherever that is in the log, instead of a gap per
+/// admission before it (half a million of them for a cost of 500,000 in a log of a million).
 const MARK_EVERY: u64 = 256;
 
 /// Every [`MARK_EVERY`]-th admission of a long log: its time, and where the gaps after it

@@ -147,7 +147,7 @@ fn allowed(decisions: &[Decision]) -> Vec<bool> {
 const EPOCH_2026: u64 = 1_795_000_000_000;
 
 #[tokio::test]
-async fn seed_seven_requests_half_a_second_apart() {
+async fn seven_requests_half_a_second_apart() {
     let b = Backends::start().await;
     let s = Scenario {
         quota: Quota::new(5, Duration::from_secs(10)).expect("valid"),
@@ -163,7 +163,7 @@ async fn seed_seven_requests_half_a_second_apart() {
 }
 
 #[tokio::test]
-async fn seed_window_edge_double_burst_is_denied() {
+async fn window_edge_double_burst_is_denied() {
     let b = Backends::start().await;
     // 100 per 60 s: 100 at 00:59, then 100 more at 01:01, then 100 more once the first left.
     let requests = [(59_000, 100), (61_000, 100), (119_000, 100)]

@@ -23,7 +23,7 @@
 -- Numbers are Lua doubles: every value here stays below 2^53, where they are exact integers,
 -- and numbers are formatted with %d before they are stored. The code is one flat loop per
 -- phase, not a function per algorithm: Redis runs the whole chunk on every call, and defining
--- closures each time cost more than the decision itself (measured: BENCHMARKS.md).
+-- closures each time cost more than the decision itself (measured: bench/results/2026-12-01.md).
 local id, now_s, record = ARGV[1], ARGV[2], ARGV[3] == '1'
 -- Expiry runs on Redis' clock; a caller's clock gets a minute of slack (see sliding_log.lua).
 local ttl_slack = 60000

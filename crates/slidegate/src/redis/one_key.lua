@@ -1,6 +1,6 @@
 -- slidegate: a fixed window or a GCRA (generic cell rate algorithm), one key without warm-up,
 -- one atomic decision. check.lua decides the same on the same hashes, and also groups and
--- warm-up; this script does about half of its work (BENCHMARKS.md §5).
+-- warm-up; this script does about half of its work (BENCHMARKS.md, "Redis CPU per decision").
 --
 -- KEYS[1]  the key's hash. Fixed window: i = index of the window of the last admission (now /
 --          window), n = permits admitted in it. GCRA: t = theoretical arrival time in µs.

@@ -2,9 +2,9 @@
 //! decision stays small beside Redis' own.
 //!
 //! redis-rs' multiplexed connection hands every command to a driver task through a channel,
-//! which writes each one with its own system call and answers through a second task hop.
-//! Measured on this project's machine (BENCHMARKS.md §2): one write per command under load, and
-//! one at a time ~10 µs more client CPU per request than a bare tokio socket. This connection:
+//! which writes each one with its own system call and answers through a second task hop: one
+//! write per command under load, and one at a time a channel hop and a second task per request
+//! beside a bare socket (BENCHMARKS.md, "the client's CPU"). This connection:
 //! - writes a command from the calling task when nothing else is in flight: one `write`, no
 //!   task hop;
 //! - under concurrency, appends commands to one buffer that a writer task sends whole, after

@@ -25,11 +25,12 @@
 -- iff the entry at index k - 1 (= -(limit - cost + 1) from the end) is missing or expired;
 -- that entry is also the one a denied request must wait for. An admission drops expired
 -- entries (all of them from a short set, a bounded number from a long one), so a set never
--- holds more than `limit`, and it is removed whole one window after its last admission. (Counting live entries with ZCOUNT instead parses every score of a
--- listpack-encoded set twice: 1.11x the seed's instructions on keys of ~100 entries.)
+-- holds more than `limit`, and it is removed whole one window after its last admission.
+-- (Counting live entries with ZCOUNT instead parses every score of a listpack-encoded set
+-- twice: 1.11x the classic script's instructions on keys of ~100 entries.)
 --
 -- The script is shaped by Redis' costs (measured with callgrind on Redis 7.0; see
--- BENCHMARKS.md): every redis.call has a fixed overhead of several thousand instructions; a Lua
+-- bench/results/2026-12-01.md): every redis.call has a fixed overhead of several thousand instructions; a Lua
 -- number formatted as a string (an argument to redis.call, or `..`) goes through printf's
 -- %.17g / %.14g, where string.format('%d') is several times cheaper; WITHSCORES formats every
 -- score; each ARGV is a string Redis builds before the script runs; and a table reply costs
@@ -37,7 +38,7 @@
 -- first). So both outcomes answer one integer, the entry's time is read from its member, not
 -- its score, the timestamp string is built only when admitting, and the caller passes
 -- precomputed strings. A denial writes nothing, so it cannot drop expired entries first (as the
--- seed does); its calls and an admission's differ, and no one order is cheapest for both:
+-- classic script does); its calls and an admission's differ, and no one order is cheapest for both:
 --   look first (ARGV[4] set):  denial TIME, ZRANGE, PTTL (3 calls);
 --                              admission + ZCARD, ZREMRANGEBYSCORE, ZADD, PEXPIRE (6)
 --   count first (ARGV[4] ""):  admission TIME, ZCARD, ZREMRANGEBYSCORE, ZADD, PEXPIRE (5; 4
