@@ -270,7 +270,7 @@ fn mismatch(value: &Value, quota: &slidegate::Quota) -> Error {
 /// [`MAX_TTL`]: a key's count from another quota's window (a window index, a bucket) can place
 /// its end far beyond any time Redis can represent.
 fn set_expiry(key: &RedisKeyWritable, expires_at: u64, now: u64, slack: u64) -> RedisResult {
-    let ttl = std::time::Duration::from_millis(expires_at.saturating_sub(now).max(1) + slack);
+    let ttl = std::time::Duration::from_millis(expires_at.saturating_sub(now).max(1).saturating_add(slack));
     key.set_expire(ttl.min(MAX_TTL))
 }
 
