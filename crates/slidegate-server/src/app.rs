@@ -26,7 +26,7 @@ pub struct Live {
 }
 
 impl Live {
-    fn new(rules: Rules, admin_token: Option<String>) -> Self {
+    pub(crate) fn new(rules: Rules, admin_token: Option<String>) -> Self {
         let counters = rules
             .iter()
             .map(|r| r.name.as_str())
