@@ -55,6 +55,8 @@ fn bad_input_is_an_error_reply_and_the_server_lives_on() {
         ),
         (&["SLIDEGATE.CHECK", "k", "gcra", "5", "1000", "1", "BURST", "0"], "ERR invalid quota"),
         (&["SLIDEGATE.CHECK", "k", "sliding_log", "5", "1000", "1", "NOW", "-1"], "ERR NOW must be"),
+        // Past 2^53 ms the decisions' arithmetic would overflow (it aborted Redis).
+        (&["SLIDEGATE.CHECK", "k", "gcra", "5", "1000", "1", "NOW", "18446744073709551615"], "ERR NOW must be at most"),
         (&["SLIDEGATE.CHECK", "string", "sliding_log", "5", "1000", "1"], "WRONGTYPE"),
         (&["SLIDEGATE.CHECK", "foreign", "sliding_log", "5", "1000", "1"], "WRONGTYPE"),
         (&["SLIDEGATE.CHECK", "hash", "gcra", "5", "1000", "1"], "WRONGTYPE"),
@@ -72,6 +74,31 @@ fn bad_input_is_an_error_reply_and_the_server_lives_on() {
     // Nothing was written by any of them.
     assert_eq!(run(&mut c, &["EXISTS", "k"]).expect("exists"), Value::Int(0));
     assert_eq!(run(&mut c, &["TYPE", "foreign"]).expect("type"), Value::SimpleString("zset".into()));
+    assert_eq!(run(&mut c, &["PING"]).expect("alive"), Value::SimpleString("PONG".into()));
+}
+
+/// A key checked under a quota whose window is far longer than the one that counted it holds a
+/// window index (or bucket) that, multiplied by the new window, passes 2^64: its expiry
+/// saturates and is capped instead of overflowing (which aborted Redis).
+#[test]
+fn counts_from_another_quota_never_overflow_a_keys_expiry() {
+    let server = RedisServer::start_with_module(&[]);
+    let mut c = server.conn();
+    let longest = "31622400000";
+    // A fixed window of 1 ms counted window 1.7 * 10^12; a group denied by its other key then
+    // reads that index under a 366-day window.
+    ints(&mut c, &["SLIDEGATE.CHECK", "{s}f", "fixed_window", "5", "1", "1", "NOW", "1700000000000"]);
+    ints(&mut c, &["SLIDEGATE.CHECK", "{s}g", "gcra", "1", "1000", "1", "NOW", "1700000000001"]);
+    let group = ["{s}f", "fixed_window", "5", longest, "1", "AND", "{s}g", "gcra", "1", "1000", "1"];
+    let denied = ints(&mut c, &[&["SLIDEGATE.CHECK"][..], &group, &["NOW", "1700000000001"]].concat());
+    assert_eq!(denied[0], 0, "the GCRA key is empty");
+    // A sliding window's 1 ms buckets, then one 366-day bucket: the old bucket stays, far ahead.
+    ints(&mut c, &["SLIDEGATE.CHECK", "{s}w", "sliding_window", "100", "10", "1", "NOW", "1700000000000"]);
+    let admitted =
+        ints(&mut c, &["SLIDEGATE.CHECK", "{s}w", "sliding_window", "100", longest, "1", "BUCKETS", "1", "NOW", "1"]);
+    assert_eq!(admitted[0], 1);
+    let ttl: i64 = redis::cmd("PTTL").arg("{s}w").query(&mut c).expect("pttl");
+    assert!(ttl > 0 && ttl <= 2 * 31_622_400_000, "capped at two of the longest windows, got {ttl} ms");
     assert_eq!(run(&mut c, &["PING"]).expect("alive"), Value::SimpleString("PONG".into()));
 }
 
