@@ -655,6 +655,27 @@ mod tests {
         }
     }
 
+    /// A bucket counted under one quota and weighed under another of a far longer bucket:
+    /// 10^9 permits times a 366-day bucket in ms passes 2^64 (an overflow, which aborted Redis
+    /// in the module); the weighing stays exact.
+    #[test]
+    fn a_count_from_another_quota_weighs_without_overflow() {
+        let window = |limit, ms| {
+            Quota::new(limit, Duration::from_millis(ms))
+                .and_then(|q| q.with_algorithm(Algorithm::SlidingWindow { buckets: 1 }))
+                .expect("valid")
+        };
+        let (short, long) = (window(MAX_LIMIT, 1_000), window(1_000, crate::quota::MAX_WINDOW_MS));
+        let mut counter = Counter::new(short.algorithm());
+        assert!(counter.evaluate(0, &short, MAX_LIMIT).allowed);
+        counter.record(0, &short, MAX_LIMIT);
+        // Bucket 0 of the long quota has just ended: the count weighs in full.
+        let d = counter.evaluate(crate::quota::MAX_WINDOW_MS, &long, 1);
+        assert!(!d.allowed);
+        assert_eq!(counter.inspect(crate::quota::MAX_WINDOW_MS, &long).count, 1_000, "the whole limit is used");
+        assert_eq!(counter.expires_at(&long), 2 * crate::quota::MAX_WINDOW_MS);
+    }
+
     #[test]
     fn a_log_gives_back_its_ring_after_a_burst() {
         let q = Quota::new(1_000, Duration::from_millis(100)).expect("valid");
