@@ -133,7 +133,10 @@ pub(crate) fn read_lua_key(ctx: &Context, key: &RedisString, algorithm: Algorith
                     log.push(number(score)?);
                 }
             }
-            Ok(Some(Counter::from_log(log, warm_since)))
+            // Through the counter's documented encoding (`Counter::encode`), which refuses
+            // times no decision could write: saved, they would not load back.
+            let words: Vec<u64> = [0, warm_since, log.len() as u64].into_iter().chain(log).collect();
+            Counter::decode(&words).map(Some).ok_or_else(wrong)
         }
         (raw::KeyType::Hash, Algorithm::SlidingWindow { .. } | Algorithm::FixedWindow | Algorithm::Gcra { .. }) => {
             let items = reply("HGETALL", &[key.as_slice()])?;

@@ -320,7 +320,7 @@ fn a_stream_of_hostile_commands_leaves_redis_responsive_and_consistent() {
     redis::cmd("CONFIG").arg("SET").arg("slowlog-max-len").arg(10_000).query::<()>(&mut c).expect("config");
     let deadline = Instant::now() + STREAM_FOR;
     let stop = AtomicBool::new(false);
-    let (sent, mut latencies) = std::thread::scope(|s| {
+    let (tallies, mut latencies) = std::thread::scope(|s| {
         let ping = s.spawn(|| pings(&server, &stop));
         let workers: Vec<_> = (0..CONNECTIONS)
             .map(|w| {
@@ -336,7 +336,7 @@ fn a_stream_of_hostile_commands_leaves_redis_responsive_and_consistent() {
     });
     latencies.sort();
     let at = |q: f64| latencies[((latencies.len() - 1) as f64 * q) as usize];
-    println!("{sent:?}");
+    println!("{tallies:?}");
     println!(
         "{} PINGs: p50 {:?}, p90 {:?}, p99 {:?}, p99.9 {:?}, max {:?}",
         latencies.len(),
@@ -357,9 +357,9 @@ fn a_stream_of_hostile_commands_leaves_redis_responsive_and_consistent() {
     });
     println!("{} commands ran {PING_BOUND:?} or longer inside Redis, the longest {:?}", slow.len(), longest.max());
     // The stream did what it is for: many admissions, among them the largest a check may ask.
-    let sum = |f: fn(&Tally) -> usize| sent.iter().map(f).sum::<usize>();
-    assert!(sum(|t| t.admitted) > 1_000 && sum(|t| t.largest_admitted) > 10, "{sent:?}");
-    assert!(sum(|t| t.denied) > 100 && sum(|t| t.errors) > 100 && sum(|t| t.other_replies) > 100, "{sent:?}");
+    let sum = |f: fn(&Tally) -> usize| tallies.iter().map(f).sum::<usize>();
+    assert!(sum(|t| t.admitted) > 1_000 && sum(|t| t.largest_admitted) > 10, "{tallies:?}");
+    assert!(sum(|t| t.denied) > 100 && sum(|t| t.errors) > 100 && sum(|t| t.other_replies) > 100, "{tallies:?}");
     // The 99th percentile, not the worst: the test shares two vCPUs with builds and other tests,
     // so a PING may wait for a CPU rather than for Redis; a command that stalled Redis would
     // delay every PING sent during it, which the percentile catches.

@@ -169,6 +169,20 @@ fn a_lua_sorted_set_is_taken_over_with_its_admissions() {
     assert_eq!(ints(&mut c, &["SLIDEGATE.CHECK", "k", "sliding_log", "3", "10000", "1", "NOW", "11000"])[0], 1);
 }
 
+/// A sorted set whose scores lie past `MAX_TIME_MS` is not taken over: its times would be
+/// saved in the RDB file and refused when loaded back.
+#[test]
+fn a_sorted_set_of_times_past_the_bound_is_refused_and_reloads() {
+    let server = RedisServer::start_with_module(&[]);
+    let mut c = server.conn();
+    run(&mut c, &["ZADD", "far", "10000000000000000", "10000000000000000:a"]).expect("zadd");
+    let e = error(&mut c, &["SLIDEGATE.CHECK", "far", "sliding_log", "5", "1000", "1"]);
+    assert!(e.starts_with("WRONGTYPE"), "{e}");
+    assert_eq!(run(&mut c, &["TYPE", "far"]).expect("type"), Value::SimpleString("zset".into()));
+    ints(&mut c, &["SLIDEGATE.CHECK", "near", "sliding_log", "5", "1000", "1"]);
+    run(&mut c, &["DEBUG", "RELOAD"]).expect("every key saved and loaded again");
+}
+
 /// Admissions of every algorithm on `c`, on the server's clock, some of them denied.
 fn traffic(c: &mut Connection) {
     for i in 0..30 {
