@@ -14,6 +14,7 @@
 
 use std::time::Duration;
 
+use slidegate::state::MAX_TIME_MS;
 use slidegate::{Algorithm, MAX_CHECKS, Quota, quota::DEFAULT_BUCKETS};
 
 use crate::Error;
@@ -196,7 +197,14 @@ impl<A: Arg> Parser<'_, A> {
         while let Some(arg) = self.args.get(self.at) {
             let is = |keyword: &str| arg.bytes().eq_ignore_ascii_case(keyword.as_bytes());
             match options.as_deref_mut() {
-                _ if is("NOW") => self.now = Some(self.option(self.now.is_some(), "NOW")?),
+                _ if is("NOW") => {
+                    // Later times would overflow the decisions' arithmetic.
+                    let now = self.option(self.now.is_some(), "NOW")?;
+                    if now > MAX_TIME_MS {
+                        return Err(Error::Syntax(format!("NOW must be at most {MAX_TIME_MS} ms, got {now}")));
+                    }
+                    self.now = Some(now);
+                }
                 Some(o) if is("BUCKETS") => o.buckets = Some(self.option(o.buckets.is_some(), "BUCKETS")?),
                 Some(o) if is("BURST") => o.burst = Some(self.option(o.burst.is_some(), "BURST")?),
                 Some(o) if is("WARMUP") => {
@@ -263,7 +271,7 @@ mod tests {
             ("k sliding_log 5 10000", "missing cost"),
             ("k sliding_log 5 10000 0", "cost"),
             ("k sliding_log 5 10000 6", "cost"),
-            ("k sliding_log 1000000 10000 100001", "at most 100000 permits"),
+            ("k sliding_log 1000000 10000 100001", "limit must be between 1 and 100000"),
             ("k sliding_log 0 10000 1", "limit"),
             ("k sliding_log 5 0 1", "window"),
             ("k sliding_log 5 99999999999999 1", "window"),
@@ -276,6 +284,8 @@ mod tests {
             ("k sliding_window 5 10000 1 BUCKETS 3", "divide the window"),
             ("k sliding_log 5 10000 1 NOW 1 NOW 2", "NOW given twice"),
             ("k sliding_log 5 10000 1 NOW", "missing NOW"),
+            ("k gcra 5 10000 1 NOW 18446744073709551615", "NOW must be at most 9007199254740992"),
+            ("k fixed_window 5 10000 1 NOW 9007199254740993", "NOW must be at most"),
             ("k sliding_log 5 10000 1 extra", "unexpected argument"),
             ("k sliding_log 5 10000 1 AND", "missing key"),
             ("k sliding_log 5 10000 1 AND k sliding_log 5 10000 1", "distinct"),
@@ -284,6 +294,10 @@ mod tests {
             assert!(err.contains(says), "{line}: {err}");
             assert!(err.starts_with("ERR "), "{line}: {err}");
         }
+        // A megabyte of non-UTF-8 bytes as an algorithm's name, quoted back as escaped ASCII.
+        let huge = vec![0xffu8; 1 << 20];
+        let err = parse_checks(&[&b"SLIDEGATE.CHECK"[..], b"k", &huge]).expect_err("not an algorithm").to_string();
+        assert!(err.is_ascii() && err.contains("unknown algorithm"));
         let many: Vec<String> = (0..=MAX_CHECKS).map(|i| format!("k{i} fixed_window 1 1 1")).collect();
         assert!(parse(&many.join(" AND ")).expect_err("too many").to_string().contains("at most"));
     }
@@ -308,23 +322,40 @@ mod tests {
 
     proptest::proptest! {
         /// Whatever the arguments, the parser answers (checks or an error), never panics, and
-        /// every key it reports is an argument.
+        /// every key it reports is an argument; what it accepts is in bounds (at most
+        /// `MAX_CHECKS` checks, each cost valid for its quota, `NOW` at most `MAX_TIME_MS`).
         #[test]
         fn any_arguments_parse_or_fail_cleanly(
             args in proptest::collection::vec(
                 proptest::prop_oneof![
                     proptest::string::string_regex("(?i)(sliding_log|sliding_window|fixed_window|gcra|token_bucket|now|buckets|burst|warmup|and)").expect("regex"),
                     proptest::string::string_regex("-?[0-9]{1,21}").expect("regex"),
+                    proptest::strategy::Strategy::prop_map(
+                        proptest::prop_oneof![proptest::strategy::Just(MAX_TIME_MS), proptest::strategy::Just(u64::MAX), 0u64..=100_000],
+                        |n| n.to_string(),
+                    ),
                     proptest::string::string_regex(".{0,8}").expect("regex"),
                 ],
                 0..24,
             ),
         ) {
+            let started = std::time::Instant::now();
             let positions = key_positions(&args);
             proptest::prop_assert!(positions.iter().all(|&p| p >= 1 && p < args.len()));
-            for err in [parse_checks(&args).err(), parse_inspect(&args).err()].into_iter().flatten() {
-                proptest::prop_assert!(err.to_string().is_ascii(), "{err}");
+            match parse_checks(&args) {
+                Ok(c) => {
+                    proptest::prop_assert!(c.keys.len() <= MAX_CHECKS && c.now.is_none_or(|n| n <= MAX_TIME_MS));
+                    for spec in &c.specs {
+                        proptest::prop_assert!(spec.quota.validate_cost(spec.cost).is_ok(), "{spec:?}");
+                    }
+                }
+                Err(err) => proptest::prop_assert!(err.to_string().is_ascii(), "{err}"),
             }
+            match parse_inspect(&args) {
+                Ok((_, now)) => proptest::prop_assert!(now.is_none_or(|n| n <= MAX_TIME_MS)),
+                Err(err) => proptest::prop_assert!(err.to_string().is_ascii(), "{err}"),
+            }
+            proptest::prop_assert!(started.elapsed() < Duration::from_secs(1));
         }
     }
 }

@@ -266,11 +266,17 @@ fn mismatch(value: &Value, quota: &slidegate::Quota) -> Error {
     Error::WrongType(format!("the key counts by {}, not {}", value.counter.algorithm_kind(), quota.algorithm()))
 }
 
-/// Keeps the key until its last admission has left (plus the caller clock's slack).
+/// Keeps the key until its last admission has left (plus the caller clock's slack), and at most
+/// [`MAX_TTL`]: a key's count from another quota's window (a window index, a bucket) can place
+/// its end far beyond any time Redis can represent.
 fn set_expiry(key: &RedisKeyWritable, expires_at: u64, now: u64, slack: u64) -> RedisResult {
-    let ttl = expires_at.saturating_sub(now).max(1) + slack;
-    key.set_expire(std::time::Duration::from_millis(ttl))
+    let ttl = std::time::Duration::from_millis(expires_at.saturating_sub(now).max(1).saturating_add(slack));
+    key.set_expire(ttl.min(MAX_TTL))
 }
+
+/// The longest a key is kept: two of the longest windows, what a fixed window admitted at its
+/// start or a sliding window's newest bucket can need.
+const MAX_TTL: std::time::Duration = slidegate::MAX_WINDOW.saturating_mul(2);
 
 /// Replicates the command as it was run, with `NOW <ms>` appended when the server's clock
 /// decided: replicas and AOF reloads then decide with the master's time.

@@ -133,7 +133,10 @@ pub(crate) fn read_lua_key(ctx: &Context, key: &RedisString, algorithm: Algorith
                     log.push(number(score)?);
                 }
             }
-            Ok(Some(Counter::from_log(log, warm_since)))
+            // Through the counter's documented encoding (`Counter::encode`), which refuses
+            // times no decision could write: saved, they would not load back.
+            let words: Vec<u64> = [0, warm_since, log.len() as u64].into_iter().chain(log).collect();
+            Counter::decode(&words).map(Some).ok_or_else(wrong)
         }
         (raw::KeyType::Hash, Algorithm::SlidingWindow { .. } | Algorithm::FixedWindow | Algorithm::Gcra { .. }) => {
             let items = reply("HGETALL", &[key.as_slice()])?;
@@ -252,6 +255,90 @@ mod tests {
         assert_eq!(back.counter.encode(), value.counter.encode());
         for bad in [&value.to_bytes()[..7], &value.to_bytes()[..40], &[0xff; 80][..]] {
             assert!(Value::from_bytes(bad).is_err());
+        }
+    }
+
+    fn words(words: &[u64]) -> Vec<u8> {
+        words.iter().flat_map(|w| w.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn hostile_payloads_are_refused_before_allocating() {
+        // A valid quota (5 per second, sliding log) before each counter.
+        let quota = [5, 1_000, 0, 0, 0, 0];
+        for counter in [
+            &[0, 0, 1 << 60][..],
+            &[0, 0, u64::MAX, 1],
+            &[2, 0, 1 << 63],
+            &[0, 0, 1, u64::MAX],
+            &[4, 0, u64::MAX],
+            &[1, 0, 1, 5],
+        ] {
+            let payload = words(&[&quota[..], counter].concat());
+            assert!(Value::from_bytes(&payload).is_err(), "{counter:?}");
+        }
+        for header in [[0, 1_000, 0, 0, 0, 0], [5, 0, 0, 0, 0, 0], [200_000, 1_000, 0, 0, 0, 0], [5, 1_000, 9, 0, 0, 0]]
+        {
+            assert!(Value::from_bytes(&words(&[&header[..], &[0, 0, 0]].concat())).is_err(), "{header:?}");
+        }
+        // Warm-up with a cold share of 2^64 - 1 permille.
+        assert!(Value::from_bytes(&words(&[5, 1_000, 0, 0, 1_000, u64::MAX, 0, 0, 0])).is_err());
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config { cases: 2_000, failure_persistence: None, ..Default::default() })]
+        /// A `SLIDEGATE.RESTORE` payload or an RDB string is anyone's bytes: random ones, and
+        /// valid values with bytes flipped, inserted, deleted or cut, either load as a value or
+        /// are refused, never panic, and take under a second. A value that loads answers
+        /// `INSPECT` and checks at any time a caller may give, and saves to bytes that load again.
+        #[test]
+        fn any_payload_loads_or_is_refused(
+            algorithm in 0u64..4,
+            admissions in proptest::collection::vec(0u64..5_000, 0..300),
+            edits in proptest::collection::vec((0u8..5, proptest::prelude::any::<usize>(), proptest::prelude::any::<u8>()), 0..8),
+            random in proptest::option::weighted(0.3, proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200)),
+            times in proptest::collection::vec(0..=slidegate::state::MAX_TIME_MS, 1..8),
+        ) {
+            let started = std::time::Instant::now();
+            let algorithm = [
+                Algorithm::SlidingLog,
+                Algorithm::SlidingWindow { buckets: 10 },
+                Algorithm::FixedWindow,
+                Algorithm::Gcra { burst: Some(50) },
+            ][algorithm as usize];
+            let quota = Quota::new(100_000, Duration::from_secs(60)).and_then(|q| q.with_algorithm(algorithm)).expect("valid");
+            let mut counter = Counter::new(algorithm);
+            let mut now = 1_700_000_000_000;
+            for gap in admissions {
+                now += gap;
+                if counter.evaluate(now, &quota, 1).allowed {
+                    counter.record(now, &quota, 1);
+                }
+            }
+            let mut bytes = random.unwrap_or_else(|| Value { counter, quota }.to_bytes());
+            for (op, at, byte) in edits {
+                let at = if bytes.is_empty() { 0 } else { at % bytes.len() };
+                match op {
+                    0 if !bytes.is_empty() => bytes[at] ^= 1 << (byte % 8),
+                    1 => bytes.insert(at, byte),
+                    2 if !bytes.is_empty() => { bytes.remove(at); }
+                    3 => bytes.truncate(at),
+                    _ => bytes.extend(std::iter::repeat_n(byte, 8)),
+                }
+            }
+            if let Ok(mut value) = Value::from_bytes(&bytes) {
+                for &at in &times {
+                    let _ = value.counter.inspect(at, &value.quota);
+                    let cost = value.quota.max_cost().min(slidegate::MAX_LOG_LIMIT);
+                    let quota = value.quota;
+                    if value.counter.evaluate(at, &quota, cost).allowed {
+                        value.counter.record(at, &quota, cost);
+                    }
+                    let _ = value.counter.expires_at(&quota);
+                }
+                proptest::prop_assert!(Value::from_bytes(&value.to_bytes()).is_ok(), "a saved value loads");
+            }
+            proptest::prop_assert!(started.elapsed() < Duration::from_secs(1), "took {:?}", started.elapsed());
         }
     }
 }

@@ -49,9 +49,14 @@ fn bad_input_is_an_error_reply_and_the_server_lives_on() {
         (&["SLIDEGATE.CHECK", "k", "sliding_log", "five", "1000", "1"], "ERR limit must be a whole number"),
         (&["SLIDEGATE.CHECK", "k", "sliding_log", "99999999999999999999", "1000", "1"], "ERR limit must be"),
         (&["SLIDEGATE.CHECK", "k", "sliding_log", "1000000000000", "1000", "1"], "ERR limit must be between"),
-        (&["SLIDEGATE.CHECK", "k", "sliding_log", "1000000000", "1000", "1000000000"], "ERR a sliding_log check"),
+        (
+            &["SLIDEGATE.CHECK", "k", "sliding_log", "1000000000", "1000", "1000000000"],
+            "ERR limit must be between 1 and 100000",
+        ),
         (&["SLIDEGATE.CHECK", "k", "gcra", "5", "1000", "1", "BURST", "0"], "ERR invalid quota"),
         (&["SLIDEGATE.CHECK", "k", "sliding_log", "5", "1000", "1", "NOW", "-1"], "ERR NOW must be"),
+        // Past 2^53 ms the decisions' arithmetic would overflow (it aborted Redis).
+        (&["SLIDEGATE.CHECK", "k", "gcra", "5", "1000", "1", "NOW", "18446744073709551615"], "ERR NOW must be at most"),
         (&["SLIDEGATE.CHECK", "string", "sliding_log", "5", "1000", "1"], "WRONGTYPE"),
         (&["SLIDEGATE.CHECK", "foreign", "sliding_log", "5", "1000", "1"], "WRONGTYPE"),
         (&["SLIDEGATE.CHECK", "hash", "gcra", "5", "1000", "1"], "WRONGTYPE"),
@@ -69,6 +74,31 @@ fn bad_input_is_an_error_reply_and_the_server_lives_on() {
     // Nothing was written by any of them.
     assert_eq!(run(&mut c, &["EXISTS", "k"]).expect("exists"), Value::Int(0));
     assert_eq!(run(&mut c, &["TYPE", "foreign"]).expect("type"), Value::SimpleString("zset".into()));
+    assert_eq!(run(&mut c, &["PING"]).expect("alive"), Value::SimpleString("PONG".into()));
+}
+
+/// A key checked under a quota whose window is far longer than the one that counted it holds a
+/// window index (or bucket) that, multiplied by the new window, passes 2^64: its expiry
+/// saturates and is capped instead of overflowing (which aborted Redis).
+#[test]
+fn counts_from_another_quota_never_overflow_a_keys_expiry() {
+    let server = RedisServer::start_with_module(&[]);
+    let mut c = server.conn();
+    let longest = "31622400000";
+    // A fixed window of 1 ms counted window 1.7 * 10^12; a group denied by its other key then
+    // reads that index under a 366-day window.
+    ints(&mut c, &["SLIDEGATE.CHECK", "{s}f", "fixed_window", "5", "1", "1", "NOW", "1700000000000"]);
+    ints(&mut c, &["SLIDEGATE.CHECK", "{s}g", "gcra", "1", "1000", "1", "NOW", "1700000000001"]);
+    let group = ["{s}f", "fixed_window", "5", longest, "1", "AND", "{s}g", "gcra", "1", "1000", "1"];
+    let denied = ints(&mut c, &[&["SLIDEGATE.CHECK"][..], &group, &["NOW", "1700000000001"]].concat());
+    assert_eq!(denied[0], 0, "the GCRA key is empty");
+    // A sliding window's 1 ms buckets, then one 366-day bucket: the old bucket stays, far ahead.
+    ints(&mut c, &["SLIDEGATE.CHECK", "{s}w", "sliding_window", "100", "10", "1", "NOW", "1700000000000"]);
+    let admitted =
+        ints(&mut c, &["SLIDEGATE.CHECK", "{s}w", "sliding_window", "100", longest, "1", "BUCKETS", "1", "NOW", "1"]);
+    assert_eq!(admitted[0], 1);
+    let ttl: i64 = redis::cmd("PTTL").arg("{s}w").query(&mut c).expect("pttl");
+    assert!(ttl > 0 && ttl <= 2 * 31_622_400_000, "capped at two of the longest windows, got {ttl} ms");
     assert_eq!(run(&mut c, &["PING"]).expect("alive"), Value::SimpleString("PONG".into()));
 }
 
@@ -137,6 +167,20 @@ fn a_lua_sorted_set_is_taken_over_with_its_admissions() {
     let state = run(&mut c, &["SLIDEGATE.INSPECT", "k", "NOW", "1500"]).expect("inspect");
     assert_eq!(state, expected, "the same state, now the module's");
     assert_eq!(ints(&mut c, &["SLIDEGATE.CHECK", "k", "sliding_log", "3", "10000", "1", "NOW", "11000"])[0], 1);
+}
+
+/// A sorted set whose scores lie past `MAX_TIME_MS` is not taken over: its times would be
+/// saved in the RDB file and refused when loaded back.
+#[test]
+fn a_sorted_set_of_times_past_the_bound_is_refused_and_reloads() {
+    let server = RedisServer::start_with_module(&[]);
+    let mut c = server.conn();
+    run(&mut c, &["ZADD", "far", "10000000000000000", "10000000000000000:a"]).expect("zadd");
+    let e = error(&mut c, &["SLIDEGATE.CHECK", "far", "sliding_log", "5", "1000", "1"]);
+    assert!(e.starts_with("WRONGTYPE"), "{e}");
+    assert_eq!(run(&mut c, &["TYPE", "far"]).expect("type"), Value::SimpleString("zset".into()));
+    ints(&mut c, &["SLIDEGATE.CHECK", "near", "sliding_log", "5", "1000", "1"]);
+    run(&mut c, &["DEBUG", "RELOAD"]).expect("every key saved and loaded again");
 }
 
 /// Admissions of every algorithm on `c`, on the server's clock, some of them denied.

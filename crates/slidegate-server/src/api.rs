@@ -381,11 +381,26 @@ impl CheckBody {
 
 async fn check(State(app): State<Arc<App>>, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
     let body = body?;
-    let mut request: CheckBody =
-        serde_json::from_slice(&body).map_err(|e| ApiError::bad_request("invalid_json", e.to_string()))?;
     let live = app.live();
+    match decode_check(&body, &live)? {
+        CheckRequest::One(resolved) => check_one(&app, &live, resolved).await,
+        CheckRequest::Many(resolved) => check_many(&app, &live, &resolved).await,
+    }
+}
+
+/// A `/v1/check` body, resolved: one check, or a group decided all or nothing.
+enum CheckRequest {
+    One(Resolved),
+    Many(Vec<Resolved>),
+}
+
+/// Decodes a `/v1/check` body and resolves it against `live`'s rules: anything else than a
+/// request is a client error.
+fn decode_check(body: &[u8], live: &Live) -> Result<CheckRequest, ApiError> {
+    let mut request: CheckBody =
+        serde_json::from_slice(body).map_err(|e| ApiError::bad_request("invalid_json", e.to_string()))?;
     match request.checks.take() {
-        None => check_one(&app, &live, request.resolve(&live)?).await,
+        None => Ok(CheckRequest::One(request.resolve(live)?)),
         Some(checks) => {
             if request.has_single_fields() {
                 return Err(ApiError::bad_request("invalid_request", "give either `checks` or one check, not both"));
@@ -393,8 +408,7 @@ async fn check(State(app): State<Arc<App>>, body: Result<Bytes, BytesRejection>)
             if checks.count == 0 || checks.count > slidegate::MAX_CHECKS {
                 return Err(slidegate::Error::CheckCount { count: checks.count }.into());
             }
-            let resolved = checks.parsed.into_iter().map(|c| c.resolve(&live)).collect::<Result<Vec<_>, _>>()?;
-            check_many(&app, &live, &resolved).await
+            Ok(CheckRequest::Many(checks.parsed.into_iter().map(|c| c.resolve(live)).collect::<Result<_, _>>()?))
         }
     }
 }
@@ -659,6 +673,168 @@ mod tests {
         let d = Decision::allowed(1, 0, Duration::from_millis(1));
         for rule in ["say \"hi\"", "back\\slash", "tab\there", "naïve"] {
             assert_eq!(written(rule, &d)["rule"], json!(rule));
+        }
+    }
+}
+
+/// The request decoder under hostile bodies: random bytes, valid requests with bytes flipped,
+/// inserted, deleted or cut, and hand-picked attacks.
+#[cfg(test)]
+mod fuzz {
+    use std::time::{Duration, Instant};
+
+    use proptest::prelude::*;
+
+    use super::{ApiError, CheckRequest, decode_check};
+    use crate::app::Live;
+    use crate::config::{Config, parse_duration};
+
+    const RULES: &str = r#"
+[[rules]]
+name = "sms"
+limit = 5
+window = "60s"
+
+[[rules]]
+name = "api"
+limit = 10
+window = "60s"
+tiers = { vip = { limit = 100 } }
+"#;
+
+    const VALID: [&str; 6] = [
+        r#"{"rule":"sms","key":"user-1"}"#,
+        r#"{"rule":"api","key":"k","tier":"vip","cost":2}"#,
+        r#"{"key":"k","limit":10,"window":"10s","algorithm":"gcra","burst":5}"#,
+        r#"{"key":"k","limit":100,"window":"1m","algorithm":"sliding_window","buckets":6,"warm_up":"30s","cold_fraction":0.5}"#,
+        r#"{"key":"k","limit":1000000000,"window":"366d","algorithm":"fixed_window"}"#,
+        r#"{"checks":[{"rule":"sms","key":"a"},{"key":"b","limit":5,"window":"1s"}]}"#,
+    ];
+
+    fn live() -> Live {
+        Live::new(Config::parse(RULES, "rules.toml").expect("valid"))
+    }
+
+    /// Decodes `body`, which must answer a request or a client error (4xx), within a second.
+    fn decodes_or_is_refused(live: &Live, body: &[u8]) -> Result<Option<CheckRequest>, TestCaseError> {
+        let started = Instant::now();
+        let outcome = decode_check(body, live);
+        prop_assert!(started.elapsed() < Duration::from_secs(1), "took {:?}", started.elapsed());
+        match outcome {
+            Ok(request) => {
+                let resolved = match &request {
+                    CheckRequest::One(r) => std::slice::from_ref(r),
+                    CheckRequest::Many(rs) => rs.as_slice(),
+                };
+                for r in resolved {
+                    // The key passed the library's checks; the backend key wraps it.
+                    prop_assert!(r.key.len() <= slidegate::MAX_KEY_LEN + r.policy.len() + 3, "{}", r.key);
+                }
+                Ok(Some(request))
+            }
+            Err(ApiError { status, code, message }) => {
+                prop_assert!(status.is_client_error(), "{status} {code}: {message}");
+                prop_assert!(!code.is_empty() && !message.is_empty());
+                Ok(None)
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 3_000, failure_persistence: None, ..ProptestConfig::default() })]
+        /// Random bytes and mutated valid bodies: a request or a 4xx, never a panic or a 5xx.
+        #[test]
+        fn any_body_is_a_request_or_a_client_error(
+            valid in 0..VALID.len(),
+            edits in proptest::collection::vec((0u8..4, any::<usize>(), any::<u8>()), 0..6),
+            random in proptest::option::weighted(0.2, proptest::collection::vec(any::<u8>(), 0..256)),
+        ) {
+            let mut body = random.unwrap_or_else(|| VALID[valid].as_bytes().to_vec());
+            for (op, at, byte) in edits {
+                let at = if body.is_empty() { 0 } else { at % body.len() };
+                match op {
+                    0 if !body.is_empty() => body[at] = byte,
+                    1 => body.insert(at, byte),
+                    2 if !body.is_empty() => { body.remove(at); }
+                    _ => body.truncate(at),
+                }
+            }
+            decodes_or_is_refused(&live(), &body)?;
+        }
+    }
+
+    #[test]
+    fn valid_bodies_decode() {
+        let live = live();
+        for body in VALID {
+            assert!(matches!(decodes_or_is_refused(&live, body.as_bytes()), Ok(Some(_))), "{body}");
+        }
+    }
+
+    #[test]
+    fn hostile_bodies_are_client_errors() {
+        let live = live();
+        let long = "x".repeat(60_000);
+        let bodies = [
+            // Deep nesting, far past serde_json's recursion limit.
+            format!("{}{}", r#"{"checks":["#.repeat(5_000), "]}".repeat(5_000)),
+            "[".repeat(60_000),
+            format!(r#"{{"key":{}1{}}}"#, "[".repeat(10_000), "]".repeat(10_000)),
+            // Numbers past every type.
+            r#"{"key":"k","limit":1e400,"window":"1s"}"#.into(),
+            r#"{"key":"k","limit":18446744073709551616,"window":"1s"}"#.into(),
+            r#"{"key":"k","limit":-1,"window":"1s"}"#.into(),
+            r#"{"key":"k","limit":1.5,"window":"1s"}"#.into(),
+            r#"{"key":"k","limit":5,"window":"1s","warm_up":"1s","cold_fraction":1e308}"#.into(),
+            r#"{"key":"k","limit":5,"window":"1s","warm_up":"1s","cold_fraction":-0.0}"#.into(),
+            r#"{"key":"k","limit":5,"window":"1s","algorithm":"sliding_window","buckets":4294967296}"#.into(),
+            // Durations: huge, negative, not numbers, under a millisecond, very long.
+            r#"{"key":"k","limit":5,"window":"99999999999999999999999999s"}"#.into(),
+            r#"{"key":"k","limit":5,"window":"18446744073709551615s"}"#.into(),
+            r#"{"key":"k","limit":5,"window":"584942417355y"}"#.into(),
+            r#"{"key":"k","limit":5,"window":"NaN"}"#.into(),
+            r#"{"key":"k","limit":5,"window":"inf"}"#.into(),
+            r#"{"key":"k","limit":5,"window":"-1s"}"#.into(),
+            r#"{"key":"k","limit":5,"window":"1ns"}"#.into(),
+            r#"{"key":"k","limit":5,"window":"367d"}"#.into(),
+            format!(r#"{{"key":"k","limit":5,"window":"{}"}}"#, "1d ".repeat(15_000)),
+            format!(r#"{{"key":"k","limit":5,"window":"1s","warm_up":"{}"}}"#, "9".repeat(10_000)),
+            // Long strings, a lone surrogate, an empty key, duplicate and unknown fields.
+            format!(r#"{{"rule":"sms","key":"{long}"}}"#),
+            format!(r#"{{"rule":"{long}","key":"k"}}"#),
+            r#"{"rule":"sms","key":"\ud800"}"#.into(),
+            r#"{"rule":"sms","key":""}"#.into(),
+            r#"{"rule":"sms","key":"a","key":"b"}"#.into(),
+            r#"{"rule":"sms","key":"a","rule":"api"}"#.into(),
+            r#"{"rule":"sms","key":"a","__proto__":1}"#.into(),
+            r#"{"rule":"sms","key":"a","tier":"vip"}"#.into(),
+            r#"{"checks":[{"checks":[{"rule":"sms","key":"a"}],"key":"b"}]}"#.into(),
+            r#"{"checks":[],"rule":"sms"}"#.into(),
+            "\u{feff}{}".into(),
+            "null".into(),
+            String::new(),
+        ];
+        for body in &bodies {
+            let outcome = decodes_or_is_refused(&live, body.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
+            assert!(outcome.is_none(), "{} decoded", &body[..body.len().min(80)]);
+        }
+        // Unicode keys are data, and 2,000 checks decode (the limiter then refuses more than
+        // MAX_CHECKS, before any backend call).
+        let many = format!(r#"{{"checks":[{}]}}"#, vec![r#"{"rule":"sms","key":"a"}"#; 2_000].join(","));
+        for body in [r#"{"rule":"sms","key":"naïve ☃ \u0000 ключ"}"#.to_owned(), many] {
+            let outcome = decodes_or_is_refused(&live, body.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
+            assert!(outcome.is_some(), "{}", &body[..80.min(body.len())]);
+        }
+    }
+
+    #[test]
+    fn durations_of_any_size_parse_or_fail_cleanly() {
+        for text in ["18446744073709551615s", "18446744073709551616ms", "584942417355y", "9999999999999999999d", "1e9s"]
+        {
+            // Either an error, or a duration that the quota then refuses.
+            if let Ok(d) = parse_duration(text) {
+                assert!(slidegate::Quota::new(1, d).is_err(), "{text}: {d:?}");
+            }
         }
     }
 }

@@ -31,7 +31,7 @@ pub struct Live {
 }
 
 impl Live {
-    fn new(config: Config) -> Self {
+    pub(crate) fn new(config: Config) -> Self {
         let counters = config
             .rules
             .iter()

@@ -367,7 +367,7 @@ impl Config {
         if let Some(timeout) = b.timeout {
             let t =
                 parse_duration(timeout.get_ref()).map_err(|m| at(timeout.span(), format!("backend.timeout: {m}")))?;
-            if t.is_zero() || t > Duration::from_secs(60) {
+            if t < Duration::from_millis(1) || t > Duration::from_secs(60) {
                 return Err(at(timeout.span(), "backend.timeout: must be between 1ms and 60s".into()));
             }
             backend.timeout = t;
@@ -897,5 +897,145 @@ algorithm = "fixed_window"
         assert_eq!((vip.limit(), vip.algorithm(), vip.warm_up()), (1000, expected.algorithm(), expected.warm_up()));
         assert_eq!(c.rules.get("upload").expect("upload").quota.burst(), 20);
         assert_eq!(c.rules.get("cheap").expect("cheap").quota.algorithm(), Algorithm::FixedWindow);
+    }
+}
+
+/// The rules-file parser under hostile files: random text, valid files with bytes flipped,
+/// inserted, deleted or cut, and hand-picked attacks.
+#[cfg(test)]
+mod fuzz {
+    use std::time::{Duration, Instant};
+
+    use proptest::prelude::*;
+
+    use super::{Config, ConfigError};
+
+    const VALID: [&str; 3] = [
+        r#"
+admin_token = "s3cret"
+grpc = "127.0.0.1:8081"
+
+[backend]
+redis = "redis://127.0.0.1:6379"
+prefix = "slidegate"
+timeout = "50ms"
+failure_policy = "local"
+local_share = 0.25
+
+[[rules]]
+name = "sms"
+limit = 5
+window = "60s"
+tiers = { vip = { limit = 100, window = "1m" } }
+"#,
+        r#"
+[[rules]]
+name = "search"
+limit = 100
+window = "1m"
+algorithm = "sliding_window"
+buckets = 6
+warm_up = "30s"
+cold_fraction = 0.5
+failure_policy = "fail_closed"
+
+[[rules]]
+name = "upload"
+limit = 10
+window = "1s"
+algorithm = "gcra"
+burst = 20
+"#,
+        r#"
+[backend]
+redis_sentinel = ["redis://127.0.0.1:26379"]
+sentinel_service = "mymaster"
+engine = "module"
+near_cache = 0
+"#,
+    ];
+
+    /// Parses `text`, which must give a config or an error naming a line and column inside it,
+    /// within a second.
+    fn parses_or_is_refused(text: &str) -> Result<Option<Config>, TestCaseError> {
+        let started = Instant::now();
+        let outcome = Config::parse(text, "rules.toml");
+        prop_assert!(started.elapsed() < Duration::from_secs(1), "took {:?}", started.elapsed());
+        match outcome {
+            Ok(config) => Ok(Some(config)),
+            Err(ConfigError::Invalid { line, column, message, .. }) => {
+                prop_assert!(line >= 1 && line <= text.lines().count().max(1) + 1, "line {line}: {message}");
+                prop_assert!(column >= 1 && !message.is_empty());
+                Ok(None)
+            }
+            Err(e) => Err(TestCaseError::fail(format!("not a parse error: {e}"))),
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 2_000, failure_persistence: None, ..ProptestConfig::default() })]
+        /// Random text and mutated valid files: a config or an error with its place, never a
+        /// panic (a place is cut from the text, which must not split a character).
+        #[test]
+        fn any_file_parses_or_is_refused_with_its_place(
+            valid in 0..VALID.len(),
+            edits in proptest::collection::vec((0u8..4, any::<usize>(), any::<char>()), 0..6),
+            random in proptest::option::weighted(0.2, ".{0,200}"),
+        ) {
+            let mut text: Vec<char> = random.unwrap_or_else(|| VALID[valid].to_owned()).chars().collect();
+            for (op, at, c) in edits {
+                let at = if text.is_empty() { 0 } else { at % text.len() };
+                match op {
+                    0 if !text.is_empty() => text[at] = c,
+                    1 => text.insert(at, c),
+                    2 if !text.is_empty() => { text.remove(at); }
+                    _ => text.truncate(at),
+                }
+            }
+            parses_or_is_refused(&text.into_iter().collect::<String>())?;
+        }
+    }
+
+    #[test]
+    fn hostile_files_are_refused() {
+        let rule = "[[rules]]\nname = \"a\"\nwindow = \"1s\"\n";
+        let long = "x".repeat(1 << 20);
+        let files = [
+            // Deep nesting of arrays and inline tables.
+            format!("admin_token = {}1{}\n", "[".repeat(10_000), "]".repeat(10_000)),
+            format!("admin_token = {}1{}\n", "{a=".repeat(10_000), "}".repeat(10_000)),
+            format!("[a.{}c]\nd = 1\n", "b.".repeat(10_000)),
+            format!("a{} = 1\n", ".b".repeat(10_000)),
+            // Numbers past every type, and the floats that are not numbers.
+            format!("{rule}limit = 99999999999999999999999\n"),
+            format!("{rule}limit = -1\n"),
+            format!("{rule}limit = 1.5\n"),
+            format!("{rule}limit = inf\n"),
+            format!("{rule}limit = 5\nwarm_up = \"1s\"\ncold_fraction = nan\n"),
+            format!("{rule}limit = 5\nwarm_up = \"1s\"\ncold_fraction = inf\n"),
+            format!("{rule}limit = 5\nwarm_up = \"1s\"\ncold_fraction = -0.0\n"),
+            "[backend]\nfailure_policy = \"local\"\nlocal_share = nan\n".into(),
+            "[backend]\nfailure_policy = \"local\"\nlocal_share = -inf\n".into(),
+            "[backend]\nnear_cache = 18446744073709551616\n".into(),
+            // Durations: huge, not numbers, under a millisecond.
+            format!("{rule}limit = 5\nwarm_up = \"99999999999999999999999s\"\n"),
+            "[backend]\ntimeout = \"18446744073709551615s\"\n".into(),
+            "[backend]\ntimeout = \"inf\"\n".into(),
+            "[backend]\ntimeout = \"1ns\"\n".into(),
+            "[[rules]]\nname = \"a\"\nlimit = 5\nwindow = \"584942417355y\"\n".into(),
+            // Duplicate keys and tables, long and non-ASCII strings, a NUL.
+            format!("{rule}limit = 5\nlimit = 6\n"),
+            "[backend]\n[backend]\n".into(),
+            format!("[[rules]]\nname = \"{long}\"\nlimit = 5\nwindow = \"1s\"\n"),
+            "[[rules]]\nname = \"règle☃\"\nlimit = 5\nwindow = \"1s\"\n".into(),
+            "[[rules]]\nname = \"a\u{0}\"\nlimit = 5\nwindow = \"1s\"\n".into(),
+            "[[rules]]\nname = \"\"\"\n".into(),
+            "\u{feff}é = \"ü\"\n".into(),
+            "é\u{301}é = 1".into(),
+        ];
+        for text in &files {
+            let outcome = parses_or_is_refused(text).unwrap_or_else(|e| panic!("{e}"));
+            assert!(outcome.is_none(), "{} parsed", text.chars().take(80).collect::<String>());
+        }
     }
 }

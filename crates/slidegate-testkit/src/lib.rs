@@ -109,6 +109,12 @@ impl RedisServer {
         }
     }
 
+    /// What the server has logged (warnings and worse): where a crash's report is, for a test's
+    /// failure message.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default()
+    }
+
     fn ping(&self) -> bool {
         TcpStream::connect((Ipv4Addr::LOCALHOST, self.port)).is_ok()
             && redis::Client::open(self.url())

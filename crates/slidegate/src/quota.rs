@@ -27,7 +27,7 @@ pub const DEFAULT_BUCKETS: u32 = 10;
 /// Every product the Lua scripts form stays below 2⁵³, where Lua's doubles are exact integers.
 const EXACT: u64 = 1 << 53;
 
-const MAX_WINDOW_MS: u64 = MAX_WINDOW.as_millis() as u64;
+pub(crate) const MAX_WINDOW_MS: u64 = MAX_WINDOW.as_millis() as u64;
 
 /// How a quota counts. The trade-offs: the README's "Which algorithm when", measured in BENCHMARKS.md.
 ///

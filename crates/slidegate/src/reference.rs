@@ -59,6 +59,8 @@
 
 use std::time::Duration;
 
+use crate::quota::MAX_WINDOW_MS;
+use crate::state::MAX_TIME_MS;
 use crate::{Algorithm, Decision, MultiDecision, Quota};
 
 /// The reference sliding-window log of one key.
@@ -260,7 +262,8 @@ impl Key {
             State::Window(counts) => {
                 let (n, b) = geometry(quota);
                 let newest = counts.iter().rev().find(|&&(i, c)| c > 0 && i + n >= now / b);
-                newest.map_or(Duration::ZERO, |&(m, _)| ms((m + n + 1) * b - now))
+                // A bucket counted under another quota's geometry may lie far ahead.
+                newest.map_or(Duration::ZERO, |&(m, _)| ms((m + n + 1).saturating_mul(b).saturating_sub(now)))
             }
             State::Fixed(last) => match last {
                 Some((i, c)) if *i == now / w && *c > 0 => ms((i + 1) * w - now),
@@ -276,11 +279,12 @@ impl Key {
         let w = quota.window_ms();
         match &self.state {
             State::Log(log) => log.admissions.iter().max().map_or(0, |&t| t + w),
+            // Indexes counted under another quota's window may be far ahead of this one's.
             State::Window(counts) => {
                 let (n, b) = geometry(quota);
-                counts.last().map_or(0, |&(m, _)| (m + n + 1) * b)
+                counts.last().map_or(0, |&(m, _)| (m + n + 1).saturating_mul(b))
             }
-            State::Fixed(last) => last.map_or(0, |(i, _)| (i + 2) * w),
+            State::Fixed(last) => last.map_or(0, |(i, _)| (i + 2).saturating_mul(w)),
             &State::Gcra(tat) => ceil_ms(tat),
         }
     }
@@ -306,22 +310,32 @@ impl Key {
     }
 
     /// A key from [`Key::encode`]'s numbers; `None` when they are not such a list.
+    ///
+    /// Numbers no decision could have written are refused, so that a restored key's arithmetic
+    /// stays in range: times and window indexes after [`MAX_TIME_MS`], counts over
+    /// [`crate::MAX_LIMIT`] (an admission fits under a limit), a GCRA time past [`MAX_TIME_MS`]
+    /// plus the longest bucket.
     pub(crate) fn decode(words: &[u64]) -> Option<Self> {
         let (&[tag, warm_since], rest) = words.split_first_chunk::<2>()?;
+        let count = |c: u64| c <= crate::MAX_LIMIT;
         let state = match (tag, rest) {
-            (1, [n, admissions @ ..]) if admissions.len() as u64 == *n => {
+            _ if warm_since > MAX_TIME_MS => return None,
+            (1, [n, admissions @ ..])
+                if admissions.len() as u64 == *n && admissions.iter().all(|&t| t <= MAX_TIME_MS) =>
+            {
                 State::Log(SlidingLog { admissions: admissions.to_vec() })
             }
             (2, [n, pairs @ ..]) if pairs.len() as u64 == n.checked_mul(2)? => {
                 let counts: Vec<(u64, u64)> = pairs.chunks_exact(2).map(|p| (p[0], p[1])).collect();
-                if !counts.is_sorted_by(|a, b| a.0 < b.0) {
+                if !counts.is_sorted_by(|a, b| a.0 < b.0) || !counts.iter().all(|&(i, c)| i <= MAX_TIME_MS && count(c))
+                {
                     return None;
                 }
                 State::Window(counts)
             }
             (3, [0]) => State::Fixed(None),
-            (3, [1, i, c]) => State::Fixed(Some((*i, *c))),
-            (4, [tat]) => State::Gcra(*tat),
+            (3, [1, i, c]) if *i <= MAX_TIME_MS && count(*c) => State::Fixed(Some((*i, *c))),
+            (4, [tat]) if *tat <= (MAX_TIME_MS + MAX_WINDOW_MS) * 1000 => State::Gcra(*tat),
             _ => return None,
         };
         Some(Self { state, warm_since })
@@ -374,7 +388,9 @@ fn window_estimate(counts: &[(u64, u64)], t: u64, n: u64, b: u64) -> u64 {
     let (j, r) = (t / b, t % b);
     let full: u64 = counts.iter().filter(|&&(i, _)| i + n > j && i <= j).map(|&(_, c)| c).sum();
     let oldest = counts.iter().find(|&&(i, _)| i + n == j).map_or(0, |&(_, c)| c);
-    full + oldest * (b - r) / b
+    // A count of up to `MAX_LIMIT` (recorded under another quota) times a bucket of up to
+    // `MAX_WINDOW` overflows 64 bits; the quotient is at most the count.
+    full + (u128::from(oldest) * u128::from(b - r) / u128::from(b)) as u64
 }
 
 /// The first instant from `now` at which the estimate is at most `room`: bucket by bucket, then

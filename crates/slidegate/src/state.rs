@@ -89,6 +89,12 @@ struct Marks {
 /// this many bytes.
 const MIN_SHRINK_CAPACITY: usize = 64;
 
+/// The latest time, in ms since the epoch, a decision may be asked about (the Redis module's
+/// `NOW`) and a snapshot may hold: 2⁵³ ms, some 285,000 years. Up to it, every sum and product
+/// a decision forms (a time plus a window of up to [`crate::MAX_WINDOW`], a GCRA's time in µs
+/// plus its bucket) fits in 64 bits.
+pub const MAX_TIME_MS: u64 = 1 << 53;
+
 /// The tag that opens an encoded sliding log (the reference model's tags are 1 to 4).
 const LOG_TAG: u64 = 0;
 
@@ -235,12 +241,20 @@ impl Counter {
         }
     }
 
-    /// A counter from [`Counter::encode`]'s numbers; `None` when they are not such a list.
+    /// A counter from [`Counter::encode`]'s numbers; `None` when they are not such a list, or
+    /// hold a time after [`MAX_TIME_MS`] or a count no admission could have made.
     pub fn decode(words: &[u64]) -> Option<Self> {
         match *words {
-            [LOG_TAG, warm_since, n, ref rest @ ..] if rest.len() as u64 == n && rest.is_sorted() => {
+            [LOG_TAG, warm_since, n, ref rest @ ..]
+                if rest.len() as u64 == n
+                    && rest.is_sorted()
+                    && rest.last().is_none_or(|&t| t <= MAX_TIME_MS)
+                    && warm_since <= MAX_TIME_MS =>
+            {
                 Some(Self::from_log(rest.iter().copied(), warm_since))
             }
+            // A reference log (tag 1) is never encoded by a counter, which keeps its own.
+            [LOG_TAG | 1, ..] => None,
             _ => reference::Key::decode(words).map(|key| Self(Inner::Model(key))),
         }
     }
@@ -460,6 +474,7 @@ fn ms(ms: u64) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{MAX_LIMIT, MAX_LOG_LIMIT};
 
     fn quota(algorithm: Algorithm) -> Quota {
         Quota::new(10, Duration::from_millis(1_000)).and_then(|q| q.with_algorithm(algorithm)).expect("valid")
@@ -493,6 +508,24 @@ mod tests {
         for words in [&[][..], &[0, 0, 2, 5], &[0, 0, 2, 9, 5], &[9, 0], &[2, 0, 3, 1, 1], &[4]] {
             assert!(Counter::decode(words).is_none(), "{words:?}");
         }
+        // Lengths claiming more than the words hold, refused before anything is allocated;
+        // numbers no decision writes; the reference's own log.
+        let far = MAX_TIME_MS + 1;
+        for words in [
+            &[0, 0, 1 << 60, 5][..],
+            &[2, 0, 1 << 63, 1, 1],
+            &[2, 0, u64::MAX, 1, 1],
+            &[0, 0, 1, far],
+            &[0, far, 1, 5],
+            &[2, 0, 1, far, 1],
+            &[2, 0, 1, 5, MAX_LIMIT + 1],
+            &[3, 0, 1, 5, u64::MAX],
+            &[4, 0, u64::MAX],
+            &[1, 0, 1, 5],
+        ] {
+            assert!(Counter::decode(words).is_none(), "{words:?}");
+        }
+        assert!(Counter::decode(&[0, MAX_TIME_MS, 2, 5, MAX_TIME_MS]).is_some(), "the bound itself is a time");
     }
 
     proptest::proptest! {
@@ -537,6 +570,126 @@ mod tests {
             proptest::prop_assert_eq!(restored.encode(), counter.encode());
             proptest::prop_assert_eq!(restored.inspect(now, &q), counter.inspect(now, &q));
         }
+    }
+
+    /// A quota of `kind`'s algorithm from fuzzed numbers, when they make a valid one.
+    fn fuzzed_quota(
+        kind: Algorithm,
+        limit: u64,
+        window_ms: u64,
+        param: u64,
+        warm: Option<(u64, u64)>,
+    ) -> Option<Quota> {
+        let algorithm = match kind {
+            Algorithm::SlidingWindow { .. } => Algorithm::SlidingWindow { buckets: u32::try_from(param % 101).ok()? },
+            Algorithm::Gcra { .. } => Algorithm::Gcra { burst: (param > 0).then_some(param) },
+            other => other,
+        };
+        let quota =
+            Quota::new(limit, Duration::from_millis(window_ms)).and_then(|q| q.with_algorithm(algorithm)).ok()?;
+        match warm {
+            Some((period, permille)) => {
+                quota.with_warm_up(Duration::from_millis(period), permille as f64 / 1000.0).ok()
+            }
+            None => Some(quota),
+        }
+    }
+
+    /// Numbers biased to the edges where arithmetic overflows.
+    fn edgy() -> impl proptest::strategy::Strategy<Value = u64> {
+        use proptest::prelude::*;
+        prop_oneof![
+            0u64..=20,
+            any::<u64>(),
+            Just(u64::MAX),
+            Just(MAX_TIME_MS),
+            (0u64..=64).prop_map(|b| 1u64.checked_shl(b as u32).unwrap_or(u64::MAX).wrapping_sub(1)),
+            1_700_000_000_000u64..1_800_000_000_000,
+        ]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config { cases: 2_000, failure_persistence: None, ..Default::default() })]
+        /// A snapshot's words come from a file or a `RESTORE` payload: random words, and valid
+        /// encodings with words flipped, inserted, deleted or cut, either decode to a counter or
+        /// are refused. A counter that decodes then takes checks of any valid quota of its kind
+        /// (quotas change between checks of one key), at any time a caller may give, without
+        /// panicking (overflow included: tests build with overflow checks), within a second,
+        /// and encodes to words that decode again.
+        #[test]
+        fn any_snapshot_words_decode_or_are_refused_and_never_break_decisions(
+            seed_algorithm in 0usize..4,
+            history in proptest::collection::vec((edgy(), 1u64..=1_000), 0..40),
+            edits in proptest::collection::vec((proptest::prelude::any::<u8>(), proptest::prelude::any::<usize>(), edgy()), 0..6),
+            random in proptest::option::weighted(0.3, proptest::collection::vec(edgy(), 0..24)),
+            checks in proptest::collection::vec(
+                (edgy(), edgy(), edgy(), edgy(), proptest::option::weighted(0.2, (edgy(), 0u64..=1_000)), 0..=MAX_TIME_MS, proptest::bool::weighted(0.2)),
+                1..24,
+            ),
+        ) {
+            use proptest::prelude::*;
+            let started = std::time::Instant::now();
+            let kinds = [Algorithm::SlidingLog, Algorithm::SlidingWindow { buckets: 4 }, Algorithm::FixedWindow, Algorithm::Gcra { burst: None }];
+            let seed_quota = fuzzed_quota(kinds[seed_algorithm], 50, 10_000, 4, None).expect("valid");
+            let mut seed = Counter::new(seed_quota.algorithm());
+            let mut now = 1_000_000;
+            for (step, cost) in history {
+                now = (now + step % 5_000).min(MAX_TIME_MS);
+                if seed.evaluate(now, &seed_quota, cost.min(50)).allowed {
+                    seed.record(now, &seed_quota, cost.min(50));
+                }
+            }
+            let mut words = random.unwrap_or_else(|| seed.encode());
+            for (op, at, value) in edits {
+                let at = if words.is_empty() { 0 } else { at % words.len() };
+                match op % 5 {
+                    0 if !words.is_empty() => words[at] ^= 1 << (value % 64),
+                    1 => words.insert(at, value),
+                    2 if !words.is_empty() => { words.remove(at); }
+                    3 => words.truncate(at),
+                    _ if !words.is_empty() => words[at] = value,
+                    _ => {}
+                }
+            }
+            let Some(mut counter) = Counter::decode(&words) else { return Ok(()) };
+            let kind = counter.algorithm_kind();
+            for (limit, window, param, cost, warm, at, step_back) in checks {
+                let Some(quota) = fuzzed_quota(kind, limit % (MAX_LIMIT + 1), window % (crate::quota::MAX_WINDOW_MS + 1), param, warm) else { continue };
+                let cost = cost % quota.max_cost().min(MAX_LOG_LIMIT) + 1;
+                let at = if step_back { at } else { at.max(now) };
+                now = at;
+                let fit = counter.evaluate(at, &quota, cost);
+                if fit.allowed && cost % 3 != 0 {
+                    counter.record(at, &quota, cost);
+                } else if fit.allowed {
+                    counter.held(at, &quota, cost, &fit);
+                }
+                let _ = (counter.expires_at(&quota), counter.reset_after(at, &quota), counter.inspect(at, &quota), counter.heap_bytes());
+            }
+            prop_assert!(Counter::decode(&counter.encode()).is_some(), "a counter's own words decode");
+            prop_assert!(started.elapsed() < Duration::from_secs(1), "took {:?}", started.elapsed());
+        }
+    }
+
+    /// A bucket counted under one quota and weighed under another of a far longer bucket:
+    /// 10^9 permits times a 366-day bucket in ms passes 2^64 (an overflow, which aborted Redis
+    /// in the module); the weighing stays exact.
+    #[test]
+    fn a_count_from_another_quota_weighs_without_overflow() {
+        let window = |limit, ms| {
+            Quota::new(limit, Duration::from_millis(ms))
+                .and_then(|q| q.with_algorithm(Algorithm::SlidingWindow { buckets: 1 }))
+                .expect("valid")
+        };
+        let (short, long) = (window(MAX_LIMIT, 1_000), window(1_000, crate::quota::MAX_WINDOW_MS));
+        let mut counter = Counter::new(short.algorithm());
+        assert!(counter.evaluate(0, &short, MAX_LIMIT).allowed);
+        counter.record(0, &short, MAX_LIMIT);
+        // Bucket 0 of the long quota has just ended: the count weighs in full.
+        let d = counter.evaluate(crate::quota::MAX_WINDOW_MS, &long, 1);
+        assert!(!d.allowed);
+        assert_eq!(counter.inspect(crate::quota::MAX_WINDOW_MS, &long).count, 1_000, "the whole limit is used");
+        assert_eq!(counter.expires_at(&long), 2 * crate::quota::MAX_WINDOW_MS);
     }
 
     #[test]

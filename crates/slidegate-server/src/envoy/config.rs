@@ -185,6 +185,9 @@ impl EnvoyConfig {
 
     /// Adds one file's domain.
     pub fn add(&mut self, yaml: &str) -> Result<(), String> {
+        if bracket_depth(yaml) > MAX_FLOW_NESTING {
+            return Err(format!("brackets nested deeper than {MAX_FLOW_NESTING}"));
+        }
         let spec: FileSpec = serde_yaml_ng::from_str(yaml).map_err(|e| e.to_string())?;
         if spec.domain.is_empty() {
             return Err("domain must not be empty".into());
@@ -235,6 +238,28 @@ impl EnvoyConfig {
     pub fn is_empty(&self) -> bool {
         self.domains.is_empty()
     }
+}
+
+/// The deepest a file may nest `[` and `{`: the YAML parser's time grows with the square of
+/// the nesting (each token re-examines every open level), so 4,000 levels (100 KB) took seconds;
+/// the deserializer refuses more than 128 levels of any kind anyway, but only after parsing.
+pub const MAX_FLOW_NESTING: usize = 128;
+
+/// How deep `[` and `{` nest in `text`, counting every bracket (also in strings and comments),
+/// which errs on the deep side for brackets the parser sees (closing ones inside strings aside).
+fn bracket_depth(text: &str) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0);
+    for b in text.bytes() {
+        match b {
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
 }
 
 fn build_level(specs: Vec<DescriptorSpec>, parent: &str) -> Result<Level, String> {
@@ -446,5 +471,125 @@ descriptors:
         assert!(err("domain: d\ndescriptors:\n  - key: k\n  - key: k\n").contains("duplicate"));
         let mut c = config();
         assert!(c.add(MONGO).is_err_and(|e| e.contains("duplicate domain")));
+    }
+}
+
+/// The Envoy configuration loader under hostile files: random text, valid files with characters
+/// replaced, inserted, deleted or cut, and hand-picked attacks.
+#[cfg(test)]
+mod fuzz {
+    use std::time::{Duration, Instant};
+
+    use proptest::prelude::*;
+
+    use super::EnvoyConfig;
+
+    const VALID: [&str; 2] = [
+        "
+domain: mongo_cps
+descriptors:
+  - key: database
+    value: \"users[{1}]\"
+    rate_limit:
+      unit: second
+      requests_per_unit: 500
+      algorithm: gcra
+  - key: database
+    value: default*
+    shadow_mode: true
+    rate_limit:
+      name: db
+      replaces: [{name: other}]
+      unit: minute
+      requests_per_unit: 50
+",
+        include_str!("../../tests/fixtures/envoy/messaging.yaml"),
+    ];
+
+    /// Loads `yaml`, which must add a domain or be refused with a message, within a second.
+    fn loads_or_is_refused(yaml: &str) -> Result<bool, TestCaseError> {
+        let started = Instant::now();
+        let outcome = EnvoyConfig::default().add(yaml);
+        prop_assert!(started.elapsed() < Duration::from_secs(1), "took {:?}", started.elapsed());
+        if let Err(message) = &outcome {
+            prop_assert!(!message.is_empty());
+        }
+        Ok(outcome.is_ok())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 2_000, failure_persistence: None, ..ProptestConfig::default() })]
+        /// Random text and mutated valid files: a domain or an error, never a panic.
+        #[test]
+        fn any_file_loads_or_is_refused(
+            valid in 0..VALID.len(),
+            edits in proptest::collection::vec((0u8..4, any::<usize>(), any::<char>()), 0..6),
+            random in proptest::option::weighted(0.2, ".{0,200}"),
+        ) {
+            let mut text: Vec<char> = random.unwrap_or_else(|| VALID[valid].to_owned()).chars().collect();
+            for (op, at, c) in edits {
+                let at = if text.is_empty() { 0 } else { at % text.len() };
+                match op {
+                    0 if !text.is_empty() => text[at] = c,
+                    1 => text.insert(at, c),
+                    2 if !text.is_empty() => { text.remove(at); }
+                    _ => text.truncate(at),
+                }
+            }
+            loads_or_is_refused(&text.into_iter().collect::<String>())?;
+        }
+    }
+
+    #[test]
+    fn valid_files_load() {
+        for yaml in VALID {
+            assert!(loads_or_is_refused(yaml).unwrap_or_else(|e| panic!("{e}")), "{yaml}");
+        }
+    }
+
+    #[test]
+    fn hostile_files_are_refused() {
+        // A billion descriptors from nine levels of aliases ("billion laughs").
+        let mut laughs = String::from("domain: d\ndescriptors:\n  - &l0 {key: k}\n");
+        for i in 1..10 {
+            let refs = vec![format!("*l{}", i - 1); 10].join(", ");
+            laughs.push_str(&format!("  - &l{i} {{key: k{i}, descriptors: [{refs}]}}\n"));
+        }
+        // Descriptors nested 1,000 deep in block style (a megabyte of indentation), 10,000 in flow.
+        let deep_block: String =
+            (0..1_000).map(|i| format!("{}- key: k\n{0}  descriptors:\n", "  ".repeat(i))).collect();
+        let deep_flow =
+            format!("domain: d\ndescriptors: {}{}", "[{key: k, descriptors: ".repeat(10_000), "}]".repeat(10_000));
+        let long = "x".repeat(1 << 20);
+        let refused = EnvoyConfig::default().add(&deep_flow).expect_err("too deep");
+        assert!(refused.contains("nested deeper than 128"), "{refused}");
+        let files = [
+            laughs,
+            format!("domain: d\ndescriptors:\n{deep_block}"),
+            deep_flow,
+            format!("domain: {}1{}", "[".repeat(10_000), "]".repeat(10_000)),
+            // Numbers past every type, units that are not units.
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 99999999999999999999999}\n".into(),
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: -1}\n".into(),
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: .nan}\n".into(),
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: .inf}\n".into(),
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1000000001}\n".into(),
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n".into(),
+            // Duplicate keys and descriptors, empty names, long and non-ASCII strings, tags.
+            "domain: d\ndomain: e\n".into(),
+            "domain: d\ndescriptors:\n  - key: k\n    key: j\n".into(),
+            "domain: d\ndescriptors:\n  - key: k\n  - key: k\n".into(),
+            "domain: \"\"\n".into(),
+            "domain: d\ndescriptors:\n  - key: \"\"\n".into(),
+            format!("domain: d\ndescriptors:\n  - key: {long}\n    unknown: 1\n"),
+            "domain: d\ndescriptors: !!map {}\n".into(),
+            "--- \ndomain: d\n--- \ndomain: e\n".into(),
+            "\u{feff}domain: ☃\ndescriptors:\n  - {key: ключ, value: \"\\0\", rate_limit: {unit: second}}\n".into(),
+        ];
+        for yaml in &files {
+            let head: String = yaml.chars().take(80).collect();
+            let loaded = loads_or_is_refused(yaml).unwrap_or_else(|e| panic!("{head}: {e}"));
+            assert!(!loaded, "{head} loaded");
+        }
     }
 }
