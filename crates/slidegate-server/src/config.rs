@@ -643,7 +643,7 @@ tiers = { vip = { limit = 100 } }
         let rule = "[[rules]]\nname = \"a\"\nlimit = 5\nwindow = \"1s\"\n";
         assert_eq!(
             error("[[rules]]\nname = \"a\"\nlimit = 0\nwindow = \"1s\"\n"),
-            "rules.toml:3:9: rules[0].limit: limit must be between 1 and 1000000000, got 0"
+            "rules.toml:3:9: rules[0].limit: limit must be between 1 and 1000000000 for this algorithm, got 0"
         );
         assert!(
             error("[[rules]]\nname = \"a\"\nlimit = 5\nwindow = \"soon\"\n")

@@ -63,7 +63,10 @@ async fn sixty_four_clients_on_redis_get_exactly_the_limit_under_a_readable_key(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_redis_module_decides_when_loaded_and_every_surface_says_so() {
     let redis = RedisServer::start_with_module(&[]);
-    let server = Slidegate::serve(&["--redis", &redis.url()]);
+    // A deadline a loaded machine cannot miss: this test counts exact admissions, and a late
+    // answer would be admitted by the default fail-open policy.
+    let rules = RulesFile::new(&format!("[backend]\nredis = \"{}\"\ntimeout = \"5s\"\n", redis.url()));
+    let server = Slidegate::serve(&["--config", rules.arg()]);
     let body = json!({"key": "k", "limit": 100, "window": "60s"});
     assert_eq!(admitted_by(vec![server.url("/v1/check")], 64, 4, body.clone()).await, 100);
     assert_eq!(redis.query::<String>(&["TYPE", "slidegate:inline:{k}"]), "slidegate", "the module's own type");

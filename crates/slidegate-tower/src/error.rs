@@ -36,6 +36,15 @@ pub enum Error {
         /// The largest cost the rule's tightest quota admits.
         max: u64,
     },
+    /// A quota of the rule (or of one of its tiers) that no request could be checked against:
+    /// past its algorithm's bounds (a sliding log's limit over [`slidegate::MAX_LOG_LIMIT`]).
+    #[error("rule {rule:?}: {source}")]
+    InvalidQuota {
+        /// The rule.
+        rule: String,
+        /// Why the quota cannot be used.
+        source: slidegate::Error,
+    },
     /// A client-address prefix length outside `1..=32` (IPv4) or `1..=128` (IPv6).
     #[error("an {family} prefix must be 1 to {max} bits, got {bits}")]
     InvalidPrefix {

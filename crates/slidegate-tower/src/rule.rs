@@ -140,9 +140,13 @@ impl Rule {
         self
     }
 
-    /// Checks what can be checked before any request: tier names are unique, and a fixed cost
-    /// fits every quota of the rule.
+    /// Checks what can be checked before any request: every quota within its algorithm's
+    /// bounds (a sliding log of a billion would refuse every request), tier names are unique,
+    /// and a fixed cost fits every quota of the rule.
     pub(crate) fn validate(&self) -> Result<(), Error> {
+        for quota in std::iter::once(&self.quota).chain(self.tiers.iter().map(|(_, q)| q)) {
+            quota.validate_cost(1).map_err(|source| Error::InvalidQuota { rule: self.name.clone(), source })?;
+        }
         for (i, (tier, _)) in self.tiers.iter().enumerate() {
             if self.tiers[..i].iter().any(|(earlier, _)| earlier == tier) {
                 return Err(Error::DuplicateTier { rule: self.name.clone(), tier: tier.clone() });

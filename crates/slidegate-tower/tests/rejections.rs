@@ -105,6 +105,12 @@ fn misconfigured_rules_are_typed_errors_when_the_layer_is_built() {
     let tight_tier = rule("bulk", 50).cost(10).tier("trial", quota(5));
     assert!(matches!(layer().rule(tight_tier), Err(Error::InvalidCost { cost: 10, max: 5, .. })));
     assert!(layer().rule(rule("bulk", 50).cost(10).tier("pro", quota(500))).is_ok());
+    // A sliding log past its bound, as the rule's quota or a tier's: no request could be decided.
+    let billion = slidegate::Quota::per_second(1_000_000_000).expect("a counter's limit");
+    let huge = slidegate_tower::Rule::new("huge", billion).expect("a valid name");
+    assert!(matches!(layer().rule(huge), Err(Error::InvalidQuota { .. })));
+    let huge_tier = rule("api", 5).tier("vip", billion);
+    assert!(matches!(layer().rule(huge_tier), Err(Error::InvalidQuota { ref rule, .. }) if rule == "api"));
 }
 
 #[tokio::test]

@@ -1,15 +1,20 @@
-//! The memory backend's cost per decision through `Limiter`, for an instruction counter:
+//! The client's cost per decision through `Limiter`, for an instruction counter. On the memory
+//! backend (the decisions alone are collected):
 //!
 //! ```sh
-//! cargo build --release -p slidegate --example decision_cost
+//! cargo build --release -p slidegate --features redis --example decision_cost
 //! valgrind --tool=callgrind --toggle-collect='decision_cost::decide_all' \
 //!     target/release/examples/decision_cost W2 200000
 //! ```
 //!
-//! then divide the collected instructions by the decisions. Shapes: `W1` one hot key, 100 per
-//! 10 s (nearly every decision a denial); `W2` 10,000 keys drawn uniformly, 100 per 60 s (nearly
-//! every decision an admission into a short log). The clock is a `ManualClock` stepped by 1 ms
-//! per decision, so a run counts the same instructions every time.
+//! then divide the collected instructions by the decisions. With a Redis URL as a third
+//! argument the decisions go to that Redis, one at a time, and the whole client is counted: run
+//! it twice, with N and 2N decisions, and divide the difference by N (connecting and loading the
+//! scripts cancel out). Shapes: `W1` one hot key, 100 per 10 s (nearly every decision a
+//! denial); `W2` 10,000 keys drawn uniformly, 100 per 60 s (nearly every decision an admission
+//! into a short log). The memory backend runs on a `ManualClock` stepped by 1 ms per decision,
+//! so a run counts nearly the same instructions every time (its hash keys are random per
+//! process).
 
 use std::future::Future;
 use std::hint::black_box;
@@ -17,7 +22,7 @@ use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use slidegate::{Limiter, ManualClock, MemoryBackend, Quota};
+use slidegate::{Limiter, ManualClock, MemoryBackend, Quota, RedisBackend};
 
 fn main() {
     let mut args = std::env::args().skip(1);
@@ -28,16 +33,33 @@ fn main() {
         _ => ((0..10_000).map(|i| format!("rl:w2:{i}")).collect(), Quota::new(100, Duration::from_secs(60))),
     };
     let quota = quota.expect("valid quota");
-    let clock = ManualClock::new(1_000_000);
-    let limiter = Limiter::new(MemoryBackend::with_clock(clock.clone()));
-    let admitted = decide_all(&limiter, &clock, &keys, &quota, decisions);
+    let admitted = match args.next() {
+        Some(url) => on_redis(&url, &keys, &quota, decisions),
+        None => {
+            let clock = ManualClock::new(1_000_000);
+            let limiter = Limiter::new(MemoryBackend::with_clock(clock.clone()));
+            decide_all(&limiter, &keys, &quota, decisions, || clock.advance(Duration::from_millis(1)))
+        }
+    };
     println!("{shape}: {decisions} decisions, {admitted} admitted");
+}
+
+fn on_redis(url: &str, keys: &[String], quota: &Quota, decisions: u64) -> u64 {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    runtime.block_on(async {
+        let limiter = Limiter::new(RedisBackend::connect(url).await.expect("connect"));
+        let mut admitted = 0;
+        for key in keys.iter().cycle().take(usize::try_from(decisions).unwrap_or(usize::MAX)) {
+            admitted += u64::from(limiter.check(black_box(key), quota).await.expect("a valid check").allowed);
+        }
+        admitted
+    })
 }
 
 /// The decisions, in one function for the instruction counter to collect in. The memory
 /// backend answers without waiting, so each check's future is ready at its first poll.
 #[inline(never)]
-fn decide_all(limiter: &Limiter, clock: &ManualClock, keys: &[String], quota: &Quota, n: u64) -> u64 {
+fn decide_all(limiter: &Limiter, keys: &[String], quota: &Quota, n: u64, mut tick: impl FnMut()) -> u64 {
     let mut state = 0x2545_f491_4f6c_dd1d_u64;
     let mut admitted = 0;
     for _ in 0..n {
@@ -49,9 +71,8 @@ fn decide_all(limiter: &Limiter, clock: &ManualClock, keys: &[String], quota: &Q
         else {
             unreachable!("the memory backend never waits")
         };
-        let d = d.expect("a valid check");
-        admitted += u64::from(d.allowed);
-        clock.advance(Duration::from_millis(1));
+        admitted += u64::from(d.expect("a valid check").allowed);
+        tick();
     }
     admitted
 }

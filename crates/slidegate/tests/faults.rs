@@ -295,7 +295,10 @@ async fn a_sentinel_failover_under_load_is_followed() {
     let (mut answered, mut degraded, mut slowest, mut back) = (0u32, 0u32, Duration::ZERO, None);
     while killed.elapsed() < Duration::from_secs(30) {
         let t = Instant::now();
-        let d = limiter.check("load", &Quota::per_minute(slidegate::MAX_LOG_LIMIT).expect("valid")).await.expect("policy answers");
+        let d = limiter
+            .check("load", &Quota::per_minute(slidegate::MAX_LOG_LIMIT).expect("valid"))
+            .await
+            .expect("policy answers");
         slowest = slowest.max(t.elapsed());
         answered += 1;
         if d.degraded.is_some() {
