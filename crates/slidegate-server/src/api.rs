@@ -752,16 +752,7 @@ tiers = { vip = { limit = 100 } }
             edits in proptest::collection::vec((0u8..4, any::<usize>(), any::<u8>()), 0..6),
             random in proptest::option::weighted(0.2, proptest::collection::vec(any::<u8>(), 0..256)),
         ) {
-            let mut body = random.unwrap_or_else(|| VALID[valid].as_bytes().to_vec());
-            for (op, at, byte) in edits {
-                let at = if body.is_empty() { 0 } else { at % body.len() };
-                match op {
-                    0 if !body.is_empty() => body[at] = byte,
-                    1 => body.insert(at, byte),
-                    2 if !body.is_empty() => { body.remove(at); }
-                    _ => body.truncate(at),
-                }
-            }
+            let body = crate::mutate::mutate(random.unwrap_or_else(|| VALID[valid].as_bytes().to_vec()), edits);
             decodes_or_is_refused(&live(), &body)?;
         }
     }

@@ -27,5 +27,7 @@ pub mod envoy;
 pub mod http;
 pub mod inline;
 pub mod metrics;
+#[cfg(test)]
+mod mutate;
 pub mod redact;
 pub mod server;

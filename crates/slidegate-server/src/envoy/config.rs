@@ -526,17 +526,9 @@ descriptors:
             edits in proptest::collection::vec((0u8..4, any::<usize>(), any::<char>()), 0..6),
             random in proptest::option::weighted(0.2, ".{0,200}"),
         ) {
-            let mut text: Vec<char> = random.unwrap_or_else(|| VALID[valid].to_owned()).chars().collect();
-            for (op, at, c) in edits {
-                let at = if text.is_empty() { 0 } else { at % text.len() };
-                match op {
-                    0 if !text.is_empty() => text[at] = c,
-                    1 => text.insert(at, c),
-                    2 if !text.is_empty() => { text.remove(at); }
-                    _ => text.truncate(at),
-                }
-            }
-            loads_or_is_refused(&text.into_iter().collect::<String>())?;
+            let text = random.unwrap_or_else(|| VALID[valid].to_owned()).chars().collect();
+            let text: String = crate::mutate::mutate(text, edits).into_iter().collect();
+            loads_or_is_refused(&text)?;
         }
     }
 
