@@ -122,7 +122,6 @@ async fn a_master_killed_under_load_fails_over_and_decisions_continue() {
     let deadline = Duration::from_millis(50);
     let limiter =
         Limiter::new(connect(&cluster).await.with_timeout(deadline)).with_failure_policy(FailurePolicy::FailOpen);
-    // The largest sliding log: the load never reaches it.
     let q = Quota::per_minute(slidegate::MAX_LOG_LIMIT).expect("valid");
     let key = "hot";
     let victim = cluster.master_of(key_slot("slidegate:hot")).port();

@@ -125,12 +125,6 @@ async fn under_load<F: Future<Output = ()>>(
     running.await.expect("load")
 }
 
-/// A quota the load never reaches (the largest a sliding log may have), so that every
-/// decision from Redis is an admission and a denial can only be a failure policy's.
-fn unreachable_quota() -> Quota {
-    Quota::per_minute(slidegate::MAX_LOG_LIMIT).expect("valid")
-}
-
 async fn limiter(server: &RedisServer, policy: FailurePolicy) -> Limiter<RedisBackend> {
     let backend = RedisBackend::connect(&server.url()).await.expect("connect").with_timeout(DEADLINE);
     Limiter::new(backend).with_failure_policy(policy)
@@ -172,7 +166,7 @@ async fn redis_killed_under_load_and_restarted_under_each_policy() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn script_flush_and_client_kill_mid_load_are_absorbed() {
     let server = RedisServer::start();
-    let quota = unreachable_quota();
+    let quota = Quota::per_minute(slidegate::MAX_LOG_LIMIT).expect("valid");
     let seen = under_load(limiter(&server, FailurePolicy::FailClosed).await, quota, || async {
         let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut server.conn()).expect("flush");
     })
@@ -197,7 +191,7 @@ async fn script_flush_and_client_kill_mid_load_are_absorbed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_redis_costs_each_request_the_deadline_at_most() {
     let server = RedisServer::start_with(&["--enable-debug-command", "yes"]);
-    let quota = unreachable_quota();
+    let quota = Quota::per_minute(slidegate::MAX_LOG_LIMIT).expect("valid");
     let stalled = server.url();
     let seen = under_load(limiter(&server, FailurePolicy::FailOpen).await, quota, || async move {
         // DEBUG SLEEP blocks Redis for 0.5 s; sent from a thread so this task does not wait.
@@ -280,7 +274,10 @@ async fn a_sentinel_failover_under_load_is_followed() {
     let (mut answered, mut degraded, mut slowest, mut back) = (0u32, 0u32, Duration::ZERO, None);
     while killed.elapsed() < Duration::from_secs(30) {
         let t = Instant::now();
-        let d = limiter.check("load", &unreachable_quota()).await.expect("policy answers");
+        let d = limiter
+            .check("load", &Quota::per_minute(slidegate::MAX_LOG_LIMIT).expect("valid"))
+            .await
+            .expect("policy answers");
         slowest = slowest.max(t.elapsed());
         answered += 1;
         if d.degraded.is_some() {
