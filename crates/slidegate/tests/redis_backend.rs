@@ -407,7 +407,7 @@ fn admitted_by_four_processes(server: &RedisServer, engine: RedisEngine, algorit
         })
         .collect();
     let mut total = 0;
-    for child in children {
+    for child in wait_or_kill(children) {
         let out = child.wait_with_output().expect("child ran");
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(out.status.success(), "child failed: {stdout}{}", String::from_utf8_lossy(&out.stderr));
@@ -419,6 +419,26 @@ fn admitted_by_four_processes(server: &RedisServer, engine: RedisEngine, algorit
         total += admitted;
     }
     total
+}
+
+/// How long the children may run: a 1.5 s start delay and 256 checks each, many times over.
+const CHILDREN_DEADLINE: Duration = Duration::from_secs(120);
+
+/// Returns the children once all have exited; kills them all and panics when one still runs
+/// at [`CHILDREN_DEADLINE`].
+fn wait_or_kill(mut children: Vec<std::process::Child>) -> Vec<std::process::Child> {
+    let by = Instant::now() + CHILDREN_DEADLINE;
+    while children.iter_mut().any(|c| c.try_wait().expect("child status").is_none()) {
+        if Instant::now() > by {
+            for c in &mut children {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+            panic!("a child still ran after {CHILDREN_DEADLINE:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    children
 }
 
 trait SpawnOutput {
