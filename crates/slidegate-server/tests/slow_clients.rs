@@ -73,7 +73,9 @@ fn two_hundred_stalled_heads_delay_no_check_and_are_closed_at_the_header_deadlin
         .collect();
     assert!(first_opened.elapsed() < header_timeout, "the checks ran after the stalled heads could have been closed");
     times.sort();
-    assert!(times[2] < Duration::from_millis(100), "median check beside 200 stalled heads: {times:?}");
+    // Not held until the stalled heads are closed (a loose bound: how fast a check is beside
+    // them is a benchmark's figure).
+    assert!(times[2] < header_timeout / 2, "median check beside 200 stalled heads: {times:?}");
     // Every stalled connection is closed by the server, within the deadline and a margin.
     let deadline = first_opened + header_timeout + Duration::from_secs(5);
     for (i, s) in stalled.iter_mut().enumerate() {

@@ -10,6 +10,9 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod module;
+pub use module::module_path;
+
 /// How long a server may take to answer its first `PING`.
 const START_DEADLINE: Duration = Duration::from_secs(10);
 
@@ -48,25 +51,32 @@ impl RedisServer {
     }
 
     /// Starts a server with slidegate's Redis module loaded ([`module_path`](fn@module_path)), `DEBUG` enabled
-    /// (for `DEBUG RELOAD`) and `extra` arguments.
+    /// (for `DEBUG RELOAD`) and `extra` arguments, and checks that the server runs that file.
     ///
     /// # Panics
-    /// As [`RedisServer::start`], or when the module is not built.
+    /// As [`RedisServer::start`], or when the module is not built, is stale, or is not the one
+    /// the server loaded.
     pub fn start_with_module(extra: &[&str]) -> Self {
-        let module = module_arg();
-        let mut args = vec!["--loadmodule", &module, "--enable-debug-command", "yes"];
+        let module = module_path();
+        let arg = module.to_str().expect("a UTF-8 path");
+        let mut args = vec!["--loadmodule", arg, "--enable-debug-command", "yes"];
         args.extend_from_slice(extra);
-        Self::start_with(&args)
+        let server = Self::start_with(&args);
+        module::assert_loaded(&server, &module);
+        server
     }
 
     /// Starts a server with slidegate's Redis module loaded on `port` (to bring a server back
     /// where a killed one was, now with the module).
     ///
     /// # Panics
-    /// As [`RedisServer::start_on`], or when the module is not built.
+    /// As [`RedisServer::start_on`] and [`RedisServer::start_with_module`].
     pub fn start_with_module_on(port: u16) -> Self {
-        Self::launch(port, &["--loadmodule", &module_arg()])
-            .unwrap_or_else(|e| panic!("redis-server on port {port}: {e}"))
+        let module = module_path();
+        let server = Self::launch(port, &["--loadmodule", module.to_str().expect("a UTF-8 path")])
+            .unwrap_or_else(|e| panic!("redis-server on port {port}: {e}"));
+        module::assert_loaded(&server, &module);
+        server
     }
 
     /// Starts a plain server on `port` (to bring a server back where a killed one was).
@@ -149,9 +159,12 @@ impl RedisServer {
     /// # Panics
     /// When the server does not accept the connection.
     pub fn conn(&self) -> redis::Connection {
-        redis::Client::open(self.url())
-            .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(2)))
-            .unwrap_or_else(|e| panic!("connect to {}: {e}", self.url()))
+        self.try_conn().unwrap_or_else(|e| panic!("connect to {}: {e}", self.url()))
+    }
+
+    /// A new synchronous connection, or why the server did not accept one (within 2 s).
+    fn try_conn(&self) -> redis::RedisResult<redis::Connection> {
+        redis::Client::open(self.url()).and_then(|c| c.get_connection_with_timeout(Duration::from_secs(2)))
     }
 
     /// Runs one command on a new connection and returns its reply.
@@ -175,34 +188,6 @@ impl Drop for RedisServer {
     }
 }
 
-/// The Redis module (`crates/slidegate-module`) as the running tests' build made it: the newer
-/// `libslidegate_module.so` of the target directory of this test binary's profile (`cargo
-/// build` puts it there) and of its `deps/` (where `cargo test` leaves it).
-/// `cargo test --workspace` builds it; a narrower `cargo test -p ...` may need
-/// `cargo build -p slidegate-module` first.
-///
-/// # Panics
-/// When the module is not built.
-pub fn module_path() -> PathBuf {
-    let exe = std::env::current_exe().expect("the test binary's path");
-    // Test binaries live in `<target>/<profile>/deps/`.
-    let deps = exe.parent().expect("a deps directory");
-    let name = format!("{}slidegate_module{}", std::env::consts::DLL_PREFIX, std::env::consts::DLL_SUFFIX);
-    let candidates = [deps.join(&name), deps.parent().expect("a profile directory").join(&name)];
-    let modified = |p: &PathBuf| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-    candidates
-        .iter()
-        .filter_map(|p| Some((modified(p)?, p)))
-        .max()
-        .map(|(_, p)| p.clone())
-        .unwrap_or_else(|| panic!("{} is not built: run `cargo build -p slidegate-module`", candidates[1].display()))
-}
-
-/// [`module_path`](fn@module_path) as a `--loadmodule` argument.
-fn module_arg() -> String {
-    module_path().to_str().expect("a UTF-8 path").to_owned()
-}
-
 /// A port of 127.0.0.1 that was free a moment ago.
 ///
 /// # Panics
@@ -220,6 +205,9 @@ pub fn free_port() -> u16 {
 #[derive(Debug)]
 pub struct RedisCluster {
     nodes: Vec<RedisServer>,
+    /// The ports of the nodes the test killed ([`RedisCluster::kill`]): the only ones that may
+    /// be down.
+    killed: Vec<u16>,
 }
 
 /// How long a new cluster may take to agree that every slot is served.
@@ -269,7 +257,7 @@ impl RedisCluster {
             .output()
             .unwrap_or_else(|e| panic!("cannot run redis-cli: {e}"));
         assert!(out.status.success(), "redis-cli --cluster create: {}", String::from_utf8_lossy(&out.stdout));
-        let cluster = Self { nodes };
+        let cluster = Self { nodes, killed: Vec::new() };
         let started = Instant::now();
         while !cluster.is_ok() {
             assert!(started.elapsed() < CLUSTER_DEADLINE, "the cluster did not reach cluster_state:ok");
@@ -278,16 +266,20 @@ impl RedisCluster {
         cluster
     }
 
-    /// Whether every live node reports `cluster_state:ok` and every live replica's link to its
-    /// master is up (a replica that never synced would refuse to fail over: its data looks
-    /// too old).
+    /// Whether every node the test did not kill answers, reports `cluster_state:ok`, and, as a
+    /// replica, has its link to its master up (a replica that never synced would refuse to
+    /// fail over: its data looks too old). A node that died without [`RedisCluster::kill`]
+    /// makes it false, and so does a cluster with no node left.
     pub fn is_ok(&self) -> bool {
-        self.nodes.iter().filter(|n| n.ping()).all(|n| {
-            let cluster = redis::cmd("CLUSTER").arg("INFO").query::<String>(&mut n.conn());
-            let replication = redis::cmd("INFO").arg("replication").query::<String>(&mut n.conn());
-            cluster.is_ok_and(|i| i.contains("cluster_state:ok"))
-                && replication.is_ok_and(|r| r.contains("role:master") || r.contains("master_link_status:up"))
-        })
+        let mut expected_up = self.nodes.iter().filter(|n| !self.killed.contains(&n.port())).peekable();
+        expected_up.peek().is_some()
+            && expected_up.all(|n| {
+                let Ok(mut conn) = n.try_conn() else { return false };
+                let cluster = redis::cmd("CLUSTER").arg("INFO").query::<String>(&mut conn);
+                let replication = redis::cmd("INFO").arg("replication").query::<String>(&mut conn);
+                cluster.is_ok_and(|i| i.contains("cluster_state:ok"))
+                    && replication.is_ok_and(|r| r.contains("role:master") || r.contains("master_link_status:up"))
+            })
     }
 
     /// The nodes' URLs, masters and replicas.
@@ -325,11 +317,14 @@ impl RedisCluster {
         self.nodes.iter().find(|n| n.port() == port).expect("a node of ours")
     }
 
-    /// Kills the node on `port` (`SIGKILL`).
+    /// Kills the node on `port` (`SIGKILL`); [`RedisCluster::is_ok`] no longer expects it.
+    ///
+    /// # Panics
+    /// When no node of this cluster is on `port`.
     pub fn kill(&mut self, port: u16) {
-        if let Some(n) = self.nodes.iter_mut().find(|n| n.port() == port) {
-            n.kill();
-        }
+        let node = self.nodes.iter_mut().find(|n| n.port() == port).unwrap_or_else(|| panic!("no node on port {port}"));
+        node.kill();
+        self.killed.push(port);
     }
 }
 

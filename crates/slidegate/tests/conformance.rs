@@ -8,6 +8,14 @@
 //! (`check.lua`): both scripts read and write one format. The sliding-log script, which takes
 //! one of two orders per call as the backend guesses the outcome, runs each scenario in both
 //! orders too, on two more keys.
+//!
+//! What is independent of what: for the sliding window, the fixed window and the GCRA, the
+//! memory backend and the module run the reference model's own code (`slidegate::state` keeps
+//! a `reference::Key` for them), so "memory == reference" and "module == reference" compare the
+//! model with itself there: they check the plumbing around it (clocks, costs, storage, the
+//! module's encoding), not the algorithm. The Lua scripts are the independent implementation of
+//! every algorithm, and the sliding log's compact structure (memory and module) is independent
+//! of the model's plain one.
 
 use std::time::Duration;
 

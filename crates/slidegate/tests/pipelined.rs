@@ -69,8 +69,11 @@ async fn callers_that_give_up_do_not_shift_the_replies_of_others() {
     let mut conn = connect(&server.url()).await;
     for round in 0..3 {
         // A BLPOP on an empty list holds this connection's replies back past the caller's
-        // patience; the ECHOs sent after it queue behind it.
-        let sleep = redis::cmd("BLPOP").arg("empty").arg("0.2").to_owned();
+        // patience; the ECHOs sent after it queue behind it. Half a second: far longer than
+        // the callers' patience below, even on a machine that stalls a thread now and then,
+        // and shorter than the second of silence after which a connection whose callers gave
+        // up is replaced.
+        let sleep = redis::cmd("BLPOP").arg("empty").arg("0.5").to_owned();
         let mut slow = conn.clone();
         let gave_up =
             tokio::time::timeout(Duration::from_millis(20), async move { slow.req_packed_command(&sleep).await }).await;
