@@ -8,7 +8,7 @@ and against the memory backend (the load generator on both CPUs). Shapes as in
 ../shared/peers: W1 one hot key, 100 per 10 s; W2 10,000 uniform keys, 100 per 60 s.
 Medians of the repetitions. Loopback only; the server is ours and stopped.
 
-    cargo build --release -p slidegate-server && python3 bench/algorithms.py [--reps 3]
+    cargo build --release -p slidegate-server --features bench && python3 bench/algorithms.py [--reps 3]
 """
 import argparse, json, os, statistics, subprocess, sys
 
