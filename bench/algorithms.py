@@ -7,7 +7,7 @@ Redis CPU per decision = EVALSHA usec_per_call from INFO commandstats, reset bef
 and against the memory backend (the load generator on both CPUs). Shapes: W1 one hot key, 100 per 10 s; W2 10,000 uniform keys, 100 per 60 s.
 Medians of the repetitions. Loopback only; the server is ours and stopped.
 
-    cargo build --release -p slidegate-server && python3 bench/algorithms.py [--reps 3]
+    cargo build --release -p slidegate-server --features bench && python3 bench/algorithms.py [--reps 3]
 """
 import argparse, json, os, statistics, subprocess, sys
 

@@ -5,7 +5,7 @@ Redis; the HTTP API beside it for scale. `slidegate serve --grpc` with bench/env
 (100 per minute per `key`), the load generator `slidegate bench --target grpc://…`. Server
 (and Redis) on CPU 1, load on CPU 0; medians of --reps interleaved repetitions.
 
-    cargo build --release -p slidegate-server && python3 bench/grpc.py [--reps 3]
+    cargo build --release -p slidegate-server --features bench && python3 bench/grpc.py [--reps 3]
 """
 import argparse, json, os, statistics, subprocess, sys, time, urllib.request
 

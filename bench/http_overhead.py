@@ -10,7 +10,7 @@
 Shapes: one hot key (W1, 100 per 10 s) and 10,000 uniform keys (W2, 100 per 60 s).
 Servers on CPU 1, load generators on CPU 0 (2-core machine). Loopback only; all processes ours.
 
-    cargo build --release -p slidegate-server --example bare_axum && python3 bench/http_overhead.py [--reps 6]
+    cargo build --release -p slidegate-server --features bench --bin slidegate --example bare_axum && python3 bench/http_overhead.py [--reps 6]
 
 With `--rates 2000,5000`, only an open-loop comparison instead (W2): at each fixed rate, the
 library straight at Redis and the same load through the service (`slidegate bench --rate`),

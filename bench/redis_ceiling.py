@@ -11,7 +11,7 @@ Redis CPU per decision is `usec_per_call` of EVALSHA from INFO commandstats, res
 run. Placement: concurrent runs put Redis on CPU 1 and the client on
 CPU 0; sequential runs put both on CPU 0. Loopback only; every server is ours and stopped.
 
-    cargo build --release -p slidegate-server && python3 bench/redis_ceiling.py [--reps 10] [--seconds 2]
+    cargo build --release -p slidegate-server --features bench && python3 bench/redis_ceiling.py [--reps 10] [--seconds 2]
 
 Each repetition runs the two sides of each comparison back to back, in alternating order, and the
 table reports medians of the per-repetition ratios: a shared machine's speed can drift by up to 2x

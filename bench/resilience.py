@@ -12,7 +12,7 @@
 Placement: Redis (or the cluster) on CPU 1, the load generator on CPU 0.
 Medians of --reps interleaved repetitions. Loopback only; every server is ours and stopped.
 
-    cargo build --release -p slidegate-server && python3 bench/resilience.py [--reps 3]
+    cargo build --release -p slidegate-server --features bench && python3 bench/resilience.py [--reps 3]
 """
 import argparse, json, os, shutil, socket, statistics, subprocess, sys, tempfile, time
 

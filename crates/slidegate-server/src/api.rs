@@ -366,7 +366,7 @@ impl CheckBody {
                     return Err(ApiError::bad_request("invalid_request", "`tier` needs a `rule`"));
                 }
                 let window = parse_duration(&window).map_err(|m| ApiError::bad_request("invalid_window", m))?;
-                let quota = self.algorithm.apply(Quota::new(limit, window)?)?;
+                let quota = self.algorithm.apply(Quota::new(limit, window)?).map_err(|e| e.error)?;
                 live.inline.check(&quota, self.cost.unwrap_or(1))?;
                 (INLINE_RULE.to_owned(), quota)
             }

@@ -2,21 +2,38 @@
 //! the bounds of inline checks, and named rules with tiers.
 //!
 //! Parsing happens in two steps: serde reads the file into raw specs that keep every value's
-//! position (so unknown fields and wrong types are reported with their line), then each value is
-//! validated into a [`Config`], whose errors name the file, the line and the field.
+//! position (so unknown fields and wrong types are reported with their line), then each table's
+//! spec validates itself into its part of a [`Config`]; an error names its field and the
+//! value's position, which [`Config::parse`] turns into a file and line.
+//!
+//! Here: [`Config`], the `[backend]` table and the file's top-level values. Beside it: `rule`
+//! (`[[rules]]` and their tiers), `algorithm` (how a quota counts, shared with inline checks),
+//! `server` and `inline` (those tables), `value` (checks several tables share).
 
-use std::collections::BTreeMap;
+mod algorithm;
+mod inline;
+mod rule;
+mod server;
+mod value;
+
+use std::ops::Range;
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
-use slidegate::{Algorithm, FailurePolicy, Quota, RedisEngine};
+use slidegate::{FailurePolicy, RedisEngine};
 use toml::Spanned;
+
+pub use algorithm::{AlgorithmError, AlgorithmField, AlgorithmSpec, DEFAULT_COLD_FRACTION};
+use inline::InlineSpec;
+use rule::RuleSpec;
+pub use rule::{Rule, Rules};
+use server::ServerSpec;
+use value::failure_policy;
+pub use value::{check_redis_url, parse_duration};
 
 use crate::http::HttpLimits;
 use crate::inline::InlineConfig;
-use crate::redact::redact;
 
 /// The per-call backend deadline when the file does not set one.
 pub const DEFAULT_TIMEOUT: Duration = slidegate::redis::DEFAULT_TIMEOUT;
@@ -38,8 +55,21 @@ pub enum ConfigError {
         /// Why.
         source: std::io::Error,
     },
-    /// A value is missing, unknown or out of range.
+    /// The file is not TOML of the rules file's shape: bad syntax, an unknown field, a value of
+    /// the wrong type, a missing field.
     #[error("{path}:{line}:{column}: {message}")]
+    Toml {
+        /// The file.
+        path: String,
+        /// 1-based line of the offending text.
+        line: usize,
+        /// 1-based column.
+        column: usize,
+        /// What is wrong, as the TOML parser says it.
+        message: String,
+    },
+    /// A value is out of range or does not fit the others.
+    #[error("{path}:{line}:{column}: {field}: {message}")]
     Invalid {
         /// The file.
         path: String,
@@ -47,9 +77,34 @@ pub enum ConfigError {
         line: usize,
         /// 1-based column.
         column: usize,
-        /// What is wrong, naming the field.
+        /// The field, as the file spells it: `backend.timeout`, `rules[0].tiers.vip.limit`.
+        field: String,
+        /// What is wrong.
         message: String,
     },
+}
+
+/// A value that cannot be used: its field, where it is written, and why. [`Config::parse`]
+/// turns the position into a line and column of the file.
+#[derive(Debug)]
+struct Invalid {
+    field: String,
+    span: Range<usize>,
+    message: String,
+}
+
+impl Invalid {
+    fn new(field: impl Into<String>, span: Range<usize>, message: impl Into<String>) -> Self {
+        Self { field: field.into(), span, message: message.into() }
+    }
+}
+
+/// The 1-based line and column (in bytes) of byte `offset` of `text`.
+fn line_column(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+    (line, column)
 }
 
 /// A validated rules file.
@@ -118,53 +173,7 @@ impl Default for BackendConfig {
     }
 }
 
-/// One named rule: a default quota and quotas per tier.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Rule {
-    /// The rule's name, as requests and Redis keys spell it.
-    pub name: String,
-    /// The quota of a request that names no tier.
-    pub quota: Quota,
-    /// Quotas of named tiers (`vip`), each falling back to the rule's window.
-    pub tiers: BTreeMap<String, Quota>,
-}
-
-impl Rule {
-    /// The quota for `tier`, `None` when the rule has no such tier.
-    pub fn quota_for(&self, tier: Option<&str>) -> Option<Quota> {
-        match tier {
-            None => Some(self.quota),
-            Some(t) => self.tiers.get(t).copied(),
-        }
-    }
-}
-
-/// The active rules by name.
-#[derive(Debug, Clone, Default)]
-pub struct Rules(BTreeMap<String, Arc<Rule>>);
-
-impl Rules {
-    /// The rule called `name`.
-    pub fn get(&self, name: &str) -> Option<&Arc<Rule>> {
-        self.0.get(name)
-    }
-
-    /// All rules, by name.
-    pub fn iter(&self) -> impl Iterator<Item = &Arc<Rule>> {
-        self.0.values()
-    }
-
-    /// How many rules there are.
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    /// Whether there are none.
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-}
-
+/// The file as written.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct FileSpec {
@@ -182,24 +191,7 @@ struct FileSpec {
     rules: Vec<RuleSpec>,
 }
 
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct ServerSpec {
-    header_read_timeout: Option<Spanned<String>>,
-    request_timeout: Option<Spanned<String>>,
-    max_connections: Option<Spanned<usize>>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct InlineSpec {
-    enabled: Option<bool>,
-    max_limit: Option<Spanned<u64>>,
-    max_window: Option<Spanned<String>>,
-    max_cost: Option<Spanned<u64>>,
-    algorithms: Option<Spanned<Vec<String>>>,
-}
-
+/// `[backend]` as written.
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct BackendSpec {
@@ -216,74 +208,6 @@ struct BackendSpec {
     engine: Option<Spanned<String>>,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RuleSpec {
-    name: Spanned<String>,
-    limit: Spanned<u64>,
-    window: Spanned<String>,
-    algorithm: Option<Spanned<String>>,
-    buckets: Option<Spanned<u32>>,
-    burst: Option<Spanned<u64>>,
-    warm_up: Option<Spanned<String>>,
-    cold_fraction: Option<Spanned<f64>>,
-    failure_policy: Option<Spanned<String>>,
-    local_share: Option<Spanned<f64>>,
-    #[serde(default)]
-    tiers: BTreeMap<Spanned<String>, TierSpec>,
-}
-
-/// How a quota counts, as a rule or a request spells it: `algorithm` (default `sliding_log`)
-/// with its parameters, and an optional warm-up.
-#[derive(Debug, Clone, Default, Deserialize)]
-pub struct AlgorithmSpec {
-    /// `sliding_log`, `sliding_window`, `fixed_window` or `gcra`.
-    pub algorithm: Option<String>,
-    /// Sub-buckets of a `sliding_window` (default 10).
-    pub buckets: Option<u32>,
-    /// A `gcra` bucket's capacity (default: the limit).
-    pub burst: Option<u64>,
-    /// The warm-up period after idleness ("30s").
-    pub warm_up: Option<String>,
-    /// The share of the limit a warming key starts at (default 0.25; needs `warm_up`).
-    pub cold_fraction: Option<f64>,
-}
-
-/// The cold share of a warm-up that names none.
-pub const DEFAULT_COLD_FRACTION: f64 = 0.25;
-
-impl AlgorithmSpec {
-    /// `quota` counted as this spec says.
-    pub fn apply(&self, quota: Quota) -> Result<Quota, slidegate::Error> {
-        let invalid = |m: &str| Err(slidegate::Error::InvalidQuota(m.to_owned()));
-        let mut algorithm: Algorithm = self.algorithm.as_deref().unwrap_or("sliding_log").parse()?;
-        match (&mut algorithm, self.buckets, self.burst) {
-            (Algorithm::SlidingWindow { buckets }, b, None) => *buckets = b.unwrap_or(*buckets),
-            (Algorithm::Gcra { burst }, None, b) => *burst = b,
-            (_, None, None) => {}
-            (_, Some(_), _) => return invalid("`buckets` applies to the sliding_window algorithm only"),
-            (_, _, Some(_)) => return invalid("`burst` applies to the gcra algorithm only"),
-        }
-        let quota = quota.with_algorithm(algorithm)?;
-        match (&self.warm_up, self.cold_fraction) {
-            (None, None) => Ok(quota),
-            (None, Some(_)) => invalid("`cold_fraction` needs a `warm_up` period"),
-            (Some(period), cold) => {
-                let period =
-                    parse_duration(period).map_err(|m| slidegate::Error::InvalidQuota(format!("warm_up: {m}")))?;
-                quota.with_warm_up(period, cold.unwrap_or(DEFAULT_COLD_FRACTION))
-            }
-        }
-    }
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct TierSpec {
-    limit: Option<Spanned<u64>>,
-    window: Option<Spanned<String>>,
-}
-
 impl Config {
     /// Reads and validates the rules file at `path`.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
@@ -294,310 +218,125 @@ impl Config {
 
     /// Validates `text`, reporting errors against `path`.
     pub fn parse(text: &str, path: &str) -> Result<Self, ConfigError> {
-        let at = |span: std::ops::Range<usize>, message: String| {
-            let before = &text[..span.start.min(text.len())];
-            let line = before.matches('\n').count() + 1;
-            let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
-            ConfigError::Invalid { path: path.to_owned(), line, column, message }
-        };
-        let spec: FileSpec = toml::from_str(text).map_err(|e| at(e.span().unwrap_or(0..0), e.message().to_owned()))?;
-
-        let mut backend = BackendConfig::default();
-        let b = spec.backend;
-        if let Some(url) = b.redis {
-            check_redis_url(url.get_ref()).map_err(|m| at(url.span(), format!("backend.redis: {m}")))?;
-            backend.redis = Some(url.into_inner());
-        }
-        if let Some(nodes) = b.redis_cluster {
-            if nodes.get_ref().is_empty() {
-                return Err(at(nodes.span(), "backend.redis_cluster: list at least one node".into()));
-            }
-            for url in nodes.get_ref() {
-                check_redis_url(url).map_err(|m| at(nodes.span(), format!("backend.redis_cluster: {m}")))?;
-            }
-            if backend.redis.is_some() {
-                return Err(at(nodes.span(), "backend.redis_cluster: give either `redis` or `redis_cluster`".into()));
-            }
-            backend.redis_cluster = nodes.into_inner();
-        }
-        if let Some(nodes) = b.redis_sentinel {
-            if nodes.get_ref().is_empty() {
-                return Err(at(nodes.span(), "backend.redis_sentinel: list at least one sentinel".into()));
-            }
-            for url in nodes.get_ref() {
-                check_redis_url(url).map_err(|m| at(nodes.span(), format!("backend.redis_sentinel: {m}")))?;
-            }
-            if backend.redis.is_some() || !backend.redis_cluster.is_empty() {
-                return Err(at(
-                    nodes.span(),
-                    "backend.redis_sentinel: give one of `redis`, `redis_cluster`, `redis_sentinel`".into(),
-                ));
-            }
-            backend.redis_sentinel = nodes.into_inner();
-        }
-        if let Some(name) = b.sentinel_service {
-            backend.sentinel_service = name.into_inner();
-        }
-        if let Some(policy) = failure_policy(b.failure_policy.as_ref(), b.local_share.as_ref(), "backend", &at)? {
-            backend.failure_policy = policy;
-        }
-        if let Some(n) = b.near_cache {
-            backend.near_cache = n.into_inner();
-        }
-        if let Some(n) = b.max_keys {
-            if *n.get_ref() == 0 {
-                return Err(at(n.span(), "backend.max_keys: must be at least 1".into()));
-            }
-            backend.max_keys = n.into_inner();
-        }
-        if let Some(engine) = b.engine {
-            backend.engine = engine.get_ref().parse().map_err(|_| {
-                at(
-                    engine.span(),
-                    format!("backend.engine: {:?} is not one of \"auto\", \"lua\", \"module\"", engine.get_ref()),
-                )
-            })?;
-        }
-        if let Some(prefix) = b.prefix {
-            if prefix.get_ref().contains(['{', '}']) {
-                return Err(at(prefix.span(), "backend.prefix: must not contain `{` or `}` (hash tags)".into()));
-            }
-            backend.prefix = prefix.into_inner();
-        }
-        if let Some(timeout) = b.timeout {
-            let t =
-                parse_duration(timeout.get_ref()).map_err(|m| at(timeout.span(), format!("backend.timeout: {m}")))?;
-            if t < Duration::from_millis(1) || t > Duration::from_secs(60) {
-                return Err(at(timeout.span(), "backend.timeout: must be between 1ms and 60s".into()));
-            }
-            backend.timeout = t;
-        }
-
-        let mut rules = BTreeMap::new();
-        for (i, r) in spec.rules.into_iter().enumerate() {
-            let field = |f: &str| format!("rules[{i}].{f}");
-            check_name(r.name.get_ref()).map_err(|m| at(r.name.span(), format!("{}: {m}", field("name"))))?;
-            if rules.contains_key(r.name.get_ref()) {
-                return Err(at(
-                    r.name.span(),
-                    format!("{}: duplicate rule name {:?}", field("name"), r.name.get_ref()),
-                ));
-            }
-            let window = parse_duration(r.window.get_ref())
-                .map_err(|m| at(r.window.span(), format!("{}: {m}", field("window"))))?;
-            let mut quota = Quota::new(*r.limit.get_ref(), window).map_err(|e| {
-                let span =
-                    if matches!(e, slidegate::Error::InvalidLimit { .. }) { r.limit.span() } else { r.window.span() };
-                let f = if matches!(e, slidegate::Error::InvalidLimit { .. }) { "limit" } else { "window" };
-                at(span, format!("{}: {e}", field(f)))
-            })?;
-            let spec = AlgorithmSpec {
-                algorithm: r.algorithm.as_ref().map(|a| a.get_ref().clone()),
-                buckets: r.buckets.as_ref().map(|b| *b.get_ref()),
-                burst: r.burst.as_ref().map(|b| *b.get_ref()),
-                warm_up: r.warm_up.as_ref().map(|w| w.get_ref().clone()),
-                cold_fraction: r.cold_fraction.as_ref().map(|c| *c.get_ref()),
-            };
-            // An error is reported at the field it is about.
-            let span_of = |e: &slidegate::Error| {
-                let message = e.to_string();
-                let about = [
-                    ("buckets", "buckets", r.buckets.as_ref().map(Spanned::span)),
-                    ("burst", "burst", r.burst.as_ref().map(Spanned::span)),
-                    ("cold", "cold_fraction", r.cold_fraction.as_ref().map(Spanned::span)),
-                    ("warm", "warm_up", r.warm_up.as_ref().map(Spanned::span)),
-                ];
-                about
-                    .into_iter()
-                    .find_map(|(word, name, span)| span.filter(|_| message.contains(word)).map(|s| (name, s)))
-                    .unwrap_or(("algorithm", r.algorithm.as_ref().map_or(r.name.span(), Spanned::span)))
-            };
-            quota = spec.apply(quota).map_err(|e| {
-                let (name, span) = span_of(&e);
-                at(span, format!("{}: {e}", field(name)))
-            })?;
-            let policy =
-                failure_policy(r.failure_policy.as_ref(), r.local_share.as_ref(), &format!("rules[{i}]"), &at)?;
-            let mut tiers = BTreeMap::new();
-            for (name, tier) in r.tiers {
-                let tf = |f: &str| format!("{}.{}.{f}", field("tiers"), name.get_ref());
-                check_name(name.get_ref()).map_err(|m| at(name.span(), format!("{}: {m}", field("tiers"))))?;
-                let limit = tier.limit.as_ref().map_or(quota.limit(), |l| *l.get_ref());
-                let window = match &tier.window {
-                    Some(w) => {
-                        parse_duration(w.get_ref()).map_err(|m| at(w.span(), format!("{}: {m}", tf("window"))))?
-                    }
-                    None => quota.window(),
-                };
-                let span = tier.limit.as_ref().map_or(name.span(), Spanned::span);
-                let tq = Quota::new(limit, window)
-                    .and_then(|tq| spec.apply(tq))
-                    .map_err(|e| at(span, format!("{}: {e}", tf("limit"))))?;
-                tiers.insert(name.into_inner(), policy.map_or(tq, |p| tq.with_failure_policy(p)));
-            }
-            if let Some(p) = policy {
-                quota = quota.with_failure_policy(p);
-            }
-            let name = r.name.into_inner();
-            rules.insert(name.clone(), Arc::new(Rule { name, quota, tiers }));
-        }
-
-        let grpc = match spec.grpc {
-            Some(addr) => Some(
-                addr.get_ref().parse().map_err(|e| at(addr.span(), format!("grpc: {e} (e.g. \"127.0.0.1:8081\")")))?,
-            ),
-            None => None,
-        };
-        Ok(Self {
-            admin_token: spec.admin_token.map(Spanned::into_inner),
-            backend,
-            server: server_limits(&spec.server, &at)?,
-            inline: inline_config(&spec.inline, &at)?,
-            rules: Rules(rules),
-            grpc,
-            envoy_config: spec.envoy_config.map(|d| d.into_inner().into()),
-            envoy_response_headers: spec.envoy_response_headers.unwrap_or(false),
+        let spec: FileSpec = toml::from_str(text).map_err(|e| {
+            let (line, column) = line_column(text, e.span().map_or(0, |s| s.start));
+            ConfigError::Toml { path: path.to_owned(), line, column, message: e.message().to_owned() }
+        })?;
+        spec.validate().map_err(|e| {
+            let (line, column) = line_column(text, e.span.start);
+            ConfigError::Invalid { path: path.to_owned(), line, column, field: e.field, message: e.message }
         })
     }
 }
 
-/// A `failure_policy` (with `local_share` beside it for `local`) under `table`, if set.
-fn failure_policy(
-    policy: Option<&Spanned<String>>,
-    share: Option<&Spanned<f64>>,
-    table: &str,
-    at: &impl Fn(std::ops::Range<usize>, String) -> ConfigError,
-) -> Result<Option<FailurePolicy>, ConfigError> {
-    let Some(policy) = policy else {
-        return match share {
-            Some(s) => Err(at(s.span(), format!("{table}.local_share: needs failure_policy = \"local\""))),
-            None => Ok(None),
+impl FileSpec {
+    /// The whole file, table by table, in the order errors are reported.
+    fn validate(self) -> Result<Config, Invalid> {
+        let backend = self.backend.validate()?;
+        let rules = Rules::from_specs(self.rules)?;
+        let grpc = match self.grpc {
+            Some(addr) => Some(
+                addr.get_ref()
+                    .parse()
+                    .map_err(|e| Invalid::new("grpc", addr.span(), format!("{e} (e.g. \"127.0.0.1:8081\")")))?,
+            ),
+            None => None,
         };
-    };
-    let parsed = match (policy.get_ref().as_str(), share) {
-        ("fail_open", None) => FailurePolicy::FailOpen,
-        ("fail_closed", None) => FailurePolicy::FailClosed,
-        ("local", Some(s)) => {
-            FailurePolicy::local(*s.get_ref()).map_err(|e| at(s.span(), format!("{table}.local_share: {e}")))?
-        }
-        ("local", None) => {
-            return Err(at(policy.span(), format!("{table}.failure_policy: \"local\" needs local_share (e.g. 0.25)")));
-        }
-        ("fail_open" | "fail_closed", Some(s)) => {
-            return Err(at(s.span(), format!("{table}.local_share: applies to failure_policy = \"local\" only")));
-        }
-        (other, _) => {
-            return Err(at(
-                policy.span(),
-                format!("{table}.failure_policy: {other:?} is not one of \"fail_open\", \"fail_closed\", \"local\""),
-            ));
-        }
-    };
-    Ok(Some(parsed))
+        Ok(Config {
+            admin_token: self.admin_token.map(Spanned::into_inner),
+            backend,
+            server: self.server.validate()?,
+            inline: self.inline.validate()?,
+            rules,
+            grpc,
+            envoy_config: self.envoy_config.map(|d| d.into_inner().into()),
+            envoy_response_headers: self.envoy_response_headers.unwrap_or(false),
+        })
+    }
 }
 
-/// The `[server]` table over the defaults.
-fn server_limits(
-    s: &ServerSpec,
-    at: &impl Fn(std::ops::Range<usize>, String) -> ConfigError,
-) -> Result<HttpLimits, ConfigError> {
-    let mut limits = HttpLimits::default();
-    let duration = |d: &Spanned<String>, name: &str| {
-        parse_duration(d.get_ref()).map_err(|m| at(d.span(), format!("server.{name}: {m}")))
-    };
-    if let Some(d) = &s.header_read_timeout {
-        limits.header_read_timeout = duration(d, "header_read_timeout")?;
-    }
-    if let Some(d) = &s.request_timeout {
-        limits.request_timeout = duration(d, "request_timeout")?;
-    }
-    if let Some(n) = &s.max_connections {
-        limits.max_connections = *n.get_ref();
-    }
-    limits.validate().map_err(|m| {
-        // The message starts with the setting's name: report it at that setting.
-        let spans = [
-            ("header_read_timeout", s.header_read_timeout.as_ref().map(Spanned::span)),
-            ("request_timeout", s.request_timeout.as_ref().map(Spanned::span)),
-            ("max_connections", s.max_connections.as_ref().map(Spanned::span)),
-        ];
-        let span = spans.into_iter().find(|(name, _)| m.starts_with(name)).and_then(|(_, span)| span);
-        at(span.unwrap_or(0..0), format!("server.{m}"))
-    })?;
-    Ok(limits)
-}
-
-/// The `[inline]` table over the defaults.
-fn inline_config(
-    s: &InlineSpec,
-    at: &impl Fn(std::ops::Range<usize>, String) -> ConfigError,
-) -> Result<InlineConfig, ConfigError> {
-    let mut c = InlineConfig::default();
-    c.enabled = s.enabled.unwrap_or(c.enabled);
-    let count = |n: &Spanned<u64>, name: &str| {
-        let v = *n.get_ref();
-        if (1..=slidegate::MAX_LIMIT).contains(&v) {
-            Ok(v)
-        } else {
-            Err(at(n.span(), format!("inline.{name}: must be between 1 and {}, got {v}", slidegate::MAX_LIMIT)))
+impl BackendSpec {
+    /// The `[backend]` table over the defaults.
+    fn validate(self) -> Result<BackendConfig, Invalid> {
+        let mut backend = BackendConfig::default();
+        self.locate(&mut backend)?;
+        if let Some(name) = self.sentinel_service {
+            backend.sentinel_service = name.into_inner();
         }
-    };
-    if let Some(n) = &s.max_limit {
-        c.max_limit = count(n, "max_limit")?;
-    }
-    if let Some(n) = &s.max_cost {
-        c.max_cost = count(n, "max_cost")?;
-    }
-    if let Some(w) = &s.max_window {
-        let window = parse_duration(w.get_ref()).map_err(|m| at(w.span(), format!("inline.max_window: {m}")))?;
-        if window.is_zero() || window > slidegate::MAX_WINDOW {
-            return Err(at(w.span(), "inline.max_window: must be between 1ms and 366 days".into()));
+        if let Some(policy) = failure_policy(self.failure_policy.as_ref(), self.local_share.as_ref(), "backend")? {
+            backend.failure_policy = policy;
         }
-        c.max_window = window;
-    }
-    if let Some(names) = &s.algorithms {
-        let invalid = |m: String| at(names.span(), format!("inline.algorithms: {m}"));
-        if names.get_ref().is_empty() {
-            return Err(invalid("list at least one algorithm (or set enabled = false)".into()));
+        if let Some(n) = self.near_cache {
+            backend.near_cache = n.into_inner();
         }
-        let parsed = names.get_ref().iter().map(|n| n.parse::<Algorithm>().map(Algorithm::as_str));
-        c.algorithms = Some(parsed.collect::<Result<_, _>>().map_err(|e| invalid(e.to_string()))?);
+        if let Some(n) = self.max_keys {
+            if *n.get_ref() == 0 {
+                return Err(Invalid::new("backend.max_keys", n.span(), "must be at least 1"));
+            }
+            backend.max_keys = n.into_inner();
+        }
+        if let Some(engine) = self.engine {
+            backend.engine = engine.get_ref().parse().map_err(|_| {
+                let message = format!("{:?} is not one of \"auto\", \"lua\", \"module\"", engine.get_ref());
+                Invalid::new("backend.engine", engine.span(), message)
+            })?;
+        }
+        if let Some(prefix) = self.prefix {
+            if prefix.get_ref().contains(['{', '}']) {
+                return Err(Invalid::new("backend.prefix", prefix.span(), "must not contain `{` or `}` (hash tags)"));
+            }
+            backend.prefix = prefix.into_inner();
+        }
+        if let Some(timeout) = self.timeout {
+            let invalid = |m| Invalid::new("backend.timeout", timeout.span(), m);
+            let t = parse_duration(timeout.get_ref()).map_err(invalid)?;
+            if t < Duration::from_millis(1) || t > Duration::from_secs(60) {
+                return Err(invalid("must be between 1ms and 60s".into()));
+            }
+            backend.timeout = t;
+        }
+        Ok(backend)
     }
-    Ok(c)
-}
 
-/// Rule and tier names appear in Redis keys and headers: keep them plain.
-fn check_name(name: &str) -> Result<(), String> {
-    if name.is_empty() || name.len() > 64 {
-        return Err("must be 1 to 64 characters".into());
-    }
-    if !name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.')) {
-        return Err(format!("{name:?} may use only letters, digits, `_`, `-` and `.`"));
-    }
-    if name == INLINE_RULE {
-        return Err(format!("{name:?} is reserved for inline checks"));
-    }
-    Ok(())
-}
-
-/// A humantime duration: "500ms", "10s", "1h", "1d".
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    humantime::parse_duration(text)
-        .map_err(|e| format!("{text:?} is not a duration like \"500ms\", \"10s\", \"1h\": {e}"))
-}
-
-/// Redis URLs are checked for shape only; whether the server answers is checked at start.
-pub fn check_redis_url(url: &str) -> Result<(), String> {
-    if ["redis://", "rediss://", "unix://"].iter().any(|scheme| url.starts_with(scheme)) {
+    /// Where Redis is: at most one of `redis`, `redis_cluster` and `redis_sentinel`.
+    fn locate(&self, backend: &mut BackendConfig) -> Result<(), Invalid> {
+        if let Some(url) = &self.redis {
+            check_redis_url(url.get_ref()).map_err(|m| Invalid::new("backend.redis", url.span(), m))?;
+            backend.redis = Some(url.get_ref().clone());
+        }
+        if let Some(nodes) = &self.redis_cluster {
+            backend.redis_cluster = redis_nodes(nodes, "backend.redis_cluster", "node")?;
+            if backend.redis.is_some() {
+                let message = "give either `redis` or `redis_cluster`";
+                return Err(Invalid::new("backend.redis_cluster", nodes.span(), message));
+            }
+        }
+        if let Some(nodes) = &self.redis_sentinel {
+            backend.redis_sentinel = redis_nodes(nodes, "backend.redis_sentinel", "sentinel")?;
+            if backend.redis.is_some() || !backend.redis_cluster.is_empty() {
+                let message = "give one of `redis`, `redis_cluster`, `redis_sentinel`";
+                return Err(Invalid::new("backend.redis_sentinel", nodes.span(), message));
+            }
+        }
         Ok(())
-    } else {
-        // The URL may hold a password (`http://user:secret@host`): never echo it.
-        Err(format!("{:?} is not a redis:// URL", redact(url)))
     }
+}
+
+/// A non-empty list of Redis URLs, each a `what` (`node`, `sentinel`).
+fn redis_nodes(nodes: &Spanned<Vec<String>>, field: &str, what: &str) -> Result<Vec<String>, Invalid> {
+    if nodes.get_ref().is_empty() {
+        return Err(Invalid::new(field, nodes.span(), format!("list at least one {what}")));
+    }
+    for url in nodes.get_ref() {
+        check_redis_url(url).map_err(|m| Invalid::new(field, nodes.span(), m))?;
+    }
+    Ok(nodes.get_ref().clone())
 }
 
 #[cfg(test)]
 mod tests {
+    use slidegate::{Algorithm, Quota};
+
     use super::*;
 
     const EXAMPLE: &str = r#"
@@ -963,7 +702,9 @@ near_cache = 0
         prop_assert!(started.elapsed() < Duration::from_secs(1), "took {:?}", started.elapsed());
         match outcome {
             Ok(config) => Ok(Some(config)),
-            Err(ConfigError::Invalid { line, column, message, .. }) => {
+            Err(
+                ConfigError::Invalid { line, column, message, .. } | ConfigError::Toml { line, column, message, .. },
+            ) => {
                 prop_assert!(line >= 1 && line <= text.lines().count().max(1) + 1, "line {line}: {message}");
                 prop_assert!(column >= 1 && !message.is_empty());
                 Ok(None)

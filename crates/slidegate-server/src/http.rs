@@ -89,21 +89,56 @@ impl Default for HttpLimits {
     }
 }
 
+/// One of the [`HttpLimits`], as the rules file's `[server]` table and `serve`'s flags name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HttpLimit {
+    /// `header_read_timeout`.
+    HeaderReadTimeout,
+    /// `request_timeout`.
+    RequestTimeout,
+    /// `max_connections`.
+    MaxConnections,
+}
+
+impl std::fmt::Display for HttpLimit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::HeaderReadTimeout => "header_read_timeout",
+            Self::RequestTimeout => "request_timeout",
+            Self::MaxConnections => "max_connections",
+        })
+    }
+}
+
+/// A limit out of its range: which one, and the range.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct InvalidHttpLimit {
+    /// The limit.
+    pub field: HttpLimit,
+    /// Its range and the value given.
+    pub message: String,
+}
+
 impl HttpLimits {
-    /// Checks each value's range; the message starts with the setting's name.
-    pub fn validate(&self) -> Result<(), String> {
-        for (name, value) in
-            [("header_read_timeout", self.header_read_timeout), ("request_timeout", self.request_timeout)]
-        {
+    /// Checks each value's range.
+    pub fn validate(&self) -> Result<(), InvalidHttpLimit> {
+        for (field, value) in [
+            (HttpLimit::HeaderReadTimeout, self.header_read_timeout),
+            (HttpLimit::RequestTimeout, self.request_timeout),
+        ] {
             if !TIMEOUT_RANGE.contains(&value) {
-                return Err(format!("{name}: must be between 100ms and 1h, got {value:?}"));
+                return Err(InvalidHttpLimit {
+                    field,
+                    message: format!("must be between 100ms and 1h, got {value:?}"),
+                });
             }
         }
         if !(1..=MAX_CONNECTIONS).contains(&self.max_connections) {
-            return Err(format!(
-                "max_connections: must be between 1 and {MAX_CONNECTIONS}, got {}",
-                self.max_connections
-            ));
+            return Err(InvalidHttpLimit {
+                field: HttpLimit::MaxConnections,
+                message: format!("must be between 1 and {MAX_CONNECTIONS}, got {}", self.max_connections),
+            });
         }
         Ok(())
     }
@@ -255,10 +290,10 @@ mod tests {
     fn limits_out_of_range_name_their_setting() {
         assert_eq!(HttpLimits::default().validate(), Ok(()));
         let zero = HttpLimits { max_connections: 0, ..HttpLimits::default() };
-        assert!(zero.validate().is_err_and(|m| m.starts_with("max_connections")));
+        assert!(zero.validate().is_err_and(|e| e.field == HttpLimit::MaxConnections));
         let slow = HttpLimits { request_timeout: Duration::from_secs(7200), ..HttpLimits::default() };
-        assert!(slow.validate().is_err_and(|m| m.starts_with("request_timeout")));
+        assert!(slow.validate().is_err_and(|e| e.field == HttpLimit::RequestTimeout));
         let fast = HttpLimits { header_read_timeout: Duration::from_millis(1), ..HttpLimits::default() };
-        assert!(fast.validate().is_err_and(|m| m.starts_with("header_read_timeout")));
+        assert!(fast.validate().is_err_and(|e| e.to_string().starts_with("header_read_timeout: must be")));
     }
 }

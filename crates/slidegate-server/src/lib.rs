@@ -15,12 +15,13 @@
 //! - [`redact`](mod@redact): passwords out of every log line and answer.
 //! - [`envoy`]: the Envoy rate limit service (gRPC) and envoyproxy/ratelimit's YAML files.
 //! - [`metrics`]: metric names and the Prometheus recorder.
-//! - [`bench`](mod@bench): the load generator.
+//! - `bench`: the load generator (with the `bench` feature).
 
 pub mod admin;
 pub mod api;
 pub mod app;
 pub mod backend;
+#[cfg(feature = "bench")]
 pub mod bench;
 pub mod config;
 pub mod envoy;

@@ -72,48 +72,12 @@ pub struct ServeOptions {
 
 /// Loads the configuration, connects the backend, and serves until SIGINT or SIGTERM.
 pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
-    let mut config = match &options.config {
+    let config = match &options.config {
         Some(path) => Config::load(path)?,
         None => Config::default(),
     };
     let limits = http_limits(&options, &config)?;
-    if let Some(url) = options.redis {
-        check_redis_url(&url).map_err(|m| anyhow::anyhow!("--redis: {m}"))?;
-        (config.backend.redis, config.backend.redis_cluster, config.backend.redis_sentinel) =
-            (Some(url), Vec::new(), Vec::new());
-    }
-    if !options.redis_cluster.is_empty() {
-        for url in &options.redis_cluster {
-            check_redis_url(url).map_err(|m| anyhow::anyhow!("--redis-cluster: {m}"))?;
-        }
-        (config.backend.redis, config.backend.redis_cluster, config.backend.redis_sentinel) =
-            (None, options.redis_cluster, Vec::new());
-    }
-    if !options.redis_sentinel.is_empty() {
-        for url in &options.redis_sentinel {
-            check_redis_url(url).map_err(|m| anyhow::anyhow!("--redis-sentinel: {m}"))?;
-        }
-        (config.backend.redis, config.backend.redis_cluster, config.backend.redis_sentinel) =
-            (None, Vec::new(), options.redis_sentinel);
-    }
-    if let Some(name) = options.sentinel_service {
-        config.backend.sentinel_service = name;
-    }
-    if let Some(engine) = options.redis_engine {
-        config.backend.engine = engine;
-    }
-    if let Some(addr) = options.grpc {
-        config.grpc = Some(addr);
-    }
-    if let Some(dir) = options.envoy_config {
-        config.envoy_config = Some(dir);
-    } else if let (Some(dir), Some(file)) = (&config.envoy_config, &options.config) {
-        // A relative directory in the rules file is relative to the file.
-        if dir.is_relative() {
-            config.envoy_config = Some(file.parent().unwrap_or(std::path::Path::new(".")).join(dir));
-        }
-    }
-    config.envoy_response_headers |= options.envoy_response_headers;
+    let config = with_flags(config, &options)?;
     let grpc = config.grpc;
     let where_ = backend_location(&config);
     let app = App::start(config, options.config.clone())
@@ -121,7 +85,77 @@ pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
         .with_context(|| format!("connecting the backend ({where_})"))?;
     let app = Arc::new(app);
     let listener = TcpListener::bind(options.http).await.with_context(|| format!("binding {}", options.http))?;
-    let addr = listener.local_addr()?;
+    log_start(&app, listener.local_addr()?, &where_, &limits);
+    // One signal stops both servers.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        let _ = stop_tx.send(true);
+    });
+    let grpc_server = match grpc {
+        Some(addr) => Some(serve_grpc(addr, Arc::clone(&app), stopped(stop_rx.clone())).await?),
+        None => None,
+    };
+    let watcher = tokio::spawn(watch_config(Arc::clone(&app)));
+    let result = run(app, listener, limits, stopped(stop_rx)).await;
+    if let Some(g) = grpc_server {
+        g.await.context("gRPC server task")?.context("gRPC server")?;
+    }
+    watcher.abort();
+    info!("slidegate stopped");
+    result
+}
+
+/// Completes when the stop signal is sent.
+async fn stopped(mut rx: tokio::sync::watch::Receiver<bool>) {
+    let _ = rx.wait_for(|stop| *stop).await;
+}
+
+/// `config` under `options`' backend and Envoy flags, checked.
+fn with_flags(mut config: Config, options: &ServeOptions) -> anyhow::Result<Config> {
+    let backend = &mut config.backend;
+    if let Some(url) = &options.redis {
+        check_redis_url(url).map_err(|m| anyhow::anyhow!("--redis: {m}"))?;
+        (backend.redis, backend.redis_cluster, backend.redis_sentinel) = (Some(url.clone()), Vec::new(), Vec::new());
+    }
+    if !options.redis_cluster.is_empty() {
+        for url in &options.redis_cluster {
+            check_redis_url(url).map_err(|m| anyhow::anyhow!("--redis-cluster: {m}"))?;
+        }
+        (backend.redis, backend.redis_cluster, backend.redis_sentinel) =
+            (None, options.redis_cluster.clone(), Vec::new());
+    }
+    if !options.redis_sentinel.is_empty() {
+        for url in &options.redis_sentinel {
+            check_redis_url(url).map_err(|m| anyhow::anyhow!("--redis-sentinel: {m}"))?;
+        }
+        (backend.redis, backend.redis_cluster, backend.redis_sentinel) =
+            (None, Vec::new(), options.redis_sentinel.clone());
+    }
+    if let Some(name) = &options.sentinel_service {
+        backend.sentinel_service = name.clone();
+    }
+    if let Some(engine) = options.redis_engine {
+        backend.engine = engine;
+    }
+    if let Some(addr) = options.grpc {
+        config.grpc = Some(addr);
+    }
+    if let Some(dir) = &options.envoy_config {
+        config.envoy_config = Some(dir.clone());
+    } else if let (Some(dir), Some(file)) = (&config.envoy_config, &options.config) {
+        // A relative directory in the rules file is relative to the file.
+        if dir.is_relative() {
+            config.envoy_config = Some(file.parent().unwrap_or(std::path::Path::new(".")).join(dir));
+        }
+    }
+    config.envoy_response_headers |= options.envoy_response_headers;
+    Ok(config)
+}
+
+/// The start's log lines: where, which backend, how many rules, the HTTP limits, the admin
+/// routes' state.
+fn log_start(app: &App, addr: SocketAddr, where_: &str, limits: &HttpLimits) {
     info!(
         "slidegate serving on http://{addr}, backend {} ({where_}), {} rules",
         app.limiter.backend().name(),
@@ -136,44 +170,22 @@ pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
     if app.live().admin_token.is_none() {
         info!("{}", admin_state(false));
     }
-    // One signal stops both servers.
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    tokio::spawn(async move {
-        shutdown_signal().await;
-        let _ = stop_tx.send(true);
-    });
-    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|stop| *stop).await;
-    };
-    let grpc_server = match grpc {
-        Some(addr) => {
-            let listener = TcpListener::bind(addr).await.with_context(|| format!("binding {addr} (gRPC)"))?;
-            info!(
-                "slidegate serving Envoy rate limit gRPC on {}, {} domains",
-                listener.local_addr()?,
-                app.envoy().len()
-            );
-            let service = RateLimitServiceServer::new(EnvoyRateLimit::new(Arc::clone(&app)))
-                .max_decoding_message_size(crate::envoy::MAX_REQUEST_BYTES);
-            let incoming = tonic::transport::server::TcpIncoming::from(listener);
-            let shutdown = stopped(stop_rx.clone());
-            Some(tokio::spawn(async move {
-                tonic::transport::Server::builder()
-                    .add_service(service)
-                    .serve_with_incoming_shutdown(incoming, shutdown)
-                    .await
-            }))
-        }
-        None => None,
-    };
-    let watcher = tokio::spawn(watch_config(Arc::clone(&app)));
-    let result = run(app, listener, limits, stopped(stop_rx)).await;
-    if let Some(g) = grpc_server {
-        g.await.context("gRPC server task")?.context("gRPC server")?;
-    }
-    watcher.abort();
-    info!("slidegate stopped");
-    result
+}
+
+/// Binds `addr` and serves the Envoy rate limit service there until `shutdown` completes.
+async fn serve_grpc(
+    addr: SocketAddr,
+    app: Arc<App>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<tokio::task::JoinHandle<Result<(), tonic::transport::Error>>> {
+    let listener = TcpListener::bind(addr).await.with_context(|| format!("binding {addr} (gRPC)"))?;
+    info!("slidegate serving Envoy rate limit gRPC on {}, {} domains", listener.local_addr()?, app.envoy().len());
+    let service = RateLimitServiceServer::new(EnvoyRateLimit::new(app))
+        .max_decoding_message_size(crate::envoy::MAX_REQUEST_BYTES);
+    let incoming = tonic::transport::server::TcpIncoming::from(listener);
+    Ok(tokio::spawn(async move {
+        tonic::transport::Server::builder().add_service(service).serve_with_incoming_shutdown(incoming, shutdown).await
+    }))
 }
 
 /// Serves `app` on `listener` within `limits` until `shutdown` completes; requests in flight

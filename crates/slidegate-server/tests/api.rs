@@ -368,6 +368,19 @@ fn the_check_command_answers_with_its_exit_code() {
     assert_eq!(run(&["--rule", "nope", "--key", "k", "--config", rules.arg()]).0, Some(2));
 }
 
+#[cfg(not(feature = "bench"))]
+#[test]
+fn bench_without_its_feature_says_how_to_build_it() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_slidegate"))
+        .args(["bench", "--target", "memory", "--duration", "1s"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cargo run --release --features bench -- bench"), "{err}");
+}
+
+#[cfg(feature = "bench")]
 #[test]
 fn bench_open_loop_sends_at_the_scheduled_rate() {
     let run = |extra: &[&str]| -> Value {
@@ -398,6 +411,7 @@ fn bench_open_loop_sends_at_the_scheduled_rate() {
     assert_eq!(refused.status.code(), Some(2), "a rate of 0 is refused");
 }
 
+#[cfg(feature = "bench")]
 #[test]
 fn bench_open_loop_counts_a_stall_in_the_latencies() {
     // 200 decisions/s from two workers; the server is stopped for 300 ms in the middle. Every
@@ -427,6 +441,7 @@ fn bench_open_loop_counts_a_stall_in_the_latencies() {
     assert_eq!(v["errors"], 0, "{v}");
 }
 
+#[cfg(feature = "bench")]
 #[test]
 fn bench_reports_json_against_memory_and_a_server() {
     let server = Slidegate::serve(&[]);

@@ -385,6 +385,7 @@ fn a_redis_password_never_appears_when_the_start_fails() {
     }
 }
 
+#[cfg(feature = "bench")]
 #[test]
 fn the_bench_report_masks_a_redis_password() {
     const PASSWORD: &str = "hunter2-s3cret";

@@ -190,42 +190,49 @@ fn answer<'a>(
             (Ok(item), _) => item,
         };
         let limit = item.limit();
-        let current_limit = limit.filter(|l| !l.unlimited).map(|l| CurrentLimit {
-            name: l.name.clone().unwrap_or_default(),
-            requests_per_unit: u32::try_from(l.requests_per_unit).unwrap_or(u32::MAX),
-            unit: pb_unit(l.unit) as i32,
-        });
-        let (within, remaining, reset) = match outcome {
-            Outcome::Refused => (false, 0, limit.map(|l| l.unit.window())),
-            Outcome::Decided(d) => {
-                if let Some(l) = limit
-                    && tightest.is_none_or(|(_, t)| d.remaining < t.remaining)
-                {
-                    tightest = Some((l, d));
-                }
-                (
-                    d.allowed || d.retry_after.is_none(),
-                    u32::try_from(d.remaining).unwrap_or(u32::MAX),
-                    Some(d.retry_after.unwrap_or(d.reset_after)),
-                )
-            }
-            Outcome::Unlimited => (true, u32::MAX, None),
-            Outcome::NoLimit | Outcome::Invalid(_) => (true, 0, None),
-        };
+        if let (Outcome::Decided(d), Some(l)) = (outcome, limit)
+            && tightest.is_none_or(|(_, t)| d.remaining < t.remaining)
+        {
+            tightest = Some((l, d));
+        }
+        let (within, remaining, reset) = standing(outcome, limit);
         let shadow = item.shadow();
         over |= !within && !shadow;
         if let (Some(node), Some(limit)) = (item.node, limit) {
             count(domain, node, item, limit, within, shadow, remaining);
         }
-        statuses.push(DescriptorStatus {
-            code: if within || shadow { Code::Ok } else { Code::OverLimit } as i32,
-            current_limit,
-            limit_remaining: remaining,
-            duration_until_reset: reset.map(pb_duration),
-            quota: None,
-        });
+        statuses.push(descriptor_status(limit, within || shadow, remaining, reset));
     }
     (over, statuses, tightest)
+}
+
+/// Whether a descriptor is within its limit, the permits it has left, and when it resets.
+fn standing(outcome: &Outcome, limit: Option<&Limit>) -> (bool, u32, Option<Duration>) {
+    match outcome {
+        Outcome::Refused => (false, 0, limit.map(|l| l.unit.window())),
+        Outcome::Decided(d) => (
+            d.allowed || d.retry_after.is_none(),
+            u32::try_from(d.remaining).unwrap_or(u32::MAX),
+            Some(d.retry_after.unwrap_or(d.reset_after)),
+        ),
+        Outcome::Unlimited => (true, u32::MAX, None),
+        Outcome::NoLimit | Outcome::Invalid(_) => (true, 0, None),
+    }
+}
+
+/// The status Envoy reads for a descriptor under `limit`: OK or over it (`ok` false).
+fn descriptor_status(limit: Option<&Limit>, ok: bool, remaining: u32, reset: Option<Duration>) -> DescriptorStatus {
+    DescriptorStatus {
+        code: if ok { Code::Ok } else { Code::OverLimit } as i32,
+        current_limit: limit.filter(|l| !l.unlimited).map(|l| CurrentLimit {
+            name: l.name.clone().unwrap_or_default(),
+            requests_per_unit: u32::try_from(l.requests_per_unit).unwrap_or(u32::MAX),
+            unit: pb_unit(l.unit) as i32,
+        }),
+        limit_remaining: remaining,
+        duration_until_reset: reset.map(pb_duration),
+        quota: None,
+    }
 }
 
 impl EnvoyRateLimit {

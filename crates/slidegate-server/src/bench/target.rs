@@ -1,0 +1,126 @@
+//! What the load generator sends its decisions to: the library over a backend, a running server
+//! over HTTP, or its Envoy rate limit service over gRPC.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use slidegate::{Limiter, MemoryBackend, Quota, RedisBackend};
+
+use super::{BenchOptions, GRPC_DOMAIN};
+use crate::backend::AnyBackend;
+
+pub(super) enum Target {
+    Library(Limiter<AnyBackend>),
+    Http {
+        client: reqwest::Client,
+        url: String,
+        bodies: Vec<String>,
+    },
+    /// The Envoy rate limit service: domain `bench`, one descriptor `key` = the key.
+    Grpc(RateLimitServiceClient<tonic::transport::Channel>),
+}
+
+impl Target {
+    /// Connects to `options.target`; an HTTP target gets one request body per key, made once.
+    pub(super) async fn connect(options: &BenchOptions, keys: &[String]) -> anyhow::Result<Self> {
+        let target = options.target.as_str();
+        if target == "memory" {
+            Ok(Self::library(options, AnyBackend::Memory(MemoryBackend::new())))
+        } else if target.starts_with("redis://") {
+            let backend = RedisBackend::connect(target).await.context("connecting to Redis")?;
+            let backend = backend.with_timeout(Duration::from_secs(2)).with_engine(options.redis_engine);
+            Ok(Self::library(options, AnyBackend::Redis(backend)))
+        } else if let Some(nodes) = target.strip_prefix("redis-cluster://") {
+            let urls: Vec<String> = nodes.split(',').map(|n| format!("redis://{n}")).collect();
+            let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+            let backend = RedisBackend::connect_cluster(&urls).await.context("connecting to the Redis Cluster")?;
+            let backend = backend.with_timeout(Duration::from_secs(2)).with_engine(options.redis_engine);
+            Ok(Self::library(options, AnyBackend::Cluster(backend)))
+        } else if let Some(addr) = target.strip_prefix("grpc://") {
+            let client =
+                RateLimitServiceClient::connect(format!("http://{addr}")).await.context("connecting over gRPC")?;
+            Ok(Self::Grpc(client))
+        } else if target.starts_with("http://") {
+            Self::http(options, keys)
+        } else {
+            anyhow::bail!(
+                "--target must be `memory`, `redis://…`, `redis-cluster://…`, `http://…` or `grpc://…`, got {target:?}"
+            );
+        }
+    }
+
+    fn library(options: &BenchOptions, backend: AnyBackend) -> Self {
+        let limiter = Limiter::new(backend);
+        Self::Library(if options.near_cache > 0 { limiter.with_near_cache(options.near_cache) } else { limiter })
+    }
+
+    fn http(options: &BenchOptions, keys: &[String]) -> anyhow::Result<Self> {
+        let url = format!("{}/v1/check", options.target.trim_end_matches('/'));
+        let q = &options.quota;
+        let bodies = keys
+            .iter()
+            .map(|k| match &options.rule {
+                Some(rule) => serde_json::json!({"rule": rule, "key": k}).to_string(),
+                None => serde_json::json!({
+                    "key": k, "limit": q.limit(), "window": format!("{}ms", q.window_ms()), "algorithm": q.algorithm().as_str(),
+                })
+                .to_string(),
+            })
+            .collect();
+        let client = reqwest::Client::builder()
+            .pool_max_idle_per_host(options.concurrency)
+            .timeout(Duration::from_secs(5))
+            .build()?;
+        Ok(Self::Http { client, url, bodies })
+    }
+
+    /// With a library target, the code that decides: `memory`, `lua` or `module`.
+    pub(super) fn engine(&self) -> Option<&'static str> {
+        match self {
+            Self::Library(limiter) => Some(limiter.backend().engine()),
+            _ => None,
+        }
+    }
+
+    /// One decision: `Ok(allowed)`.
+    pub(super) async fn decide(&self, key_index: usize, keys: &[String], quota: &Quota) -> anyhow::Result<bool> {
+        match self {
+            Self::Library(limiter) => Ok(limiter.check(&keys[key_index], quota).await?.allowed),
+            Self::Http { client, url, bodies } => {
+                let response = client
+                    .post(url.as_str())
+                    .header("content-type", "application/json")
+                    .body(bodies[key_index].clone())
+                    .send()
+                    .await?;
+                let status = response.status();
+                let body = response.bytes().await?;
+                anyhow::ensure!(status.is_success(), "HTTP {status}");
+                Ok(serde_json::from_slice::<Allowed>(&body)?.allowed)
+            }
+            Self::Grpc(client) => {
+                let request = RateLimitRequest {
+                    domain: GRPC_DOMAIN.to_owned(),
+                    descriptors: vec![RateLimitDescriptor {
+                        entries: vec![Entry { key: "key".to_owned(), value: keys[key_index].clone() }],
+                        ..RateLimitDescriptor::default()
+                    }],
+                    hits_addend: 0,
+                };
+                let response = client.clone().should_rate_limit(request).await?.into_inner();
+                Ok(response.overall_code == Code::Ok as i32)
+            }
+        }
+    }
+}
+
+/// The one field of a decision the load generator needs.
+#[derive(serde::Deserialize)]
+struct Allowed {
+    allowed: bool,
+}

@@ -1,0 +1,45 @@
+//! The `[server]` table: the HTTP listener's deadlines and connection cap.
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::{Invalid, parse_duration};
+use crate::http::{HttpLimit, HttpLimits};
+
+/// `[server]` as written.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ServerSpec {
+    header_read_timeout: Option<Spanned<String>>,
+    request_timeout: Option<Spanned<String>>,
+    max_connections: Option<Spanned<usize>>,
+}
+
+impl ServerSpec {
+    /// The table over the defaults.
+    pub(super) fn validate(&self) -> Result<HttpLimits, Invalid> {
+        let mut limits = HttpLimits::default();
+        let duration = |d: &Spanned<String>, name: &str| {
+            parse_duration(d.get_ref()).map_err(|m| Invalid::new(format!("server.{name}"), d.span(), m))
+        };
+        if let Some(d) = &self.header_read_timeout {
+            limits.header_read_timeout = duration(d, "header_read_timeout")?;
+        }
+        if let Some(d) = &self.request_timeout {
+            limits.request_timeout = duration(d, "request_timeout")?;
+        }
+        if let Some(n) = &self.max_connections {
+            limits.max_connections = *n.get_ref();
+        }
+        limits.validate().map_err(|e| {
+            let span = match e.field {
+                HttpLimit::HeaderReadTimeout => self.header_read_timeout.as_ref().map(Spanned::span),
+                HttpLimit::RequestTimeout => self.request_timeout.as_ref().map(Spanned::span),
+                HttpLimit::MaxConnections => self.max_connections.as_ref().map(Spanned::span),
+            };
+            // The defaults are in range: an error is about a value the table sets.
+            Invalid::new(format!("server.{}", e.field), span.unwrap_or(0..0), e.message)
+        })?;
+        Ok(limits)
+    }
+}
