@@ -46,6 +46,7 @@ pub fn router(app: Arc<App>) -> Router {
     routes
         .into_iter()
         .fold(Router::new(), |router, (path, handler)| router.route(path, handler))
+        .merge(crate::ui::routes())
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such endpoint") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "method not allowed here")
@@ -172,7 +173,7 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
         Self { status, code, message: message.into() }
     }
 
@@ -416,10 +417,15 @@ fn decode_check(body: &[u8], live: &Live) -> Result<CheckRequest, ApiError> {
     }
 }
 
-/// Counts a decision of `rule` with the counters of the snapshot that resolved it.
-fn count(live: &Live, rule: &str, d: &Decision) {
+/// Counts a decision of `r`, which started at `started`, with the counters of the snapshot that
+/// resolved it, and in the dashboard's traffic.
+fn count(app: &App, live: &Live, r: &Resolved, d: &Decision, started: quanta::Instant) {
+    let rule = r.policy.as_str();
     if let Some(c) = live.counters(rule) {
         c.count(d.allowed);
+    }
+    if let Some(traffic) = live.traffic(rule) {
+        app.stats.record(traffic, || crate::stats::client_key(&r.key, rule), d, started);
     }
     if let Some(policy) = d.degraded {
         metrics::count_degraded(rule, policy);
@@ -427,8 +433,9 @@ fn count(live: &Live, rule: &str, d: &Decision) {
 }
 
 async fn check_one(app: &App, live: &Live, r: Resolved) -> Result<Response, ApiError> {
+    let started = app.stats.now();
     let d = app.timed(app.limiter.check_cost(&r.key, &r.quota, r.cost)).await?;
-    count(live, &r.policy, &d);
+    count(app, live, &r, &d, started);
     let mut body = String::with_capacity(192);
     write_decision(&mut body, &r.policy, &d, app.limiter.backend().engine());
     Ok(json_response(body, &[(&r.policy, &r.quota, &d)], d.retry_after))
@@ -436,9 +443,10 @@ async fn check_one(app: &App, live: &Live, r: Resolved) -> Result<Response, ApiE
 
 async fn check_many(app: &App, live: &Live, resolved: &[Resolved]) -> Result<Response, ApiError> {
     let checks: Vec<Check<'_>> = resolved.iter().map(|r| Check::new(&r.key, r.quota).with_cost(r.cost)).collect();
+    let started = app.stats.now();
     let group = app.timed(app.limiter.check_all(&checks)).await?;
     for (r, d) in resolved.iter().zip(&group.decisions) {
-        count(live, &r.policy, d);
+        count(app, live, r, d, started);
     }
     let items: Vec<_> = resolved.iter().zip(&group.decisions).map(|(r, d)| (r.policy.as_str(), &r.quota, d)).collect();
     let engine = app.limiter.backend().engine();
@@ -471,6 +479,7 @@ async fn rules(State(app): State<Arc<App>>) -> Json<serde_json::Value> {
             "window_ms": q.window_ms(),
             "window": humantime::format_duration(q.window()).to_string(),
             "algorithm": q.algorithm().as_str(),
+            "failure_policy": q.failure_policy().map(slidegate::FailurePolicy::as_str),
         });
         match q.algorithm() {
             Algorithm::SlidingWindow { buckets } => rule["buckets"] = json!(buckets),
@@ -493,7 +502,8 @@ async fn rules(State(app): State<Arc<App>>) -> Json<serde_json::Value> {
             rule
         })
         .collect();
-    Json(json!({ "rules": rules }))
+    let (inline, envoy) = (crate::ui::describe::inline(&live.inline), crate::ui::describe::envoy(&app.envoy()));
+    Json(json!({ "rules": rules, "inline": inline, "envoy": envoy }))
 }
 
 #[derive(Deserialize)]
@@ -520,7 +530,7 @@ fn admin_target(
 
 /// Admits an admin request: 403 `admin_disabled` when no token is configured (an open admin
 /// route would let any caller reset its own limit), 401 without the right bearer token.
-fn authorize(live: &Live, headers: &HeaderMap) -> Result<(), ApiError> {
+pub(crate) fn authorize(live: &Live, headers: &HeaderMap) -> Result<(), ApiError> {
     let Some(token) = &live.admin_token else {
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
@@ -556,6 +566,9 @@ async fn inspect_key(
         "remaining": quota.limit().saturating_sub(state.count),
         "oldest_ms": state.oldest_ms,
         "reset_after_ms": state.reset_after.as_millis(),
+        "algorithm": quota.algorithm().as_str(),
+        "window_ms": quota.window_ms(),
+        "now_ms": std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis()),
     })))
 }
 

@@ -15,6 +15,8 @@ use crate::config::{BackendConfig, Config, ConfigError, INLINE_RULE, Rules};
 use crate::envoy::{EnvoyConfig, EnvoyConfigError};
 use crate::inline::InlineConfig;
 use crate::metrics::{self, DecisionCounters};
+use crate::stats::{Stats, Traffic, TrafficMap};
+use crate::ui::UiConfig;
 
 /// What a reload may change: the rules, the admin token and the inline bounds. The backend and
 /// the HTTP listener's limits are fixed at start.
@@ -26,8 +28,12 @@ pub struct Live {
     pub admin_token: Option<AdminToken>,
     /// Whether inline checks are served, and their bounds.
     pub inline: InlineConfig,
+    /// Whether the dashboard and `/v1/stats` are served, and to whom.
+    pub ui: UiConfig,
     /// Decision counters by rule name, inline checks under [`INLINE_RULE`].
     counters: HashMap<String, DecisionCounters>,
+    /// The dashboard's traffic by rule name (empty when `[ui] enabled = false`).
+    traffic: TrafficMap,
 }
 
 impl Live {
@@ -40,7 +46,25 @@ impl Live {
             .map(|name| (name.to_owned(), DecisionCounters::new(name)))
             .collect();
         let admin_token = config.admin_token.as_deref().map(AdminToken::new);
-        Self { rules: config.rules, admin_token, inline: config.inline, counters }
+        Self {
+            rules: config.rules,
+            admin_token,
+            inline: config.inline,
+            ui: config.ui,
+            counters,
+            traffic: TrafficMap::new(),
+        }
+    }
+
+    /// This configuration with its rules' traffic from `stats`, which forgets removed rules'.
+    fn tracked(mut self, stats: &Stats) -> Self {
+        self.traffic = stats.track_rules(self.counters.keys().map(String::as_str), self.ui.enabled);
+        self
+    }
+
+    /// The dashboard's traffic of `rule`, unless the dashboard is disabled.
+    pub fn traffic(&self, rule: &str) -> Option<&Traffic> {
+        self.traffic.get(rule).map(Arc::as_ref)
     }
 
     /// The decision counters of `rule` (a rule of these rules, or the inline one).
@@ -63,6 +87,8 @@ pub struct App {
     config_path: Option<PathBuf>,
     backend_config: BackendConfig,
     backend_seconds: Histogram,
+    /// The dashboard's live traffic.
+    pub stats: Stats,
 }
 
 impl App {
@@ -79,15 +105,18 @@ impl App {
         ::metrics::gauge!(metrics::RULES).set(config.rules.len() as f64);
         let (envoy_dir, envoy_headers) = (config.envoy_config.clone(), config.envoy_response_headers);
         let backend_config = config.backend.clone();
+        let stats = Stats::default();
+        stats.track_domains(envoy.domains(), config.ui.enabled);
         Ok(Self {
             backend_seconds: ::metrics::histogram!(metrics::BACKEND_SECONDS, "backend" => backend.name()),
             limiter: backend.limiter(&config.backend),
-            live: RwLock::new(Arc::new(Live::new(config))),
+            live: RwLock::new(Arc::new(Live::new(config).tracked(&stats))),
             envoy: RwLock::new(Arc::new(envoy)),
             envoy_dir,
             envoy_headers,
             config_path,
             backend_config,
+            stats,
         })
     }
 
@@ -120,6 +149,7 @@ impl App {
         ::metrics::counter!(metrics::RELOADS, "result" => outcome, "file" => "envoy").increment(1);
         let config = result?;
         let domains = config.len();
+        self.stats.track_domains(config.domains(), self.live().ui.enabled);
         *self.envoy.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(config);
         info!(dir = %dir.display(), domains, "envoy configuration reloaded");
         Ok(domains)
@@ -157,7 +187,10 @@ impl App {
         if admin_was != config.admin_token.is_some() {
             warn!(path = %path.display(), "{}", admin_state(config.admin_token.is_some()));
         }
-        *self.live.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(Live::new(config));
+        if config.ui.enabled != self.live().ui.enabled {
+            self.stats.track_domains(self.envoy().domains(), config.ui.enabled);
+        }
+        *self.live.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(Live::new(config).tracked(&self.stats));
         info!(path = %path.display(), rules, "rules reloaded");
         Ok(rules)
     }

@@ -14,6 +14,7 @@ mod algorithm;
 mod inline;
 mod rule;
 mod server;
+mod ui;
 mod value;
 
 use std::ops::Range;
@@ -29,11 +30,13 @@ use inline::InlineSpec;
 use rule::RuleSpec;
 pub use rule::{Rule, Rules};
 use server::ServerSpec;
+use ui::UiSpec;
 use value::failure_policy;
 pub use value::{check_redis_url, parse_duration};
 
 use crate::http::HttpLimits;
 use crate::inline::InlineConfig;
+use crate::ui::UiConfig;
 
 /// The per-call backend deadline when the file does not set one.
 pub const DEFAULT_TIMEOUT: Duration = slidegate::redis::DEFAULT_TIMEOUT;
@@ -119,6 +122,8 @@ pub struct Config {
     pub server: HttpLimits,
     /// The `[inline]` table: whether inline checks are served, and their bounds.
     pub inline: InlineConfig,
+    /// The `[ui]` table: whether the dashboard and `/v1/stats` are served, and to whom.
+    pub ui: UiConfig,
     /// The named rules.
     pub rules: Rules,
     /// Where to serve the Envoy rate limit service (gRPC), if at all.
@@ -188,6 +193,8 @@ struct FileSpec {
     #[serde(default)]
     inline: InlineSpec,
     #[serde(default)]
+    ui: UiSpec,
+    #[serde(default)]
     rules: Vec<RuleSpec>,
 }
 
@@ -242,11 +249,13 @@ impl FileSpec {
             ),
             None => None,
         };
+        let ui = self.ui.validate(self.admin_token.is_some())?;
         Ok(Config {
             admin_token: self.admin_token.map(Spanned::into_inner),
             backend,
             server: self.server.validate()?,
             inline: self.inline.validate()?,
+            ui,
             rules,
             grpc,
             envoy_config: self.envoy_config.map(|d| d.into_inner().into()),

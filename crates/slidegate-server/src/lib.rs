@@ -15,6 +15,8 @@
 //! - [`redact`](mod@redact): passwords out of every log line and answer.
 //! - [`envoy`]: the Envoy rate limit service (gRPC) and envoyproxy/ratelimit's YAML files.
 //! - [`metrics`]: metric names and the Prometheus recorder.
+//! - [`stats`]: the dashboard's live traffic per rule, in fixed memory.
+//! - [`ui`]: the dashboard (`/ui`) and `/v1/stats`.
 //! - `bench`: the load generator (with the `bench` feature).
 
 pub mod admin;
@@ -32,3 +34,5 @@ pub mod metrics;
 mod mutate;
 pub mod redact;
 pub mod server;
+pub mod stats;
+pub mod ui;

@@ -186,7 +186,7 @@ impl CircuitBreaker {
 /// when none has expired caches nothing more until some do.
 #[derive(Debug)]
 pub struct NearCache {
-    shards: Box<[Mutex<HashTable<Denied>>]>,
+    shards: Box<[Mutex<Shard>]>,
     per_shard: usize,
     hasher: RandomState,
 }
@@ -205,17 +205,26 @@ struct Denied {
 
 const NEAR_CACHE_SHARDS: usize = 16;
 
+/// One shard: its denials, and how often it was asked and could answer (counted under the lock
+/// the lookup holds anyway, so counting costs no atomic operation).
+#[derive(Debug, Default)]
+struct Shard {
+    table: HashTable<Denied>,
+    lookups: u64,
+    hits: u64,
+}
+
 impl NearCache {
     /// A cache of at most `capacity` denied keys.
     pub fn new(capacity: usize) -> Self {
         Self {
-            shards: (0..NEAR_CACHE_SHARDS).map(|_| Mutex::new(HashTable::new())).collect(),
+            shards: (0..NEAR_CACHE_SHARDS).map(|_| Mutex::default()).collect(),
             per_shard: capacity.div_ceil(NEAR_CACHE_SHARDS).max(1),
             hasher: RandomState::new(),
         }
     }
 
-    fn shard(&self, hash: u64) -> std::sync::MutexGuard<'_, HashTable<Denied>> {
+    fn shard(&self, hash: u64) -> std::sync::MutexGuard<'_, Shard> {
         // All quotas of one key share its hash, so a reset finds them all in one shard.
         self.shards[(hash >> 32) as usize % NEAR_CACHE_SHARDS].lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -223,8 +232,10 @@ impl NearCache {
     /// The denial to answer for `cost` permits of `quota` on `key`, if one is known still to hold.
     pub(crate) fn get(&self, key: &str, quota: &Quota, cost: u64) -> Option<Decision> {
         let hash = self.hasher.hash_one(key);
-        let mut shard = self.shard(hash);
-        let entry = shard.find_entry(hash, |d| d.quota == *quota && &*d.key == key).ok()?;
+        let mut guard = self.shard(hash);
+        let shard = &mut *guard;
+        shard.lookups += 1;
+        let entry = shard.table.find_entry(hash, |d| d.quota == *quota && &*d.key == key).ok()?;
         let now = Instant::now();
         if now >= entry.get().until {
             entry.remove();
@@ -238,6 +249,7 @@ impl NearCache {
         let mut decision = d.decision;
         decision.retry_after = Some(d.until - now);
         decision.reset_after = decision.reset_after.saturating_sub(elapsed);
+        shard.hits += 1;
         Some(decision)
     }
 
@@ -249,7 +261,8 @@ impl NearCache {
         }
         let at = Instant::now();
         let hash = self.hasher.hash_one(key);
-        let mut shard = self.shard(hash);
+        let mut guard = self.shard(hash);
+        let shard = &mut guard.table;
         if let Ok(mut entry) = shard.find_entry(hash, |d| d.quota == *quota && &*d.key == key) {
             let d = entry.get_mut();
             if cost <= d.cost || at >= d.until {
@@ -271,14 +284,27 @@ impl NearCache {
     pub(crate) fn forget(&self, key: &str) {
         let hash = self.hasher.hash_one(key);
         let mut shard = self.shard(hash);
-        while let Ok(entry) = shard.find_entry(hash, |d| &*d.key == key) {
+        while let Ok(entry) = shard.table.find_entry(hash, |d| &*d.key == key) {
             entry.remove();
         }
     }
 
     /// How many denials are held.
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.lock().unwrap_or_else(PoisonError::into_inner).len()).sum()
+        self.shards.iter().map(|s| s.lock().unwrap_or_else(PoisonError::into_inner).table.len()).sum()
+    }
+
+    /// The most denials held (the capacity it was built with, rounded up to its shards).
+    pub fn capacity(&self) -> usize {
+        self.per_shard * NEAR_CACHE_SHARDS
+    }
+
+    /// How many checks asked the cache, and how many of them it answered, since it was built.
+    pub fn hit_counts(&self) -> (u64, u64) {
+        self.shards.iter().fold((0, 0), |(lookups, hits), s| {
+            let s = s.lock().unwrap_or_else(PoisonError::into_inner);
+            (lookups + s.lookups, hits + s.hits)
+        })
     }
 
     /// Whether none is held.

@@ -229,6 +229,32 @@ impl EnvoyConfig {
         self.domains.contains_key(domain)
     }
 
+    /// The configured domains' names.
+    pub fn domains(&self) -> impl Iterator<Item = &str> {
+        self.domains.keys().map(String::as_str)
+    }
+
+    /// Every configured descriptor with a limit, as `(domain, node)`; the node's `stat_key` is
+    /// its path (`key_value.key`).
+    pub fn limits(&self) -> Vec<(&str, &Node)> {
+        fn walk<'a>(domain: &'a str, level: &'a Level, out: &mut Vec<(&'a str, &'a Node)>) {
+            let exact = level.exact.values().flat_map(HashMap::values);
+            let nodes = exact.chain(level.wildcard.iter().map(|(_, _, n)| n)).chain(level.any.values());
+            for node in nodes {
+                if node.limit.is_some() {
+                    out.push((domain, node));
+                }
+                walk(domain, &node.children, out);
+            }
+        }
+        let mut out = Vec::new();
+        for (domain, level) in &self.domains {
+            walk(domain, level, &mut out);
+        }
+        out.sort_by(|a, b| (a.0, &a.1.stat_key).cmp(&(b.0, &b.1.stat_key)));
+        out
+    }
+
     /// The number of domains.
     pub fn len(&self) -> usize {
         self.domains.len()

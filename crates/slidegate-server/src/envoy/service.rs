@@ -90,7 +90,9 @@ impl RateLimitService for EnvoyRateLimit {
         }
         let slots = slots(&config, &request);
         refuse(domain, request.descriptors.len(), &slots)?;
+        let started = self.app.stats.now();
         let outcomes = self.decide(&slots).await?;
+        self.record(domain, &slots, &outcomes, started);
         let (over, mut statuses, tightest) = answer(domain, &slots, &outcomes);
         // The descriptors after MAX_DESCRIPTORS: not decided. (`Code::Unknown` is 0, the default.)
         statuses.resize(request.descriptors.len(), DescriptorStatus::default());
@@ -297,6 +299,18 @@ impl EnvoyRateLimit {
                     Ok(one_by_one)
                 }
             },
+        }
+    }
+
+    /// Counts the decided descriptors in the dashboard's traffic of `domain`, a denied one by
+    /// its entries (`key=value,…`).
+    fn record(&self, domain: &str, slots: &[Slot<'_>], outcomes: &[Outcome], started: quanta::Instant) {
+        let Some(traffic) = self.app.stats.domain(domain) else { return };
+        for (slot, outcome) in slots.iter().zip(outcomes) {
+            if let (Ok(item), Outcome::Decided(d)) = (slot, outcome) {
+                let entries = || item.entries.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",");
+                self.app.stats.record(&traffic, entries, d, started);
+            }
         }
     }
 
