@@ -71,7 +71,7 @@ pub struct Checks {
 
 /// Parses `SLIDEGATE.CHECK`'s arguments (`args[0]` is the command's name). Keys must be distinct.
 pub fn parse_checks<A: Arg>(args: &[A]) -> Result<Checks, Error> {
-    let mut p = Parser { args, at: 1, now: None };
+    let mut p = Parser { args, at: 1, now: None, times: None, inspecting: false };
     let (mut keys, mut specs) = (Vec::new(), Vec::new());
     loop {
         let key = p.at;
@@ -99,20 +99,34 @@ pub fn key_positions<A: Arg>(args: &[A]) -> Vec<usize> {
     parse_checks(args).map_or_else(|_| if args.len() > 1 { vec![1] } else { Vec::new() }, |c| c.keys)
 }
 
-/// Parses `SLIDEGATE.INSPECT`'s optional quota (`algorithm limit window_ms [options]`, no cost)
-/// and `NOW`, after the key.
-pub fn parse_inspect<A: Arg>(args: &[A]) -> Result<(Option<Quota>, Option<u64>), Error> {
-    let mut p = Parser { args, at: 0, now: None };
+/// `SLIDEGATE.INSPECT`'s arguments after the key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Inspect {
+    /// The quota to read the key under (its last check's when `None`).
+    pub quota: Option<Quota>,
+    /// `NOW ms`.
+    pub now: Option<u64>,
+    /// `TIMES n`: answer the times of a sliding log's newest `n` admissions in the window too.
+    pub times: Option<u64>,
+}
+
+/// Parses `SLIDEGATE.INSPECT`'s optional quota (`algorithm limit window_ms [options]`, no cost),
+/// `NOW` and `TIMES` (at most [`slidegate::MAX_TIMELINE`]), after the key.
+pub fn parse_inspect<A: Arg>(args: &[A]) -> Result<Inspect, Error> {
+    let mut p = Parser { args, at: 0, now: None, times: None, inspecting: true };
     p.options(None)?;
     let quota = if p.at < args.len() { Some(p.spec(false)?.quota) } else { None };
     p.finish()?;
-    Ok((quota, p.now))
+    Ok(Inspect { quota, now: p.now, times: p.times })
 }
 
 struct Parser<'a, A> {
     args: &'a [A],
     at: usize,
     now: Option<u64>,
+    times: Option<u64>,
+    /// Whether `TIMES` is an option here (`INSPECT`'s).
+    inspecting: bool,
 }
 
 /// What options set on one check.
@@ -204,6 +218,14 @@ impl<A: Arg> Parser<'_, A> {
                         return Err(Error::Syntax(format!("NOW must be at most {MAX_TIME_MS} ms, got {now}")));
                     }
                     self.now = Some(now);
+                }
+                _ if is("TIMES") && self.inspecting => {
+                    let times = self.option(self.times.is_some(), "TIMES")?;
+                    if times > slidegate::MAX_TIMELINE as u64 {
+                        let max = slidegate::MAX_TIMELINE;
+                        return Err(Error::Syntax(format!("TIMES must be at most {max}, got {times}")));
+                    }
+                    self.times = Some(times);
                 }
                 Some(o) if is("BUCKETS") => o.buckets = Some(self.option(o.buckets.is_some(), "BUCKETS")?),
                 Some(o) if is("BURST") => o.burst = Some(self.option(o.burst.is_some(), "BURST")?),
@@ -313,11 +335,15 @@ mod tests {
     #[test]
     fn inspect_takes_an_optional_quota() {
         let none: [&str; 0] = [];
-        assert_eq!(parse_inspect(&none).expect("valid"), (None, None));
-        assert_eq!(parse_inspect(&["NOW", "5"]).expect("valid"), (None, Some(5)));
-        let (quota, now) = parse_inspect(&["sliding_log", "5", "1000", "NOW", "7"]).expect("valid");
-        assert_eq!((quota.map(|q| q.limit()), now), (Some(5), Some(7)));
+        let nothing = Inspect { quota: None, now: None, times: None };
+        assert_eq!(parse_inspect(&none).expect("valid"), nothing);
+        assert_eq!(parse_inspect(&["NOW", "5"]).expect("valid"), Inspect { now: Some(5), ..nothing });
+        let i = parse_inspect(&["sliding_log", "5", "1000", "NOW", "7", "TIMES", "3"]).expect("valid");
+        assert_eq!((i.quota.map(|q| q.limit()), i.now, i.times), (Some(5), Some(7), Some(3)));
         assert!(parse_inspect(&["sliding_log", "5"]).is_err());
+        assert!(parse_inspect(&["TIMES", "10001"]).expect_err("over the bound").to_string().contains("at most"));
+        assert!(parse_inspect(&["TIMES", "1", "TIMES", "2"]).is_err());
+        assert!(parse("a sliding_log 5 1000 1 TIMES 3").is_err(), "TIMES is INSPECT's alone");
     }
 
     proptest::proptest! {
@@ -328,7 +354,7 @@ mod tests {
         fn any_arguments_parse_or_fail_cleanly(
             args in proptest::collection::vec(
                 proptest::prop_oneof![
-                    proptest::string::string_regex("(?i)(sliding_log|sliding_window|fixed_window|gcra|token_bucket|now|buckets|burst|warmup|and)").expect("regex"),
+                    proptest::string::string_regex("(?i)(sliding_log|sliding_window|fixed_window|gcra|token_bucket|now|buckets|burst|warmup|times|and)").expect("regex"),
                     proptest::string::string_regex("-?[0-9]{1,21}").expect("regex"),
                     proptest::strategy::Strategy::prop_map(
                         proptest::prop_oneof![proptest::strategy::Just(MAX_TIME_MS), proptest::strategy::Just(u64::MAX), 0u64..=100_000],
@@ -352,7 +378,9 @@ mod tests {
                 Err(err) => proptest::prop_assert!(err.to_string().is_ascii(), "{err}"),
             }
             match parse_inspect(&args) {
-                Ok((_, now)) => proptest::prop_assert!(now.is_none_or(|n| n <= MAX_TIME_MS)),
+                Ok(i) => proptest::prop_assert!(
+                    i.now.is_none_or(|n| n <= MAX_TIME_MS) && i.times.is_none_or(|n| n <= slidegate::MAX_TIMELINE as u64)
+                ),
                 Err(err) => proptest::prop_assert!(err.to_string().is_ascii(), "{err}"),
             }
             proptest::prop_assert!(started.elapsed() < Duration::from_secs(1));

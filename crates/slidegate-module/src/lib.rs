@@ -7,7 +7,7 @@
 //! redis-server --loadmodule target/release/libslidegate_module.so     # or: MODULE LOAD <path>
 //!
 //! SLIDEGATE.CHECK key algorithm limit window_ms cost [options] [AND key algorithm ...] [NOW ms]
-//! SLIDEGATE.INSPECT key [algorithm limit window_ms [options]] [NOW ms]
+//! SLIDEGATE.INSPECT key [algorithm limit window_ms [options]] [NOW ms] [TIMES n]
 //! SLIDEGATE.RESTORE key payload
 //! ```
 //!
@@ -18,7 +18,9 @@
 //!   `AND` are decided all or nothing (distinct keys; on a Cluster, of one slot); a denial
 //!   writes nothing.
 //! - `INSPECT` answers `count, oldest_ms (-1 when none), reset_after_ms, algorithm, limit,
-//!   window_ms` from the key's last quota, or from the one given.
+//!   window_ms` from the key's last quota, or from the one given; with `TIMES n`, then the
+//!   times of a sliding log's newest `n` admissions in the window, oldest first, as an array
+//!   (empty for the other algorithms).
 //! - `RESTORE` sets a key from the payload an AOF rewrite emitted for it.
 //!
 //! Time is the server's clock (`RedisModule_Milliseconds`, the wall clock `TIME` gives Lua)
@@ -114,7 +116,7 @@ fn inspect(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     if args.len() < 2 {
         return Err(RedisError::WrongArity);
     }
-    let (asked, now) = args::parse_inspect(&args[2..])?;
+    let args::Inspect { quota: asked, now, times } = args::parse_inspect(&args[2..])?;
     let now = now.unwrap_or_else(server_now);
     let key = ctx.open_key(&args[1]);
     let converted;
@@ -133,7 +135,8 @@ fn inspect(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let Some(value) = found else {
         let quota =
             asked.map_or(vec![RedisValue::Null, RedisValue::Null, RedisValue::Null], |q| quota_reply(&q).to_vec());
-        return Ok(RedisValue::Array([int(0), int(-1), int(0)].into_iter().chain(quota).collect()));
+        let times = times.map(|_| RedisValue::Array(Vec::new()));
+        return Ok(RedisValue::Array([int(0), int(-1), int(0)].into_iter().chain(quota).chain(times).collect()));
     };
     let quota = asked.unwrap_or(value.quota);
     if !value.counter.counts_by(quota.algorithm()) {
@@ -142,7 +145,11 @@ fn inspect(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let state = value.counter.inspect(now, &quota);
     let oldest = state.oldest_ms.map_or(-1, clamp);
     let head = [int(clamp(state.count)), int(oldest), int(millis(state.reset_after))];
-    Ok(RedisValue::Array(head.into_iter().chain(quota_reply(&quota)).collect()))
+    let times = times.map(|n| {
+        let n = usize::try_from(n).unwrap_or(usize::MAX);
+        RedisValue::Array(value.counter.admissions(now, &quota, n).into_iter().map(|t| int(clamp(t))).collect())
+    });
+    Ok(RedisValue::Array(head.into_iter().chain(quota_reply(&quota)).chain(times).collect()))
 }
 
 /// `SLIDEGATE.RESTORE`: sets a key from the payload an AOF rewrite emitted for it.

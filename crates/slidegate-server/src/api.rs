@@ -25,6 +25,10 @@ use crate::inline::InlineRefusal;
 use crate::metrics;
 use crate::redact::redact;
 
+/// The most admission times `GET /v1/keys/{rule}/{key}` lists (a sliding log's newest): enough
+/// to draw any window, and a bound on the answer (about 15 bytes each).
+pub const INSPECT_ADMISSIONS: usize = 1_000;
+
 /// The largest request body accepted (a multi-check of 16 long keys fits easily).
 pub const MAX_BODY: usize = 64 * 1024;
 
@@ -557,7 +561,8 @@ async fn inspect_key(
     Query(q): Query<TierQuery>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let (rule, backend_key, quota) = admin_target(&app, &headers, path, q.tier.as_deref())?;
-    let state = app.timed(app.limiter.inspect(&backend_key, &quota)).await?;
+    let timeline = app.timed(app.limiter.timeline(&backend_key, &quota, INSPECT_ADMISSIONS)).await?;
+    let state = timeline.state;
     Ok(Json(json!({
         "rule": rule,
         "key": backend_key,
@@ -569,6 +574,7 @@ async fn inspect_key(
         "algorithm": quota.algorithm().as_str(),
         "window_ms": quota.window_ms(),
         "now_ms": std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis()),
+        "admissions_ms": timeline.admissions_ms,
     })))
 }
 

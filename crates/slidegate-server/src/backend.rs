@@ -1,7 +1,7 @@
 //! The backend chosen at start: the embedded memory backend, Redis, or a Redis Cluster.
 
 use slidegate::{
-    Backend, Check, Decision, Error, KeyState, Limiter, MemoryBackend, MultiDecision, Quota, RedisBackend,
+    Backend, Check, Decision, Error, KeyState, KeyTimeline, Limiter, MemoryBackend, MultiDecision, Quota, RedisBackend,
     RedisClusterBackend, RedisSentinelBackend,
 };
 
@@ -122,6 +122,15 @@ impl Backend for AnyBackend {
             Self::Redis(b) => Box::pin(b.inspect(key, quota)).await,
             Self::Cluster(b) => Box::pin(b.inspect(key, quota)).await,
             Self::Sentinel(b) => Box::pin(b.inspect(key, quota)).await,
+        }
+    }
+
+    async fn timeline(&self, key: &str, quota: &Quota, max_admissions: usize) -> Result<KeyTimeline, Error> {
+        match self {
+            Self::Memory(b) => b.timeline(key, quota, max_admissions).await,
+            Self::Redis(b) => Box::pin(b.timeline(key, quota, max_admissions)).await,
+            Self::Cluster(b) => Box::pin(b.timeline(key, quota, max_admissions)).await,
+            Self::Sentinel(b) => Box::pin(b.timeline(key, quota, max_admissions)).await,
         }
     }
 

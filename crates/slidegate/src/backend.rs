@@ -2,7 +2,7 @@
 
 use std::future::Future;
 
-use crate::{Decision, Error, KeyState, MultiDecision, Quota};
+use crate::{Decision, Error, KeyState, KeyTimeline, MultiDecision, Quota};
 
 /// One limit of an atomic multi-limit check: `cost` permits of `quota` for `key`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,6 +55,15 @@ pub trait Backend: Send + Sync {
 
     /// Reads the state of `key` under `quota` without changing it.
     fn inspect(&self, key: &str, quota: &Quota) -> impl Future<Output = Result<KeyState, Error>> + Send;
+
+    /// Reads the state of `key` under `quota` and, for a sliding log, the times of its newest
+    /// `max_admissions` admissions still in the window, in one step, without changing anything.
+    fn timeline(
+        &self,
+        key: &str,
+        quota: &Quota,
+        max_admissions: usize,
+    ) -> impl Future<Output = Result<KeyTimeline, Error>> + Send;
 
     /// Forgets every admission of `key`.
     fn reset(&self, key: &str) -> impl Future<Output = Result<(), Error>> + Send;

@@ -81,6 +81,19 @@ impl MultiDecision {
     }
 }
 
+/// [`KeyState`] with the admissions behind it, read in one step: what a timeline of the key
+/// draws (`Limiter::timeline`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct KeyTimeline {
+    /// What the key holds now.
+    pub state: KeyState,
+    /// A sliding log's admissions still in the window, in ms (on the clock of
+    /// [`KeyState::oldest_ms`]), oldest first: the newest ones, as many as were asked for, one
+    /// per permit. Empty for the other algorithms, which keep counts, not admissions.
+    pub admissions_ms: Vec<u64>,
+}
+
 /// What one key holds now, for operators (`inspect`): nothing here changes state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]

@@ -30,7 +30,7 @@
 //!
 //! - [`quota`]: what a key may do — [`Quota`] (limit, window, [`Algorithm`], [`WarmUp`]).
 //! - [`decision`]: the answer — [`Decision`] (allowed, remaining, reset/retry after) and the
-//!   operator's view of a key, [`KeyState`].
+//!   operator's view of a key, [`KeyState`] and [`KeyTimeline`].
 //! - [`reference`](mod@reference): each algorithm's semantics written plainly; the backends are tested against it.
 //! - [`backend`]: the [`Backend`] trait, where storage varies.
 //! - [`state`]: [`state::Counter`], what one key keeps and how it decides, shared by the memory
@@ -61,9 +61,9 @@ pub mod state;
 
 pub use backend::{Backend, Check};
 pub use clock::{Clock, ManualClock, MonotonicClock, SystemClock};
-pub use decision::{Decision, KeyState, MultiDecision};
+pub use decision::{Decision, KeyState, KeyTimeline, MultiDecision};
 pub use error::{Error, ErrorClass};
-pub use limiter::{Limiter, MAX_CHECKS, MAX_KEY_LEN, validate_key};
+pub use limiter::{Limiter, MAX_CHECKS, MAX_KEY_LEN, MAX_TIMELINE, validate_key};
 pub use memory::MemoryBackend;
 pub use quota::{Algorithm, MAX_LIMIT, MAX_LOG_LIMIT, MAX_WINDOW, Quota, WarmUp};
 #[cfg(feature = "redis")]

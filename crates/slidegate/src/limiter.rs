@@ -5,7 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::resilience::{CircuitBreaker, NearCache, strictest};
-use crate::{Algorithm, Backend, Check, Decision, Error, FailurePolicy, KeyState, MemoryBackend, MultiDecision, Quota};
+use crate::{
+    Algorithm, Backend, Check, Decision, Error, FailurePolicy, KeyState, KeyTimeline, MemoryBackend, MultiDecision, Quota,
+};
 
 /// The most checks one multi-limit check may hold.
 pub const MAX_CHECKS: usize = 16;
@@ -221,6 +223,14 @@ impl<B: Backend> Limiter<B> {
         self.backend.inspect(key, quota).await
     }
 
+    /// What `key` holds under `quota` now and, for a sliding log, the times of its newest
+    /// `max_admissions` admissions in the window (at most [`MAX_TIMELINE`]), without changing
+    /// anything: what a timeline of the key draws.
+    pub async fn timeline(&self, key: &str, quota: &Quota, max_admissions: usize) -> Result<KeyTimeline, Error> {
+        validate_key(key)?;
+        self.backend.timeline(key, quota, max_admissions.min(MAX_TIMELINE)).await
+    }
+
     /// Forgets every admission of `key`.
     pub async fn reset(&self, key: &str) -> Result<(), Error> {
         validate_key(key)?;
@@ -288,6 +298,10 @@ impl Guard {
         Ok(MultiDecision::new(decisions.into_iter().map(|d| d.degraded_by(policy)).collect()))
     }
 }
+
+/// The most admissions [`Limiter::timeline`] reads: a timeline's resolution, not a log's
+/// length, and a bound on the reply (8 bytes or so per admission).
+pub const MAX_TIMELINE: usize = 10_000;
 
 /// Checks that `key` is a key the limiter accepts: non-empty, at most [`MAX_KEY_LEN`] bytes.
 pub fn validate_key(key: &str) -> Result<(), Error> {

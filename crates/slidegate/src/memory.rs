@@ -37,7 +37,7 @@ use hashbrown::hash_table::Entry as TableEntry;
 
 use crate::clock::{Clock, MonotonicClock};
 use crate::state::Counter;
-use crate::{Algorithm, Backend, Check, Decision, Error, KeyState, MultiDecision, Quota};
+use crate::{Algorithm, Backend, Check, Decision, Error, KeyState, KeyTimeline, MultiDecision, Quota};
 
 /// A shard sweeps at the earliest after this many operations, however few keys it holds.
 const MIN_OPS_BETWEEN_SWEEPS: usize = 64;
@@ -450,6 +450,15 @@ impl Backend for MemoryBackend {
     async fn inspect(&self, key: &str, quota: &Quota) -> Result<KeyState, Error> {
         Ok(self.with_key(key, quota.algorithm(), |entry, now| {
             entry.map_or_else(KeyState::default, |e| e.counter.inspect(now, quota))
+        }))
+    }
+
+    async fn timeline(&self, key: &str, quota: &Quota, max_admissions: usize) -> Result<KeyTimeline, Error> {
+        Ok(self.with_key(key, quota.algorithm(), |entry, now| {
+            entry.map_or_else(KeyTimeline::default, |e| KeyTimeline {
+                state: e.counter.inspect(now, quota),
+                admissions_ms: e.counter.admissions(now, quota, max_admissions),
+            })
         }))
     }
 

@@ -192,6 +192,15 @@ impl Counter {
         }
     }
 
+    /// A sliding log's newest `max` admissions still in the window at `now`, oldest first; empty
+    /// for the other algorithms. Changes nothing.
+    pub fn admissions(&self, now: u64, quota: &Quota, max: usize) -> Vec<u64> {
+        let Inner::Log(log) = &self.0 else { return Vec::new() };
+        let first = now.checked_sub(quota.window_ms()).map_or(0, |edge| log.first_after(edge));
+        let skip = first + (log.len - first).saturating_sub(max as u64);
+        log.times().skip(usize::try_from(skip).unwrap_or(usize::MAX)).collect()
+    }
+
     /// The admissions a sliding log holds (expired ones not yet dropped included); 0 for the
     /// other algorithms.
     pub fn len(&self) -> usize {

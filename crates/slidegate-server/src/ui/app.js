@@ -340,12 +340,11 @@ function drawKey(k) {
   const lines = [];
   let next = null;
   if (log) {
-    const times = k.admissions_ms || [k.oldest_ms, k.count > 1 ? now + k.reset_after_ms - w : null].filter((t) => t !== null);
-    for (const t of times) {
+    for (const t of k.admissions_ms) {
       s.append(svgEl('line', { class: 'tick', x1: x(t), x2: x(t), y1: 30, y2: 98, 'data-ms': t }));
     }
-    lines.push(`${k.count} admission${k.count === 1 ? '' : 's'} in the last ${fmtDur(w)}` +
-      (k.admissions_ms ? '' : ' (oldest and newest drawn)'));
+    const drawn = k.admissions_ms.length < k.count ? ` (the newest ${k.admissions_ms.length} drawn)` : '';
+    lines.push(`${k.count} admission${k.count === 1 ? '' : 's'} in the last ${fmtDur(w)}${drawn}`);
     if (k.remaining === 0 && k.oldest_ms !== null) next = k.oldest_ms + w - now;
   } else {
     const level = Math.min(1, k.count / Math.max(1, k.limit));

@@ -33,7 +33,7 @@ pub type RedisSentinelBackend = RedisBackend<SentinelConnection>;
 pub type RedisClusterBackend = RedisBackend<ClusterConnection>;
 use redis::{Cmd, ErrorKind, FromRedisValue, ServerErrorKind};
 
-use crate::{Algorithm, Backend, Check, Clock, Decision, Error, KeyState, MultiDecision, Quota};
+use crate::{Algorithm, Backend, Check, Clock, Decision, Error, KeyState, KeyTimeline, MultiDecision, Quota};
 
 /// The deadline of one backend call unless set otherwise: a sick Redis must not hold requests.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
@@ -639,25 +639,36 @@ where
         parse_group(&reply, checks.len())
     }
 
-    /// `SLIDEGATE.INSPECT` of `key` under `quota`.
-    async fn module_inspect(&self, key: &str, quota: &Quota) -> Result<KeyState, Error> {
+    /// `SLIDEGATE.INSPECT` of `key` under `quota`, with the newest `times` admissions.
+    async fn module_inspect(&self, key: &str, quota: &Quota, times: usize) -> Result<KeyTimeline, Error> {
         let mut cmd = redis::cmd("SLIDEGATE.INSPECT");
         cmd.arg(self.redis_key(key, quota.algorithm()));
         module_quota(&mut cmd, quota, None);
         if let Some(now) = self.now_arg() {
             cmd.arg("NOW").arg(now);
         }
+        if times > 0 {
+            cmd.arg("TIMES").arg(times);
+        }
         let reply: Vec<redis::Value> = self.query(&cmd).await?;
         let bad = || Error::UnexpectedReply(format!("{reply:?}"));
-        let number = |i: usize| match reply.get(i) {
+        let number = |v: Option<&redis::Value>| match v {
             Some(redis::Value::Int(n)) => Ok(*n),
             _ => Err(bad()),
         };
-        Ok(KeyState {
-            count: u64::try_from(number(0)?).map_err(|_| bad())?,
-            oldest_ms: u64::try_from(number(1)?).ok(),
-            reset_after: ms(number(2)?),
-        })
+        let admissions_ms = match reply.get(6) {
+            None => Vec::new(),
+            Some(redis::Value::Array(times)) => {
+                times.iter().map(|t| u64::try_from(number(Some(t))?).map_err(|_| bad())).collect::<Result<_, _>>()?
+            }
+            Some(_) => return Err(bad()),
+        };
+        let state = KeyState {
+            count: u64::try_from(number(reply.first())?).map_err(|_| bad())?,
+            oldest_ms: u64::try_from(number(reply.get(1))?).ok(),
+            reset_after: ms(number(reply.get(2))?),
+        };
+        Ok(KeyTimeline { state, admissions_ms })
     }
 
     /// One run of `check.lua` over `checks`: decided and recorded all or nothing, or, with
@@ -828,8 +839,12 @@ where
     }
 
     async fn inspect(&self, key: &str, quota: &Quota) -> Result<KeyState, Error> {
+        Ok(self.timeline(key, quota, 0).await?.state)
+    }
+
+    async fn timeline(&self, key: &str, quota: &Quota, max_admissions: usize) -> Result<KeyTimeline, Error> {
         if self.module_first()
-            && let Some(answer) = self.module_answer(self.module_inspect(key, quota).await)
+            && let Some(answer) = self.module_answer(self.module_inspect(key, quota, max_admissions).await)
         {
             return answer;
         }
@@ -837,25 +852,25 @@ where
             // A zero-cost look: what is used of the (effective) limit now.
             let group = self.check_script(&[Check { key, quota: *quota, cost: 0 }], false).await?;
             let d = group.decisions.first().ok_or_else(|| unexpected(&[]))?;
-            return Ok(KeyState { count: d.limit - d.remaining, oldest_ms: None, reset_after: d.reset_after });
+            let state = KeyState { count: d.limit - d.remaining, oldest_ms: None, reset_after: d.reset_after };
+            return Ok(KeyTimeline { state, admissions_ms: Vec::new() });
         }
         let (window, now) = (quota.window_ms(), self.now_arg());
         let reply: Vec<i64> = self
             .run_script(&scripts().inspect, &[(key, Algorithm::SlidingLog)], |cmd| {
-                cmd.arg(window);
-                if let Some(now) = now {
-                    cmd.arg(now);
-                }
+                cmd.arg(window).arg(now.map_or(String::new(), |n| n.to_string())).arg(max_admissions);
             })
             .await?;
-        let &[count, oldest, reset_after] = reply.as_slice() else {
+        let &[count, oldest, reset_after, ref times @ ..] = reply.as_slice() else {
             return Err(unexpected(&reply));
         };
-        Ok(KeyState {
+        let admissions_ms = times.iter().rev().map(|&t| u64::try_from(t).map_err(|_| unexpected(&reply)));
+        let state = KeyState {
             count: u64::try_from(count).map_err(|_| unexpected(&reply))?,
             oldest_ms: u64::try_from(oldest).ok(),
             reset_after: ms(reset_after),
-        })
+        };
+        Ok(KeyTimeline { state, admissions_ms: admissions_ms.collect::<Result<_, _>>()? })
     }
 
     async fn reset(&self, key: &str) -> Result<(), Error> {
