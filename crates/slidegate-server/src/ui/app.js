@@ -337,6 +337,9 @@ function drawKey(k) {
   s.append(svgEl('text', { x: x0, y: 116 }, `window edge (−${fmtDur(w)})`));
   s.append(svgEl('line', { class: 'now', x1: x(now), x2: x(now), y1: 14, y2: 102 }));
   s.append(svgEl('text', { x: x(now) - 10, y: 116 }, 'now'));
+  // A label beside its line, on the side with room.
+  const label = (at, y, text) => s.append(svgEl('text',
+    at > x1 - 90 ? { x: at - 3, y, 'text-anchor': 'end' } : { x: at + 3, y }, text));
   const lines = [];
   let next = null;
   if (log) {
@@ -353,19 +356,19 @@ function drawKey(k) {
     if (k.algorithm === 'fixed_window' && k.reset_after_ms > 0) {
       const start = now + k.reset_after_ms - w;
       s.append(svgEl('line', { class: 'edge', x1: x(start), x2: x(start), y1: 18, y2: 98 }));
-      s.append(svgEl('text', { x: x(start) + 3, y: 30 }, 'window start'));
+      label(x(start), 30, 'window start');
     }
     if (k.remaining === 0) next = k.reset_after_ms;
   }
   if (next !== null) {
     s.append(svgEl('line', { class: 'next', x1: x(now + next), x2: x(now + next), y1: 18, y2: 98 }));
-    s.append(svgEl('text', { x: x(now + next) + 3, y: 44 }, 'next permit'));
+    label(x(now + next), 44, 'next permit');
     lines.push(`the next permit frees in ${fmtDur(next)}`);
   }
   if (k.reset_after_ms > 0) {
-    const label = k.algorithm === 'gcra' ? 'TAT' : 'empty';
-    s.append(svgEl('line', { class: 'reset', x1: x(now + k.reset_after_ms), x2: x(now + k.reset_after_ms), y1: 18, y2: 98 }));
-    s.append(svgEl('text', { x: x(now + k.reset_after_ms) + 3, y: 60 }, label));
+    const at = x(now + k.reset_after_ms);
+    s.append(svgEl('line', { class: 'reset', x1: at, x2: at, y1: 18, y2: 98 }));
+    label(at, 60, k.algorithm === 'gcra' ? 'TAT' : 'empty');
     lines.push(`${k.algorithm === 'gcra' ? 'its theoretical arrival time is' : 'it is empty'} in ${fmtDur(k.reset_after_ms)}`);
   }
   const text = lines.join('; ') + '.';
