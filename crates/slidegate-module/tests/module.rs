@@ -169,6 +169,28 @@ fn a_lua_sorted_set_is_taken_over_with_its_admissions() {
     assert_eq!(ints(&mut c, &["SLIDEGATE.CHECK", "k", "sliding_log", "3", "10000", "1", "NOW", "11000"])[0], 1);
 }
 
+#[test]
+fn inspect_with_times_answers_the_newest_admissions_of_either_store() {
+    let server = RedisServer::start_with_module(&[]);
+    let mut c = server.conn();
+    let times = |c: &mut Connection, key: &str, n: &str| match run(
+        c,
+        &["SLIDEGATE.INSPECT", key, "sliding_log", "3", "10000", "NOW", "1500", "TIMES", n],
+    ) {
+        Ok(Value::Array(reply)) => reply.get(6).cloned(),
+        other => panic!("{other:?}"),
+    };
+    let array = |ts: &[i64]| Some(Value::Array(ts.iter().map(|t| Value::Int(*t)).collect()));
+    // The Lua scripts' sorted set, read as it is, and the module's own value.
+    run(&mut c, &["ZADD", "lua", "1000", "1000:a", "1200", "1200:b", "1200", "1200:c"]).expect("zadd");
+    assert_eq!(times(&mut c, "lua", "2"), array(&[1200, 1200]));
+    ints(&mut c, &["SLIDEGATE.CHECK", "own", "sliding_log", "3", "10000", "2", "NOW", "1000"]);
+    assert_eq!(times(&mut c, "own", "10"), array(&[1000, 1000]));
+    assert_eq!(times(&mut c, "missing", "10"), array(&[]));
+    let e = error(&mut c, &["SLIDEGATE.INSPECT", "own", "TIMES", "10001"]);
+    assert!(e.starts_with("ERR TIMES must be at most 10000"), "{e}");
+}
+
 /// A sorted set whose scores lie past `MAX_TIME_MS` is not taken over: its times would be
 /// saved in the RDB file and refused when loaded back.
 #[test]

@@ -177,10 +177,13 @@ async fn tour(server: &Slidegate, rules: &RulesFile, name: &str) {
     }
     let shown = Instant::now();
     let card = "#traffic .card[data-rule=\"sms\"]";
-    until(&client, "the denials in the chart", &format!("document.querySelector('{card}').dataset.denied === '12'")).await;
-    until(&client, "alice first among the denied keys", &format!(
-        "document.querySelector('{card} .top-keys li').dataset.key === 'alice'"
-    ))
+    until(&client, "the denials in the chart", &format!("document.querySelector('{card}').dataset.denied === '12'"))
+        .await;
+    until(
+        &client,
+        "alice first among the denied keys",
+        &format!("document.querySelector('{card} .top-keys li').dataset.key === 'alice'"),
+    )
     .await;
     assert!(shown.elapsed() < Duration::from_secs(5), "shown after {:?}", shown.elapsed());
     assert!(text(&client, &format!("{card} .top-keys")).await.contains("alice 10 · 83.3%"));
@@ -194,12 +197,22 @@ async fn tour(server: &Slidegate, rules: &RulesFile, name: &str) {
     click(&client, "#inspect-form button[type=submit]").await;
     until(&client, "the token asked for", "!document.getElementById('token-form').hidden").await;
     click(&client, "#reset").await;
-    until(&client, "reset refused without a token", "document.getElementById('reset-msg').textContent.includes('needs the admin token')").await;
+    until(
+        &client,
+        "reset refused without a token",
+        "document.getElementById('reset-msg').textContent.includes('needs the admin token')",
+    )
+    .await;
     // A wrong token: the service refuses the reset.
     type_into(&client, "#token-input", "wrong").await;
     click(&client, "#token-form button[type=submit]").await;
     click(&client, "#reset").await;
-    until(&client, "reset refused with a wrong token", "document.getElementById('reset-msg').textContent.startsWith('Refused')").await;
+    until(
+        &client,
+        "reset refused with a wrong token",
+        "document.getElementById('reset-msg').textContent.startsWith('Refused')",
+    )
+    .await;
     let (_, _, v) = check(&http, server, &json!({"rule": "sms", "key": "alice"})).await;
     assert_eq!(v["allowed"], false, "a refused reset changed nothing: {v}");
 
@@ -221,7 +234,8 @@ async fn tour(server: &Slidegate, rules: &RulesFile, name: &str) {
     // A rules-file reload shows up without reloading the page.
     rules.write(&format!("{RULES}\n[[rules]]\nname = \"login\"\nlimit = 3\nwindow = \"5m\"\n"));
     until(&client, "the reloaded rule listed", "document.querySelector('#rules tr[data-rule=\"login\"]')").await;
-    until(&client, "the reloaded rule's traffic", "document.querySelector('#traffic .card[data-rule=\"login\"]')").await;
+    until(&client, "the reloaded rule's traffic", "document.querySelector('#traffic .card[data-rule=\"login\"]')")
+        .await;
 
     client.set_window_size(390, 844).await.expect("phone width");
     tokio::time::sleep(Duration::from_millis(300)).await;

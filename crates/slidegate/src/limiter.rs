@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use crate::resilience::{CircuitBreaker, NearCache, strictest};
 use crate::{
-    Algorithm, Backend, Check, Decision, Error, FailurePolicy, KeyState, KeyTimeline, MemoryBackend, MultiDecision, Quota,
+    Algorithm, Backend, Check, Decision, Error, FailurePolicy, KeyState, KeyTimeline, MemoryBackend, MultiDecision,
+    Quota,
 };
 
 /// The most checks one multi-limit check may hold.

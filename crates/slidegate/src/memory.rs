@@ -477,6 +477,24 @@ impl Backend for MemoryBackend {
 mod tests {
     use super::*;
     use crate::ManualClock;
+
+    #[tokio::test]
+    async fn a_timeline_lists_the_admissions_in_the_window_newest_last() {
+        let clock = ManualClock::new(0);
+        let backend = MemoryBackend::with_clock(clock.clone());
+        let log = Quota::new(10, std::time::Duration::from_millis(1_000)).expect("quota");
+        for (at, cost) in [(0, 1), (100, 1), (200, 2)] {
+            clock.set_ms(at);
+            assert!(backend.check("k", &log, cost).await.expect("check").allowed);
+        }
+        clock.set_ms(1_050);
+        let t = backend.timeline("k", &log, 100).await.expect("timeline");
+        assert_eq!((t.admissions_ms, t.state.count), (vec![100, 200, 200], 3), "the first left the window");
+        assert_eq!(backend.timeline("k", &log, 2).await.expect("timeline").admissions_ms, [200, 200]);
+        let gcra = log.with_algorithm(Algorithm::Gcra { burst: None }).expect("quota");
+        backend.check("g", &gcra, 1).await.expect("check");
+        assert!(backend.timeline("g", &gcra, 100).await.expect("timeline").admissions_ms.is_empty());
+    }
     use crate::reference::SlidingLog;
 
     #[test]

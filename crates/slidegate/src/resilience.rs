@@ -318,6 +318,19 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_near_cache_counts_its_lookups_and_hits() {
+        let cache = NearCache::new(10);
+        let quota = Quota::per_minute(1).expect("quota");
+        let denied = Decision::denied(1, 0, Duration::from_secs(60), Duration::from_secs(30));
+        assert_eq!(cache.get("k", &quota, 1), None);
+        cache.remember("k", &quota, 1, &denied);
+        assert!(cache.get("k", &quota, 1).is_some());
+        assert_eq!(cache.get("other", &quota, 1), None);
+        assert_eq!(cache.hit_counts(), (3, 1));
+        assert!(cache.capacity() >= 10);
+    }
+
+    #[test]
     fn the_breaker_opens_probes_once_and_closes() {
         let b = CircuitBreaker::new(3, Duration::from_millis(30));
         for _ in 0..2 {

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use slidegate::{
-    Algorithm, Check, Clock, Error, Limiter, ManualClock, Quota, RedisBackend, RedisEngine, SystemClock, hash_tag,
+    Algorithm, Check, Clock, Error, KeyTimeline, Limiter, ManualClock, Quota, RedisBackend, RedisEngine, SystemClock,
+    hash_tag,
 };
 use slidegate_testkit::RedisServer;
 
@@ -533,6 +534,30 @@ async fn inspect_reads_and_reset_forgets() {
     limiter.reset("k").await.expect("reset");
     assert_eq!(server.query::<i64>(&["EXISTS", "slidegate:k"]), 0);
     assert_eq!(limiter.check("k", &q).await.expect("check").remaining, 4);
+}
+
+#[tokio::test]
+async fn a_timeline_lists_the_admissions_in_the_window_on_either_engine() {
+    for (server, engine) in engines() {
+        let clock = ManualClock::new(1_000_000);
+        let limiter = Limiter::new(backend(&server).await.with_engine(engine).with_clock(clock.clone()));
+        let q = quota(10, 10_000);
+        assert_eq!(limiter.timeline("k", &q, 100).await.expect("timeline"), KeyTimeline::default(), "{engine:?}");
+        for (at, cost) in [(1_000_000, 1), (1_002_000, 2), (1_004_000, 1)] {
+            clock.set_ms(at);
+            assert!(limiter.check_cost("k", &q, cost).await.expect("check").allowed);
+        }
+        clock.set_ms(1_010_500);
+        let t = limiter.timeline("k", &q, 100).await.expect("timeline");
+        assert_eq!(t.admissions_ms, [1_002_000, 1_002_000, 1_004_000], "{engine:?}: the first left the window");
+        assert_eq!((t.state.count, t.state.oldest_ms), (3, Some(1_002_000)), "{engine:?}");
+        let newest = limiter.timeline("k", &q, 1).await.expect("timeline").admissions_ms;
+        assert_eq!(newest, [1_004_000], "{engine:?}: the newest only");
+        let fixed = quota(5, 60_000).with_algorithm(Algorithm::FixedWindow).expect("quota");
+        limiter.check("f", &fixed).await.expect("check");
+        let counted = limiter.timeline("f", &fixed, 100).await.expect("timeline");
+        assert_eq!((counted.state.count, counted.admissions_ms.len()), (1, 0), "{engine:?}: counts, not times");
+    }
 }
 
 fn script_sha() -> String {

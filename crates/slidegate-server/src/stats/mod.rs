@@ -102,7 +102,13 @@ impl Stats {
 
     /// Counts one decision of `traffic`, which started at `started`; `key` names the key when
     /// it was denied.
-    pub fn record<K: AsRef<str>>(&self, traffic: &Traffic, key: impl FnOnce() -> K, d: &Decision, started: quanta::Instant) {
+    pub fn record<K: AsRef<str>>(
+        &self,
+        traffic: &Traffic,
+        key: impl FnOnce() -> K,
+        d: &Decision,
+        started: quanta::Instant,
+    ) {
         let now = self.clock.now();
         let since = now.duration_since(self.started);
         let slot = since.as_secs() / SLOT.as_secs();

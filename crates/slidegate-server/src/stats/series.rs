@@ -175,11 +175,13 @@ fn percentile(counts: &[u64], p: u64) -> Option<u64> {
     }
     let rank = (total * p).div_ceil(100).max(1);
     let mut seen = 0;
-    counts.iter().position(|&c| {
-        seen += c;
-        seen >= rank
-    })
-    .map(highest)
+    counts
+        .iter()
+        .position(|&c| {
+            seen += c;
+            seen >= rank
+        })
+        .map(highest)
 }
 
 #[cfg(test)]

@@ -117,9 +117,8 @@ impl TopKeys {
         for s in &live {
             let floor = s.floor();
             for e in &s.entries {
-                let (top, kept_floors) = merged
-                    .entry(&e.key)
-                    .or_insert_with(|| (TopKey { key: e.key.to_string(), count: 0, error: 0 }, 0));
+                let (top, kept_floors) =
+                    merged.entry(&e.key).or_insert_with(|| (TopKey { key: e.key.to_string(), count: 0, error: 0 }, 0));
                 (top.count, top.error, *kept_floors) = (top.count + e.count, top.error + e.error, *kept_floors + floor);
             }
         }
