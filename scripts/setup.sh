@@ -2,7 +2,8 @@
 # What a fresh Debian/Ubuntu machine lacks for the test suite, installed with apt-get:
 # redis-server and redis-cli (the tests start their own servers), libclang (bindgen, for the
 # Redis module crate, reads Redis' module header with it), python3 (the Python client of
-# docs/service.md is run as written) and curl (so is docs/middleware.md's session).
+# docs/service.md is run as written), curl (so is docs/middleware.md's session), and chromium
+# with chromium-driver (the dashboard's tests drive a real headless browser).
 set -euo pipefail
 
 missing=()
@@ -10,6 +11,8 @@ command -v redis-server >/dev/null && command -v redis-cli >/dev/null || missing
 dpkg -s libclang-dev >/dev/null 2>&1 || missing+=(libclang-dev clang)
 command -v python3 >/dev/null || missing+=(python3)
 command -v curl >/dev/null || missing+=(curl)
+command -v chromium >/dev/null || missing+=(chromium)
+command -v chromedriver >/dev/null || missing+=(chromium-driver)
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "== installing ${missing[*]} (apt-get)"
   sudo_cmd=""

@@ -288,3 +288,51 @@ fn the_redis_module_loads_as_written() {
     let answered: Vec<i64> = plain.query(&["SLIDEGATE.CHECK", "k", "sliding_log", "5", "10000", "1"]);
     assert_eq!(answered.first(), Some(&1), "{answered:?}");
 }
+
+#[test]
+fn the_dashboard_settings_parse_as_written() {
+    let text = block(&doc("docs/dashboard.md"), "## Settings", "toml");
+    let config = Config::parse(&text, "docs/dashboard.md").expect("the documented [ui] table");
+    assert!(config.ui.enabled && !config.ui.require_token);
+}
+
+/// A JSON value's shape: its objects' keys, its arrays' first elements, its scalars' types.
+fn same_shape(documented: &Value, real: &Value, at: &str) {
+    match (documented, real) {
+        (Value::Object(d), Value::Object(r)) => {
+            let (dk, rk): (Vec<&String>, Vec<&String>) = (d.keys().collect(), r.keys().collect());
+            assert_eq!(dk, rk, "the fields of {at}");
+            for (k, v) in d {
+                same_shape(v, &r[k], &format!("{at}.{k}"));
+            }
+        }
+        (Value::Array(d), Value::Array(r)) => {
+            if let (Some(d), Some(r)) = (d.first(), r.first()) {
+                same_shape(d, r, &format!("{at}[0]"));
+            }
+        }
+        (d, r) => assert_eq!(std::mem::discriminant(d), std::mem::discriminant(r), "{at}: {d} vs {r}"),
+    }
+}
+
+#[tokio::test]
+async fn the_stats_answer_has_the_documented_shape() {
+    let documented = block(&doc("docs/service.md"), "### `GET /v1/stats`", "json").replace("…, ", "");
+    let documented: Value = serde_json::from_str(&documented).expect("the documented answer is JSON");
+    let redis = RedisServer::start();
+    let rules = RulesFile::new("[[rules]]\nname = \"sms\"\nlimit = 5\nwindow = \"60s\"\n");
+    let server = Slidegate::serve(&["--config", rules.arg(), "--redis", &redis.url()]);
+    let client = reqwest::Client::new();
+    for body in [r#"{"key": "k", "limit": 5, "window": "1s"}"#]
+        .into_iter()
+        .chain([r#"{"rule": "sms", "key": "192.168.1.100"}"#; 7])
+    {
+        let response = client.post(server.url("/v1/check")).body(body).send().await.expect("check");
+        assert_eq!(response.status(), 200);
+    }
+    let real: Value = client.get(server.url("/v1/stats")).send().await.expect("stats").json().await.expect("JSON");
+    // The documented rule is the real answer's second (inline checks come first).
+    let mut real = real;
+    real["rules"] = Value::Array(vec![real["rules"][1].clone()]);
+    same_shape(&documented, &real, "the answer");
+}

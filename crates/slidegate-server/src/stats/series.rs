@@ -124,8 +124,7 @@ impl Series {
 
     /// The last [`SLOTS`] slots up to slot number `now`, oldest first.
     pub fn snapshot(&self, now: u64) -> Snapshot {
-        let mut snap = Snapshot::default();
-        snap.latency = vec![0; BUCKETS];
+        let mut snap = Snapshot { latency: vec![0; BUCKETS], ..Snapshot::default() };
         for n in (now + 1).saturating_sub(SLOTS as u64)..=now {
             let s = &self.slots[(n % SLOTS as u64) as usize];
             let current = s.at.load(Relaxed) == n + 1;

@@ -21,7 +21,6 @@ const $ = (id) => document.getElementById(id);
 let adminEnabled = null;
 let statsNeedToken = false;
 let rulesText = '';
-let inspected = null;
 
 function el(tag, attrs, ...children) {
   const e = document.createElement(tag);
@@ -318,7 +317,8 @@ async function inspect() {
     return;
   }
   if (res.status !== 200) { msg.textContent = 'Not inspected: ' + errorText(res); return; }
-  inspected = res.body;
+  const inspected = res.body;
+  $('reset-msg').textContent = '';
   msg.textContent = `Key ${inspected.key} as of ${new Date(inspected.now_ms).toLocaleTimeString()}.`;
   drawKey(inspected);
 }
@@ -399,8 +399,8 @@ async function reset() {
     return;
   }
   if (res.status !== 200) { msg.textContent = 'Not reset: ' + errorText(res); return; }
-  msg.textContent = `Reset: ${res.body.key} holds nothing now.`;
   await inspect();
+  msg.textContent = `Reset: ${res.body.key} holds nothing now.`;
 }
 
 // ---- polling ---------------------------------------------------------------------------------
