@@ -3,6 +3,10 @@
 
 mod support;
 
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use serde_json::{Value, json};
 use support::{RulesFile, Slidegate, check};
 
@@ -147,6 +151,35 @@ async fn reading_stats_follows_ui_enabled_and_require_token_across_reloads() {
     let (_, stats) = get(&client, &server, "/v1/stats", None).await;
     let one = &stats["rules"][1];
     assert_eq!((sum(&one["allowed"]), sum(&one["denied"]), &one["top_denied"]["denials"]), (0, 0, &json!(0)), "{one}");
+}
+
+#[tokio::test]
+async fn envoy_domains_show_their_traffic_top_descriptors_and_limits() {
+    let grpc = slidegate_testkit::free_port();
+    let fixtures = format!("{}/tests/fixtures/envoy", env!("CARGO_MANIFEST_DIR"));
+    let server = Slidegate::serve(&["--grpc", &format!("127.0.0.1:{grpc}"), "--envoy-config", &fixtures]);
+    let mut client = RateLimitServiceClient::connect(format!("http://127.0.0.1:{grpc}")).await.expect("connect");
+    // Marketing messages to one number: 5 a day, then denied.
+    for _ in 0..8 {
+        let entries = [("message_type", "marketing"), ("to_number", "2061234567")]
+            .map(|(key, value)| Entry { key: key.into(), value: value.into() });
+        let descriptors = vec![RateLimitDescriptor { entries: entries.into(), ..RateLimitDescriptor::default() }];
+        let request = RateLimitRequest { domain: "messaging".into(), descriptors, hits_addend: 0 };
+        client.should_rate_limit(request).await.expect("answer");
+    }
+    let http = reqwest::Client::new();
+    let (_, stats) = get(&http, &server, "/v1/stats", None).await;
+    let messaging = &stats["envoy"][0];
+    assert_eq!(messaging["domain"], "messaging", "{stats}");
+    assert_eq!((sum(&messaging["allowed"]), sum(&messaging["denied"])), (5, 3));
+    let top = &messaging["top_denied"]["keys"][0];
+    assert_eq!((top["key"].as_str(), &top["count"]), (Some("message_type=marketing,to_number=2061234567"), &json!(3)));
+    let (_, rules) = get(&http, &server, "/v1/rules", None).await;
+    assert_eq!(rules["envoy"]["domains"], json!(["messaging"]));
+    let limits: Vec<&str> =
+        rules["envoy"]["limits"].as_array().expect("limits").iter().filter_map(|l| l["descriptor"].as_str()).collect();
+    assert_eq!(limits, ["message_type_marketing.to_number", "to_number"]);
+    assert_eq!(rules["envoy"]["limits"][0]["unit"], "day");
 }
 
 #[test]
