@@ -120,25 +120,39 @@ impl Stats {
         self.envoy.lock().unwrap_or_else(PoisonError::into_inner).get(domain).cloned()
     }
 
-    /// Every tracked rule's (`envoy` false) or domain's report, by name.
-    pub fn reports(&self, envoy: bool) -> Vec<(String, TrafficReport)> {
-        let since = self.clock.now().duration_since(self.started).as_secs();
-        let registry = if envoy { &self.envoy } else { &self.rules };
-        let tracked: Vec<(String, Arc<Traffic>)> = {
-            let map = registry.lock().unwrap_or_else(PoisonError::into_inner);
-            map.iter().map(|(name, t)| (name.clone(), Arc::clone(t))).collect()
+    /// What every tracked rule and Envoy domain shows now.
+    pub fn reports(&self) -> Reports {
+        let since = self.clock.now().duration_since(self.started);
+        let (slot, minute) = (since.as_secs() / SLOT.as_secs(), since.as_secs() / 60);
+        let report = |registry: &Mutex<TrafficMap>| {
+            let tracked: Vec<(String, Arc<Traffic>)> = {
+                let map = registry.lock().unwrap_or_else(PoisonError::into_inner);
+                map.iter().map(|(name, t)| (name.clone(), Arc::clone(t))).collect()
+            };
+            let mut reports: Vec<_> = tracked.into_iter().map(|(name, t)| (name, t.report(slot, minute))).collect();
+            reports.sort_by(|a, b| a.0.cmp(&b.0));
+            reports
         };
-        let mut reports: Vec<_> =
-            tracked.into_iter().map(|(name, t)| (name, t.report(since / SLOT.as_secs(), since / 60))).collect();
-        reports.sort_by(|a, b| a.0.cmp(&b.0));
-        reports
+        Reports {
+            now_ms: self.started_ms + since.as_millis() as u64,
+            newest_slot_ms: self.started_ms + slot * SLOT.as_millis() as u64,
+            rules: report(&self.rules),
+            domains: report(&self.envoy),
+        }
     }
+}
 
-    /// When the newest slot began, in ms since the Unix epoch.
-    pub fn newest_slot_ms(&self) -> u64 {
-        let since = self.clock.now().duration_since(self.started).as_secs();
-        self.started_ms + since / SLOT.as_secs() * SLOT.as_millis() as u64
-    }
+/// Every tracked rule's and domain's traffic at one moment.
+#[derive(Debug)]
+pub struct Reports {
+    /// The moment, in ms since the Unix epoch.
+    pub now_ms: u64,
+    /// When the newest slot (the last number of each series) began, in ms since the Unix epoch.
+    pub newest_slot_ms: u64,
+    /// Each rule's, by name.
+    pub rules: Vec<(String, TrafficReport)>,
+    /// Each Envoy domain's, by name.
+    pub domains: Vec<(String, TrafficReport)>,
 }
 
 fn track<'a>(registry: &Mutex<TrafficMap>, names: impl Iterator<Item = &'a str>, enabled: bool) -> TrafficMap {
@@ -160,4 +174,37 @@ pub fn client_key<'a>(backend_key: &'a str, rule: &str) -> &'a str {
         .and_then(|k| k.strip_prefix(":{"))
         .and_then(|k| k.strip_suffix('}'))
         .unwrap_or(backend_key)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn denials(stats: &Stats, rule: &str) -> u64 {
+        stats.reports().rules.iter().find(|(name, _)| name == rule).map_or(0, |(_, r)| r.denials)
+    }
+
+    #[test]
+    fn a_rule_keeps_its_traffic_across_reloads_until_it_is_removed_or_the_ui_disabled() {
+        let stats = Stats::default();
+        let denied = Decision::denied(1, 0, Duration::from_secs(1), Duration::from_secs(1));
+        let map = stats.track_rules(["sms", "api"].into_iter(), true);
+        stats.record(&map["sms"], || "alice", &denied, stats.now());
+        let map = stats.track_rules(["sms", "login"].into_iter(), true);
+        assert_eq!(denials(&stats, "sms"), 1, "kept across the reload");
+        assert_eq!(stats.reports().rules.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(), ["login", "sms"]);
+        stats.record(&map["sms"], || "alice", &denied, stats.now());
+        assert_eq!(denials(&stats, "sms"), 2);
+        assert!(stats.track_rules(["sms"].into_iter(), false).is_empty());
+        assert!(stats.reports().rules.is_empty(), "disabled: forgotten");
+        stats.track_rules(["sms"].into_iter(), true);
+        assert_eq!(denials(&stats, "sms"), 0, "enabled again: from nothing");
+    }
+
+    #[test]
+    fn the_client_key_is_read_out_of_the_backend_key() {
+        assert_eq!(client_key("sms:{+1 555}", "sms"), "+1 555");
+        assert_eq!(client_key("sms:{a}b}", "sms"), "a}b");
+        assert_eq!(client_key("other", "sms"), "other");
+    }
 }

@@ -16,8 +16,8 @@ pub const MAX_LISTED: usize = 100;
 
 /// The answer of `GET /v1/stats`.
 pub(super) async fn build(app: &App, live: &Live) -> Value {
-    let rules = app.stats.reports(false);
-    let domains = app.stats.reports(true);
+    let reports = app.stats.reports();
+    let (rules, domains) = (reports.rules, reports.domains);
     let mut totals = Snapshot::default();
     for (_, r) in rules.iter().chain(&domains) {
         totals.add(&r.series);
@@ -35,8 +35,8 @@ pub(super) async fn build(app: &App, live: &Live) -> Value {
             .collect()
     };
     json!({
-        "now_ms": app.stats.newest_slot_ms() + SLOT.as_millis() as u64,
-        "newest_slot_ms": app.stats.newest_slot_ms(),
+        "now_ms": reports.now_ms,
+        "newest_slot_ms": reports.newest_slot_ms,
         "slot_ms": SLOT.as_millis() as u64,
         "slots": SLOTS,
         "admin_enabled": live.admin_token.is_some(),
