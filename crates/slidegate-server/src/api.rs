@@ -426,10 +426,10 @@ fn decode_check(body: &[u8], live: &Live) -> Result<CheckRequest, ApiError> {
 fn count(app: &App, live: &Live, r: &Resolved, d: &Decision, started: quanta::Instant) {
     let rule = r.policy.as_str();
     if let Some(c) = live.counters(rule) {
-        c.count(d.allowed);
-    }
-    if let Some(traffic) = live.traffic(rule) {
-        app.stats.record(traffic, || crate::stats::client_key(&r.key, rule), d, started);
+        c.decisions.count(d.allowed);
+        if let Some(traffic) = &c.traffic {
+            app.stats.record(traffic, || crate::stats::client_key(&r.key, rule), d, started);
+        }
     }
     if let Some(policy) = d.degraded {
         metrics::count_degraded(rule, policy);

@@ -15,7 +15,7 @@ use crate::config::{BackendConfig, Config, ConfigError, INLINE_RULE, Rules};
 use crate::envoy::{EnvoyConfig, EnvoyConfigError};
 use crate::inline::InlineConfig;
 use crate::metrics::{self, DecisionCounters};
-use crate::stats::{Stats, Traffic, TrafficMap};
+use crate::stats::{Stats, Traffic};
 use crate::ui::UiConfig;
 
 /// What a reload may change: the rules, the admin token and the inline bounds. The backend and
@@ -30,10 +30,18 @@ pub struct Live {
     pub inline: InlineConfig,
     /// Whether the dashboard and `/v1/stats` are served, and to whom.
     pub ui: UiConfig,
-    /// Decision counters by rule name, inline checks under [`INLINE_RULE`].
-    counters: HashMap<String, DecisionCounters>,
-    /// The dashboard's traffic by rule name (empty when `[ui] enabled = false`).
-    traffic: TrafficMap,
+    /// What each rule's decisions are counted in, by rule name, inline checks under
+    /// [`INLINE_RULE`]: one lookup per decision.
+    counters: HashMap<String, Counted>,
+}
+
+/// What one rule's decisions are counted in.
+#[derive(Debug)]
+pub struct Counted {
+    /// Its Prometheus counters.
+    pub decisions: DecisionCounters,
+    /// Its traffic on the dashboard (`None` when `[ui] enabled = false`).
+    pub traffic: Option<Arc<Traffic>>,
 }
 
 impl Live {
@@ -43,7 +51,7 @@ impl Live {
             .iter()
             .map(|r| r.name.as_str())
             .chain([INLINE_RULE])
-            .map(|name| (name.to_owned(), DecisionCounters::new(name)))
+            .map(|name| (name.to_owned(), Counted { decisions: DecisionCounters::new(name), traffic: None }))
             .collect();
         let admin_token = config.admin_token.as_deref().map(AdminToken::new);
         Self {
@@ -52,23 +60,20 @@ impl Live {
             inline: config.inline,
             ui: config.ui,
             counters,
-            traffic: TrafficMap::new(),
         }
     }
 
     /// This configuration with its rules' traffic from `stats`, which forgets removed rules'.
     fn tracked(mut self, stats: &Stats) -> Self {
-        self.traffic = stats.track_rules(self.counters.keys().map(String::as_str), self.ui.enabled);
+        let mut traffic = stats.track_rules(self.counters.keys().map(String::as_str), self.ui.enabled);
+        for (name, counted) in &mut self.counters {
+            counted.traffic = traffic.remove(name);
+        }
         self
     }
 
-    /// The dashboard's traffic of `rule`, unless the dashboard is disabled.
-    pub fn traffic(&self, rule: &str) -> Option<&Traffic> {
-        self.traffic.get(rule).map(Arc::as_ref)
-    }
-
-    /// The decision counters of `rule` (a rule of these rules, or the inline one).
-    pub fn counters(&self, rule: &str) -> Option<&DecisionCounters> {
+    /// What the decisions of `rule` (a rule of these rules, or the inline one) are counted in.
+    pub fn counters(&self, rule: &str) -> Option<&Counted> {
         self.counters.get(rule)
     }
 }
