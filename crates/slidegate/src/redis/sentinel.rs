@@ -1,4 +1,5 @@
-//! A connection to the master that a Redis Sentinel group names, following failovers.
+//! The backend over a Sentinel-monitored master: [`RedisBackend::connect_sentinel`], on a
+//! connection to the master that a Redis Sentinel group names, following failovers.
 //!
 //! redis-rs asks Sentinel for the master once per connection; nothing follows a failover. This
 //! wrapper keeps one multiplexed connection to the current master and, when a call fails the way
@@ -11,6 +12,20 @@ use std::sync::{Arc, Mutex, PoisonError};
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::sentinel::{SentinelClient, SentinelServerType};
 use redis::{Cmd, ErrorKind, Pipeline, RedisFuture, RedisResult, ServerErrorKind, Value};
+
+use super::RedisBackend;
+use crate::Error;
+
+/// The Redis backend over a Sentinel-monitored master ([`RedisBackend::connect_sentinel`]).
+pub type RedisSentinelBackend = RedisBackend<SentinelConnection>;
+
+impl RedisBackend<SentinelConnection> {
+    /// Connects to the master of `service` as the sentinels at `sentinels` (`redis://host:26379`
+    /// each) name it, and follows failovers: see [`SentinelConnection`].
+    pub async fn connect_sentinel(sentinels: &[&str], service: &str) -> Result<Self, Error> {
+        Self::open(SentinelConnection::connect(sentinels, service)).await
+    }
+}
 
 /// The master of a Sentinel-monitored group, rediscovered after failovers. Cheap to clone:
 /// clones share the connection.
