@@ -22,8 +22,8 @@
 // - `wire.rs`: the arguments of those commands and the parsing of their replies (no I/O);
 // - `members.rs`: the unique sorted-set members a sliding log records;
 // - `outlook.rs`: the per-key guess of the next outcome that orders the sliding-log script;
-// - one file per kind of server: `standalone.rs` (over `pipelined.rs`), `cluster.rs` and
-//   `sentinel.rs`.
+// - one file per kind of server: `standalone.rs` (over `pipelined.rs`, with its RESP framing in
+//   `pipelined/resp.rs`), `cluster.rs` and `sentinel.rs`.
 
 use std::sync::Arc;
 
