@@ -43,7 +43,10 @@ fn reply_len(buf: &[u8]) -> io::Result<Option<usize>> {
                     }
                 }
             }
-            b'*' => pending += usize::try_from(number(header)?).unwrap_or(0),
+            b'*' => {
+                let count = usize::try_from(number(header)?).unwrap_or(0);
+                pending = pending.checked_add(count).ok_or_else(|| protocol("more elements than memory holds"))?;
+            }
             _ => return Err(protocol("not a RESP2 reply")),
         }
     }
@@ -110,7 +113,17 @@ mod tests {
 
     #[test]
     fn a_stream_that_is_not_resp2_is_an_error() {
-        let bads = [&b"?what\r\n"[..], b"$x\r\n", b"*two\r\n", b"$99999999999999999999\r\n", b"*1\r\n!1\r\n"];
+        // Arrays nested past 2^64 elements in all: no Redis sends them, and counting them on
+        // would wrap around and misframe the stream.
+        let nested = format!("*{0}\r\n*{0}\r\n*{0}\r\n", i64::MAX);
+        let bads = [
+            &b"?what\r\n"[..],
+            b"$x\r\n",
+            b"*two\r\n",
+            b"$99999999999999999999\r\n",
+            b"*1\r\n!1\r\n",
+            nested.as_bytes(),
+        ];
         for bad in bads {
             let e = next_reply(bad).expect_err(&String::from_utf8_lossy(bad));
             assert_eq!(e.kind(), io::ErrorKind::InvalidData);
