@@ -221,3 +221,125 @@ fn ms(value: i64) -> Duration {
 pub(super) fn unexpected(reply: &[i64]) -> Error {
     Error::UnexpectedReply(format!("{reply:?}"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(cmd: &Cmd) -> Vec<String> {
+        cmd.args_iter()
+            .map(|arg| match arg {
+                redis::Arg::Simple(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+                other => panic!("not a plain argument: {other:?}"),
+            })
+            .collect()
+    }
+
+    fn quota(limit: u64, window_ms: u64) -> Quota {
+        Quota::new(limit, Duration::from_millis(window_ms)).expect("a valid quota")
+    }
+
+    #[test]
+    fn sliding_log_args_follow_the_scripts_argv() {
+        let q = quota(10, 1000);
+        let mut cmd = redis::cmd("EVALSHA");
+        sliding_log_args(&mut cmd, "m1", &q, 1, false, None);
+        assert_eq!(words(&cmd)[1..], ["m1", "1000", "9", ""], "cost 1 on Redis' clock: no now, no cost");
+        let mut cmd = redis::cmd("EVALSHA");
+        sliding_log_args(&mut cmd, "m1", &q, 1, true, Some(5));
+        assert_eq!(words(&cmd)[1..], ["m1", "1000", "9", "-10", "5"], "the blocking entry is the 10th newest");
+        let mut cmd = redis::cmd("EVALSHA");
+        sliding_log_args(&mut cmd, "m1", &q, 3, false, None);
+        assert_eq!(words(&cmd)[1..], ["m1", "1000", "7", "", "", "3", "10"], "a cost above 1 keeps now's place");
+    }
+
+    #[test]
+    fn sliding_log_replies_unpack_to_decisions() {
+        let admitted = parse_sliding_log(&Value::Int(4), 10, 1000).expect("a decision");
+        assert_eq!(admitted, Decision::allowed(10, 4, Duration::from_millis(1000)));
+        // -1 - (reset * (window + 1) + retry)
+        let packed = Value::Int(-1 - (700 * 1001 + 300));
+        let denied = parse_sliding_log(&packed, 10, 1000).expect("a decision");
+        assert_eq!(denied, Decision::denied(10, 0, Duration::from_millis(700), Duration::from_millis(300)));
+        let long = Value::Array(vec![Value::Int(2), Value::Int(500), Value::Int(100)]);
+        let denied = parse_sliding_log(&long, 10, 1000).expect("a decision");
+        assert_eq!(denied, Decision::denied(10, 2, Duration::from_millis(500), Duration::from_millis(100)));
+        for bad in [
+            Value::Array(vec![Value::Int(-2), Value::Int(500), Value::Int(100)]),
+            Value::Array(vec![Value::Int(2), Value::Int(500)]),
+            Value::SimpleString("OK".to_owned()),
+        ] {
+            assert!(matches!(parse_sliding_log(&bad, 10, 1000), Err(Error::UnexpectedReply(_))), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn one_key_replies_are_an_admission_or_a_denial() {
+        assert_eq!(parse_one_key(&[3, 200], 5).expect("admitted"), Decision::allowed(5, 3, Duration::from_millis(200)));
+        let denied = parse_one_key(&[0, 200, 40], 5).expect("denied");
+        assert_eq!(denied, Decision::denied(5, 0, Duration::from_millis(200), Duration::from_millis(40)));
+        for bad in [&[][..], &[3], &[-1, 200], &[0, 200, 40, 1]] {
+            assert!(matches!(parse_one_key(bad, 5), Err(Error::UnexpectedReply(_))), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn check_args_carry_seven_numbers_per_check() {
+        let gcra = quota(10, 1000).with_algorithm(Algorithm::Gcra { burst: Some(4) }).expect("a valid quota");
+        let window = quota(6, 60_000).with_algorithm(Algorithm::SlidingWindow { buckets: 3 }).expect("a valid quota");
+        let checks = [Check { key: "a", quota: gcra, cost: 2 }, Check { key: "b", quota: window, cost: 1 }];
+        let mut cmd = redis::cmd("EVALSHA");
+        check_args(&mut cmd, "m7", None, false, &checks);
+        let expected = ["m7", "", "0", "g", "10", "1000", "2", "4", "0", "0", "w", "6", "60000", "1", "3", "0", "0"];
+        assert_eq!(words(&cmd)[1..], expected);
+    }
+
+    #[test]
+    fn group_replies_read_as_admitted_denied_or_held() {
+        let admitted = parse_group(&[1, 1, 4, 900, -1, 5], 1).expect("a group");
+        assert_eq!(admitted.decisions, [Decision::allowed(5, 4, Duration::from_millis(900))]);
+        let denied = parse_group(&[0, 1, 4, 900, -1, 5, 0, 0, 300, 120, 2], 2).expect("a group");
+        assert_eq!(
+            denied.decisions,
+            [
+                Decision::held(5, 4, Duration::from_millis(900)),
+                Decision::denied(2, 0, Duration::from_millis(300), Duration::from_millis(120)),
+            ]
+        );
+        assert_eq!(denied.denied_by, Some(1));
+        for (bad, count) in [(&[][..], 0), (&[1, 1, 4, 900, -1][..], 1), (&[2, 1, 4, 900, -1, 5][..], 1), (&[1][..], 1)]
+        {
+            assert!(matches!(parse_group(bad, count), Err(Error::UnexpectedReply(_))), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn module_commands_name_each_key_and_its_quota() {
+        let gcra = quota(10, 1000).with_algorithm(Algorithm::Gcra { burst: Some(4) }).expect("a valid quota");
+        let log = quota(3, 500).with_warm_up(Duration::from_secs(60), 0.5).expect("a valid quota");
+        let checks = [Check { key: "a", quota: gcra, cost: 2 }, Check { key: "b", quota: log, cost: 1 }];
+        let keyed = checks.iter().map(|c| (format!("p:{}", c.key), c));
+        let words_sent = words(&module_check(keyed, Some(42)));
+        let expected = "SLIDEGATE.CHECK p:a gcra 10 1000 2 BURST 4 AND p:b sliding_log 3 500 1 WARMUP 60000 500 NOW 42";
+        assert_eq!(words_sent.join(" "), expected);
+        assert_eq!(
+            words(&module_inspect("p:a".to_owned(), &gcra, None)).join(" "),
+            "SLIDEGATE.INSPECT p:a gcra 10 1000 BURST 4"
+        );
+    }
+
+    #[test]
+    fn inspect_replies_read_as_key_states() {
+        let state = parse_inspect(&[2, 1_700_000_000_000, 800]).expect("a state");
+        assert_eq!(
+            (state.count, state.oldest_ms, state.reset_after),
+            (2, Some(1_700_000_000_000), Duration::from_millis(800))
+        );
+        assert_eq!(parse_inspect(&[0, -1, 0]).expect("a state"), KeyState::default());
+        assert!(matches!(parse_inspect(&[0, -1]), Err(Error::UnexpectedReply(_))));
+        let module = parse_module_inspect(&[Value::Int(2), Value::Int(-1), Value::Int(800)]).expect("a state");
+        assert_eq!((module.count, module.oldest_ms, module.reset_after), (2, None, Duration::from_millis(800)));
+        let bad = [Value::Int(2), Value::Nil, Value::Int(800)];
+        assert!(matches!(parse_module_inspect(&bad), Err(Error::UnexpectedReply(_))));
+    }
+}
