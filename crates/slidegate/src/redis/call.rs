@@ -1,33 +1,21 @@
 //! How every command reaches Redis: over a clone of the backend's connection and within the
-//! call's deadline, a connection's own timeouts counting as the deadline missed; and how a
-//! backend is opened, connecting and loading the scripts within [`CONNECT_TIMEOUT`].
+//! call's deadline, a connection's own timeouts counting as the deadline missed.
 
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
-use redis::{Cmd, FromRedisValue, RedisResult};
+use redis::{Cmd, FromRedisValue};
 
 use super::RedisBackend;
 use crate::Error;
 
-/// How long connecting (and loading the scripts) may take.
+/// How long connecting (and loading the scripts) may take: the constructors' deadline.
 pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
 impl<C> RedisBackend<C>
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
-    /// A backend over the connection `connecting` opens, with the scripts loaded: both within
-    /// [`CONNECT_TIMEOUT`].
-    pub(super) async fn open(connecting: impl Future<Output = RedisResult<C>>) -> Result<Self, Error> {
-        let conn =
-            tokio::time::timeout(CONNECT_TIMEOUT, connecting).await.map_err(|_| Error::Timeout(CONNECT_TIMEOUT))??;
-        let backend = Self::with_connection(conn);
-        // Loading runs once, at start: it gets the connection's deadline, not a decision's.
-        backend.clone().with_timeout(CONNECT_TIMEOUT).load_scripts().await?;
-        Ok(backend)
-    }
-
     /// Answers `PING` within the deadline: is Redis reachable?
     pub async fn ping(&self) -> Result<(), Error> {
         let _: String = self.query(&redis::cmd("PING")).await?;

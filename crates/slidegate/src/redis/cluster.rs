@@ -30,7 +30,11 @@ impl RedisBackend<ClusterConnection> {
             .overall_response_timeout(None)
             .retries(2)
             .build()?;
-        let backend = Self::open(client.get_async_connection()).await?;
-        Ok(backend.with_cluster_slot_check(true))
+        let conn = tokio::time::timeout(CONNECT_TIMEOUT, client.get_async_connection())
+            .await
+            .map_err(|_| Error::Timeout(CONNECT_TIMEOUT))??;
+        let backend = Self::with_connection(conn).with_cluster_slot_check(true);
+        backend.clone().with_timeout(CONNECT_TIMEOUT).load_scripts().await?;
+        Ok(backend)
     }
 }

@@ -24,6 +24,12 @@
 // - `outlook.rs`: the per-key guess of the next outcome that orders the sliding-log script;
 // - one file per kind of server: `standalone.rs` (over `pipelined.rs`, with its RESP framing in
 //   `pipelined/resp.rs`), `cluster.rs` and `sentinel.rs`.
+//
+// Every `async fn` between a public call and the connection nests one more future inside the
+// caller's, and rustc gives up on futures nested deep enough ("queries overflow the depth
+// limit"; the server's binary is near that edge). So the public calls keep the depth they have:
+// `Backend::inspect` runs `inspect.lua` itself, and each constructor connects and loads the
+// scripts itself, rather than through one more helper.
 
 use std::sync::Arc;
 
@@ -156,7 +162,13 @@ where
             let d = group.decisions.first().ok_or_else(|| wire::unexpected(&[]))?;
             return Ok(KeyState { count: d.limit - d.remaining, oldest_ms: None, reset_after: d.reset_after });
         }
-        self.inspect_log(key, quota.window_ms()).await
+        let (window, now) = (quota.window_ms(), self.now_arg());
+        let reply: Vec<i64> = self
+            .run_script(&scripts::scripts().inspect, &[(key, Algorithm::SlidingLog)], |cmd| {
+                wire::inspect_args(cmd, window, now);
+            })
+            .await?;
+        wire::parse_inspect(&reply)
     }
 
     async fn reset(&self, key: &str) -> Result<(), Error> {

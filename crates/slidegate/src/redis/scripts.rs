@@ -1,6 +1,7 @@
 //! The Lua scripts: their registry (body and SHA1 of each `.lua` file beside this one), loading
 //! them, running one by `EVALSHA` with the `EVAL` fallback on `NOSCRIPT`, and one method per
-//! script that sends its arguments and reads its reply through `wire.rs`.
+//! deciding script that sends its arguments and reads its reply through `wire.rs`
+//! (`inspect.lua` is run by `Backend::inspect` itself: see `mod.rs`).
 
 use std::sync::OnceLock;
 use std::sync::atomic::Ordering;
@@ -10,7 +11,7 @@ use redis::{Cmd, ErrorKind, FromRedisValue, ServerErrorKind};
 
 use super::outlook::remember_outcome;
 use super::{RedisBackend, wire};
-use crate::{Algorithm, Check, Decision, Error, KeyState, MultiDecision, Quota};
+use crate::{Algorithm, Check, Decision, Error, MultiDecision, Quota};
 
 /// The most sliding-log permits one script call records (a multi-limit check's sliding logs
 /// summed): each is a sorted-set member the script writes, besides at most 256 expired ones it
@@ -19,7 +20,7 @@ use crate::{Algorithm, Check, Decision, Error, KeyState, MultiDecision, Quota};
 /// its quota admits.
 pub const MAX_SCRIPT_LOG_COST: u64 = 256;
 
-struct LuaScript {
+pub(super) struct LuaScript {
     body: &'static str,
     sha: String,
 }
@@ -30,15 +31,15 @@ impl LuaScript {
     }
 }
 
-struct Scripts {
+pub(super) struct Scripts {
     sliding_log: LuaScript,
     one_key: LuaScript,
     check: LuaScript,
-    inspect: LuaScript,
+    pub(super) inspect: LuaScript,
 }
 
 /// The scripts, hashed once per process.
-fn scripts() -> &'static Scripts {
+pub(super) fn scripts() -> &'static Scripts {
     static SCRIPTS: OnceLock<Scripts> = OnceLock::new();
     SCRIPTS.get_or_init(|| Scripts {
         sliding_log: LuaScript::new(include_str!("sliding_log.lua")),
@@ -66,7 +67,7 @@ where
 
     /// Runs `script` by EVALSHA, falling back to EVAL on NOSCRIPT, all within one deadline.
     /// `args` appends the script's ARGV after its KEYS.
-    async fn run_script<T: FromRedisValue>(
+    pub(super) async fn run_script<T: FromRedisValue>(
         &self,
         script: &LuaScript,
         keys: &[(&str, Algorithm)],
@@ -134,14 +135,5 @@ where
         let reply: Vec<i64> =
             self.run_script(&scripts().check, &keys, |cmd| wire::check_args(cmd, &member, now, record, checks)).await?;
         wire::parse_group(&reply, checks.len())
-    }
-
-    /// One run of `inspect.lua`: what one sliding-log key holds within `window` ms.
-    pub(super) async fn inspect_log(&self, key: &str, window: u64) -> Result<KeyState, Error> {
-        let now = self.now_arg();
-        let reply: Vec<i64> = self
-            .run_script(&scripts().inspect, &[(key, Algorithm::SlidingLog)], |cmd| wire::inspect_args(cmd, window, now))
-            .await?;
-        wire::parse_inspect(&reply)
     }
 }

@@ -14,6 +14,7 @@ use redis::sentinel::{SentinelClient, SentinelServerType};
 use redis::{Cmd, ErrorKind, Pipeline, RedisFuture, RedisResult, ServerErrorKind, Value};
 
 use super::RedisBackend;
+use super::call::CONNECT_TIMEOUT;
 use crate::Error;
 
 /// The Redis backend over a Sentinel-monitored master ([`RedisBackend::connect_sentinel`]).
@@ -23,7 +24,12 @@ impl RedisBackend<SentinelConnection> {
     /// Connects to the master of `service` as the sentinels at `sentinels` (`redis://host:26379`
     /// each) name it, and follows failovers: see [`SentinelConnection`].
     pub async fn connect_sentinel(sentinels: &[&str], service: &str) -> Result<Self, Error> {
-        Self::open(SentinelConnection::connect(sentinels, service)).await
+        let conn = tokio::time::timeout(CONNECT_TIMEOUT, SentinelConnection::connect(sentinels, service))
+            .await
+            .map_err(|_| Error::Timeout(CONNECT_TIMEOUT))??;
+        let backend = Self::with_connection(conn);
+        backend.clone().with_timeout(CONNECT_TIMEOUT).load_scripts().await?;
+        Ok(backend)
     }
 }
 

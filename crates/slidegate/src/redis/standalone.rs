@@ -1,6 +1,7 @@
 //! The backend over one standalone Redis: [`RedisBackend::connect`], on a
 //! [`PipelinedConnection`].
 
+use super::call::CONNECT_TIMEOUT;
 use super::{PipelinedConnection, RedisBackend};
 use crate::Error;
 
@@ -9,6 +10,12 @@ impl RedisBackend<PipelinedConnection> {
     /// `unix:///path`) with one pipelined connection that connects again after a failure
     /// ([`PipelinedConnection`]), and loads the scripts.
     pub async fn connect(url: &str) -> Result<Self, Error> {
-        Self::open(PipelinedConnection::connect(url)).await
+        let conn = tokio::time::timeout(CONNECT_TIMEOUT, PipelinedConnection::connect(url))
+            .await
+            .map_err(|_| Error::Timeout(CONNECT_TIMEOUT))??;
+        let backend = Self::with_connection(conn);
+        // Loading runs once, at start: it gets the connection's deadline, not a decision's.
+        backend.clone().with_timeout(CONNECT_TIMEOUT).load_scripts().await?;
+        Ok(backend)
     }
 }
