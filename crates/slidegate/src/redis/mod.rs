@@ -15,9 +15,9 @@
 // Layout: this file holds `RedisBackend` and its `Backend` impl, which picks the command that
 // answers each call. Around it:
 // - `config.rs`: the settings and builder methods, and the Redis key of a limited key;
-// - `call.rs`: every command sent within the call's deadline, and connecting;
+// - `call.rs`: every command sent within the call's deadline, and the constructors' deadline;
 // - `engine.rs`: module or Lua scripts, chosen, detected and fallen back from;
-// - `scripts.rs`: the Lua scripts, their registry and one method per script;
+// - `scripts.rs`: the Lua scripts, their registry and one method per deciding script;
 // - `module.rs`: the module's two commands;
 // - `wire.rs`: the arguments of those commands and the parsing of their replies (no I/O);
 // - `members.rs`: the unique sorted-set members a sliding log records;
