@@ -447,3 +447,300 @@ fn limit(r: RateLimitSpec) -> Result<(Limit, Option<String>), String> {
     limit.replaces = r.replaces;
     Ok((limit, warning))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/envoy");
+
+    fn fixture(path: &str) -> String {
+        std::fs::read_to_string(format!("{FIXTURES}/{path}")).expect(path)
+    }
+
+    fn every_field() -> EnvoyConfig {
+        let mut c = EnvoyConfig::default();
+        c.add_file("every_field.yaml", &fixture("every_field.yaml")).expect("loads");
+        c
+    }
+
+    fn limit(c: &EnvoyConfig, domain: &str, entries: &[(&str, &str)]) -> Option<(u64, Unit, String)> {
+        c.find(domain, entries)
+            .and_then(|n| n.limit.as_ref().map(|l| (l.requests_per_unit, l.unit, n.stat_key.clone())))
+    }
+
+    fn stats_key(c: &EnvoyConfig, domain: &str, entries: &[(&str, &str)]) -> String {
+        let found = c.lookup(domain, entries).expect("a limit");
+        found.stats_key.unwrap_or_else(|| found.node.stat_key.clone())
+    }
+
+    #[test]
+    fn every_file_upstream_refuses_is_refused_naming_the_place_and_the_reason() {
+        let mut checked = 0;
+        for entry in std::fs::read_dir(format!("{FIXTURES}/refused")).expect("fixtures") {
+            let path = entry.expect("entry").path();
+            let text = std::fs::read_to_string(&path).expect("read");
+            let expected = text.lines().next().and_then(|l| l.strip_prefix("# refused: ")).expect("a `# refused:` line");
+            let dir = std::env::temp_dir().join(format!("slidegate-refused-{}-{checked}", std::process::id()));
+            std::fs::create_dir_all(&dir).expect("dir");
+            std::fs::copy(&path, dir.join("file.yaml")).expect("copy");
+            let err = EnvoyConfig::load_dir(&dir, false).expect_err(&path.display().to_string());
+            std::fs::remove_dir_all(&dir).expect("clean");
+            assert!(err.path.ends_with("file.yaml"), "{err}");
+            assert!(err.message.starts_with(expected), "{}: {} does not start with {expected}", path.display(), err.message);
+            checked += 1;
+        }
+        assert!(checked >= 18, "{checked} fixtures");
+    }
+
+    #[test]
+    fn every_field_loads_with_a_warning_for_what_is_not_read_as_written() {
+        let c = every_field();
+        assert_eq!(c.warnings().len(), 2, "{:?}", c.warnings());
+        assert!(c.warnings()[0].starts_with("every_field.yaml: `unit` has no meaning at 'api.region'"), "{:?}", c.warnings());
+        assert!(c.warnings()[1].contains("'api.bulk': requests_per_unit 5000000 is above the sliding log's bound"));
+        let bulk = c.find("api", &[("bulk", "x")]).and_then(|n| n.limit.as_ref()).and_then(|l| l.quota).expect("quota");
+        assert_eq!((bulk.limit(), bulk.algorithm()), (5_000_000, "sliding_window".parse().expect("algorithm")));
+        let region = c.find("api", &[("region", "eu")]).and_then(|n| n.limit.as_ref()).and_then(|l| l.quota).expect("quota");
+        assert_eq!(region.algorithm().as_str(), "gcra");
+        let tenant = c.find("api", &[("tenant", "acme")]).expect("tenant");
+        assert!(tenant.metadata.as_ref().is_some_and(|m| m.fields.contains_key("owner") && m.fields.contains_key("tags")));
+        assert!(c.find("api", &[("plan_quota", "p")]).is_some_and(|n| n.quota_mode));
+        assert!(c.find("api", &[("trial", "t")]).is_some_and(|n| n.shadow_mode));
+        let plan = c.find("api", &[("plan", "gold")]).and_then(|n| n.limit.as_ref()).expect("plan");
+        assert_eq!((plan.name.as_deref(), plan.replaces.as_slice()), (Some("plan"), ["trial".to_owned()].as_slice()));
+        assert!(c.find("api", &[("health", "x")]).and_then(|n| n.limit.as_ref()).is_some_and(|l| l.unlimited));
+        assert_eq!(limit(&c, "api", &[("status", "500")]).map(|l| l.0), Some(10), "a number is its text");
+    }
+
+    #[test]
+    fn wildcards_match_anywhere_and_an_exact_value_wins() {
+        let c = every_field();
+        let path = |v: &str| limit(&c, "api", &[("path", v)]).map(|l| (l.0, l.2));
+        assert_eq!(path("/v1/admin/orders"), Some((1, "api.path_/v1/admin/orders".into())), "exact wins");
+        assert_eq!(path("/v1/shop/orders"), Some((4, "api.path_/v1/*/orders*".into())));
+        assert_eq!(path("/v1//orders"), Some((4, "api.path_/v1/*/orders*".into())), "an empty match");
+        assert_eq!(path("/v1/a/b/orders/42"), Some((4, "api.path_/v1/*/orders*".into())));
+        assert_eq!(path("/v2/shop/orders"), None);
+        assert_eq!(path("/v1/orders"), None, "both runs are needed, apart");
+        // Upstream's own wildcard cases and stats keys.
+        let mut u = EnvoyConfig::default();
+        u.add(
+            "domain: test-domain
+descriptors:
+  - {key: wild, value: foo*, rate_limit: {unit: minute, requests_per_unit: 20}}
+  - {key: midWild, value: bar*b, rate_limit: {unit: minute, requests_per_unit: 20}}
+  - {key: multiWild, value: foo*bar*baz, rate_limit: {unit: minute, requests_per_unit: 10}}
+  - key: nestedWild
+    value: val1
+    descriptors:
+      - {key: wild, value: goo*, rate_limit: {unit: minute, requests_per_unit: 20}}
+",
+        )
+        .expect("loads");
+        assert_eq!(stats_key(&u, "test-domain", &[("wild", "foo1")]), "test-domain.wild_foo*");
+        assert_eq!(stats_key(&u, "test-domain", &[("wild", "foo2")]), "test-domain.wild_foo*");
+        assert_eq!(stats_key(&u, "test-domain", &[("midWild", "barXb")]), "test-domain.midWild_bar*b");
+        assert!(u.find("test-domain", &[("midWild", "barX")]).is_none());
+        assert_eq!(stats_key(&u, "test-domain", &[("multiWild", "foo1bar2baz")]), "test-domain.multiWild_foo*bar*baz");
+        assert_eq!(
+            stats_key(&u, "test-domain", &[("nestedWild", "val1"), ("wild", "goo2")]),
+            "test-domain.nestedWild_val1.wild_goo*"
+        );
+    }
+
+    #[test]
+    fn entries_match_as_pairs_so_an_underscore_cannot_reach_another_key() {
+        let mut c = EnvoyConfig::default();
+        let yaml = "domain: d\ndescriptors:\n  - key: a\n    value: b_c\n    rate_limit: {unit: second, requests_per_unit: 1}\n  - key: p\n    value: x*\n    rate_limit: {unit: second, requests_per_unit: 2}\n";
+        c.add(yaml).expect("valid");
+        assert_eq!(limit(&c, "d", &[("a", "b_c")]).map(|l| l.0), Some(1));
+        assert_eq!(limit(&c, "d", &[("a_b", "c")]), None, "key a_b, not a");
+        assert_eq!(limit(&c, "d", &[("p", "xyz")]).map(|l| l.0), Some(2));
+        assert_eq!(limit(&c, "d", &[("p_x", "yz")]), None, "the wildcard is of key p only");
+        assert!(c.contains_domain("d") && !c.contains_domain("e"));
+    }
+
+    #[test]
+    fn a_limit_applies_at_the_descriptor_s_last_entry_only() {
+        let mut c = EnvoyConfig::default();
+        c.add(&fixture("messaging.yaml")).expect("loads");
+        let marketing = [("message_type", "marketing"), ("to_number", "2061111111")];
+        assert_eq!(limit(&c, "messaging", &marketing), Some((5, Unit::Day, "messaging.message_type_marketing.to_number".into())));
+        assert_eq!(limit(&c, "messaging", &[("to_number", "1")]).map(|l| l.0), Some(100));
+        assert_eq!(limit(&c, "messaging", &[("message_type", "marketing")]), None);
+        assert_eq!(limit(&c, "messaging", &[("to_number", "1"), ("extra", "x")]), None, "deeper than the tree");
+    }
+
+    #[test]
+    fn stats_keys_follow_value_to_metric_detailed_metric_and_share_threshold() {
+        let mut c = EnvoyConfig::default();
+        c.add(
+            "domain: d
+descriptors:
+  - key: route
+    value_to_metric: true
+    descriptors:
+      - key: http_method
+        value_to_metric: true
+        descriptors:
+          - {key: subject_id, rate_limit: {unit: minute, requests_per_unit: 60}}
+  - key: k1
+    value_to_metric: true
+    descriptors:
+      - {key: k2, rate_limit: {unit: second, requests_per_unit: 1}}
+  - key: svc
+    value: svc/*
+    share_threshold: true
+    descriptors:
+      - {key: endpoint, detailed_metric: true, rate_limit: {unit: minute, requests_per_unit: 80}}
+  - {key: user, detailed_metric: true, rate_limit: {unit: minute, requests_per_unit: 5}}
+  - {key: w, value: a*, value_to_metric: true, rate_limit: {unit: minute, requests_per_unit: 5}}
+",
+        )
+        .expect("loads");
+        let route = [("route", "draw"), ("http_method", "GET"), ("subject_id", "123")];
+        assert_eq!(stats_key(&c, "d", &route), "d.route_draw.http_method_GET.subject_id");
+        assert_eq!(stats_key(&c, "d", &[("k1", "A"), ("k2", "foo")]), "d.k1_A.k2");
+        assert_eq!(stats_key(&c, "d", &[("svc", "svc/a"), ("endpoint", "/x")]), "d.svc_svc/*.endpoint_/x");
+        assert_eq!(stats_key(&c, "d", &[("user", "ann")]), "d.user_ann");
+        assert_eq!(stats_key(&c, "d", &[("user", "")]), "d.user_", "upstream writes key_ for an empty value");
+        assert_eq!(stats_key(&c, "d", &[("w", "abc")]), "d.w_abc");
+        let found = c.lookup("d", &[("svc", "svc/a"), ("endpoint", "/x")]).expect("found");
+        assert_eq!(found.shared, [Some("svc/*"), None]);
+        assert!(c.lookup("d", &[("w", "abc")]).expect("found").shared.is_empty());
+    }
+
+    #[test]
+    fn files_of_one_domain_merge_only_when_asked() {
+        let dir = format!("{FIXTURES}/merge");
+        let refused = EnvoyConfig::load_dir(Path::new(&dir), false).expect_err("two files, one domain");
+        assert!(refused.path.ends_with("shop_users.yaml"), "{refused}");
+        assert!(refused.message.starts_with("duplicate domain 'shop' in config file"), "{refused}");
+        let merged = EnvoyConfig::load_dir(Path::new(&dir), true).expect("merged");
+        assert_eq!(merged.len(), 1);
+        assert_eq!(limit(&merged, "shop", &[("user", "ada")]).map(|l| l.0), Some(2));
+        assert_eq!(limit(&merged, "shop", &[("path", "/cart/1")]).map(|l| l.0), Some(3));
+        // A descriptor both files declare is refused even when merging.
+        let mut c = EnvoyConfig::new(true);
+        c.add(&fixture("merge/shop_users.yaml")).expect("first");
+        let again = c.add(&fixture("merge/shop_users.yaml")).expect_err("twice");
+        assert_eq!(again, "duplicate descriptor composite key 'shop.user'");
+    }
+}
+
+/// The Envoy configuration loader under hostile files: random text, valid files with characters
+/// replaced, inserted, deleted or cut, and hand-picked attacks.
+#[cfg(test)]
+mod fuzz {
+    use std::time::{Duration, Instant};
+
+    use proptest::prelude::*;
+
+    use super::EnvoyConfig;
+
+    const VALID: [&str; 3] = [
+        "
+domain: mongo_cps
+descriptors:
+  - key: database
+    value: \"users[{1}]\"
+    rate_limit:
+      unit: second
+      requests_per_unit: 500
+      algorithm: gcra
+  - key: database
+    value: def*ault*
+    shadow_mode: true
+    share_threshold: true
+    metadata: {a: [1, {b: 2.5}]}
+    rate_limit:
+      name: db
+      replaces: [{name: other}]
+      unit: minute
+      requests_per_unit: 50
+",
+        include_str!("../../tests/fixtures/envoy/messaging.yaml"),
+        include_str!("../../tests/fixtures/envoy/every_field.yaml"),
+    ];
+
+    /// Loads `yaml`, which must add a domain or be refused with a message, within a second.
+    fn loads_or_is_refused(yaml: &str) -> Result<bool, TestCaseError> {
+        let started = Instant::now();
+        let outcome = EnvoyConfig::default().add(yaml);
+        prop_assert!(started.elapsed() < Duration::from_secs(1), "took {:?}", started.elapsed());
+        if let Err(message) = &outcome {
+            prop_assert!(!message.is_empty());
+        }
+        Ok(outcome.is_ok())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 2_000, failure_persistence: None, ..ProptestConfig::default() })]
+        /// Random text and mutated valid files: a domain or an error, never a panic.
+        #[test]
+        fn any_file_loads_or_is_refused(
+            valid in 0..VALID.len(),
+            edits in proptest::collection::vec((0u8..4, any::<usize>(), any::<char>()), 0..6),
+            random in proptest::option::weighted(0.2, ".{0,200}"),
+        ) {
+            let text = random.unwrap_or_else(|| VALID[valid].to_owned()).chars().collect();
+            let text: String = crate::mutate::mutate(text, edits).into_iter().collect();
+            loads_or_is_refused(&text)?;
+        }
+    }
+
+    #[test]
+    fn valid_files_load() {
+        for yaml in VALID {
+            assert!(loads_or_is_refused(yaml).unwrap_or_else(|e| panic!("{e}")), "{yaml}");
+        }
+    }
+
+    #[test]
+    fn hostile_files_are_refused() {
+        // A billion descriptors from nine levels of aliases ("billion laughs").
+        let mut laughs = String::from("domain: d\ndescriptors:\n  - &l0 {key: k}\n");
+        for i in 1..10 {
+            let refs = vec![format!("*l{}", i - 1); 10].join(", ");
+            laughs.push_str(&format!("  - &l{i} {{key: k{i}, descriptors: [{refs}]}}\n"));
+        }
+        // Descriptors nested 1,000 deep in block style (a megabyte of indentation), 10,000 in flow.
+        let deep_block: String =
+            (0..1_000).map(|i| format!("{}- key: k\n{0}  descriptors:\n", "  ".repeat(i))).collect();
+        let deep_flow =
+            format!("domain: d\ndescriptors: {}{}", "[{key: k, descriptors: ".repeat(10_000), "}]".repeat(10_000));
+        let long = "x".repeat(1 << 20);
+        let refused = EnvoyConfig::default().add(&deep_flow).expect_err("too deep");
+        assert!(refused.contains("nested deeper than 128"), "{refused}");
+        let files = [
+            laughs,
+            format!("domain: d\ndescriptors:\n{deep_block}"),
+            deep_flow,
+            format!("domain: {}1{}", "[".repeat(10_000), "]".repeat(10_000)),
+            // Numbers past every type, units that are not units.
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 99999999999999999999999}\n".into(),
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: -1}\n".into(),
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: .nan}\n".into(),
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: .inf}\n".into(),
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n".into(),
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: unknown, requests_per_unit: 1}\n".into(),
+            // Duplicate keys and descriptors, empty names, long and non-ASCII strings, tags.
+            "domain: d\ndomain: e\n".into(),
+            "domain: d\ndescriptors:\n  - key: k\n    key: j\n".into(),
+            "domain: d\ndescriptors:\n  - key: k\n  - key: k\n".into(),
+            "domain: \"\"\n".into(),
+            "domain: d\ndescriptors:\n  - key: \"\"\n".into(),
+            format!("domain: d\ndescriptors:\n  - key: {long}\n    unknown: 1\n"),
+            "domain: d\ndescriptors: !!map {}\n".into(),
+            "domain: d\ndescriptors:\n  - key: k\n    metadata: {a: !custom 1}\n".into(),
+            "--- \ndomain: d\n--- \ndomain: e\n".into(),
+            "\u{feff}domain: ☃\ndescriptors:\n  - {key: ключ, value: \"\\0\", rate_limit: {unit: second}}\n".into(),
+        ];
+        for yaml in &files {
+            let head: String = yaml.chars().take(80).collect();
+            let loaded = loads_or_is_refused(yaml).unwrap_or_else(|e| panic!("{head}: {e}"));
+            assert!(!loaded, "{head} loaded");
+        }
+    }
+}

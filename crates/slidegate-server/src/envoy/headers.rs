@@ -119,15 +119,18 @@ mod tests {
     #[test]
     fn upstream_headers_name_the_tightest_limit_or_the_one_over() {
         let (a, b) = (status(Code::Ok, 10, 7, 30_000), status(Code::Ok, 100, 3, 1_500));
-        let limited = |s: &'static DescriptorStatus, decisive| Limited { status: s, name: "n", window_secs: 60, decisive };
-        let (a, b) = (Box::leak(Box::new(a)), Box::leak(Box::new(b)));
-        let h = response_headers(&ResponseHeaders::default(), &[limited(a, true), limited(b, true)]);
+        let over = status(Code::OverLimit, 10, 5, 1_000);
+        let limited = |status, decisive| Limited { status, name: "n", window_secs: 60, decisive };
+        let upstream = ResponseHeaders::default();
+        let h = response_headers(&upstream, &[limited(&a, true), limited(&b, true)]);
         assert_eq!(pairs(&h), [("RateLimit-Limit", "100"), ("RateLimit-Remaining", "3"), ("RateLimit-Reset", "2")]);
-        let over = Box::leak(Box::new(status(Code::OverLimit, 10, 5, 1_000)));
-        let h = response_headers(&ResponseHeaders::default(), &[limited(b, true), limited(over, true)]);
-        assert_eq!(pairs(&h)[..2], [("RateLimit-Limit", "10"), ("RateLimit-Remaining", "5")]);
-        let named = ResponseHeaders { limit: "X-L".into(), remaining: "X-R".into(), reset: "X-T".into(), ..ResponseHeaders::default() };
-        assert_eq!(pairs(&response_headers(&named, &[limited(a, true)]))[0], ("X-L", "10"));
+        let h = response_headers(&upstream, &[limited(&b, true), limited(&over, true)]);
+        assert_eq!(pairs(&h)[..2], [("RateLimit-Limit", "10"), ("RateLimit-Remaining", "5")], "the one over");
+        let h = response_headers(&upstream, &[limited(&b, true), limited(&over, false)]);
+        assert_eq!(pairs(&h)[1], ("RateLimit-Remaining", "3"), "a shadow or quota limit over decides nothing");
+        let named =
+            ResponseHeaders { limit: "X-L".into(), remaining: "X-R".into(), reset: "X-T".into(), ..upstream };
+        assert_eq!(pairs(&response_headers(&named, &[limited(&a, true)]))[0], ("X-L", "10"));
         assert!(response_headers(&named, &[]).is_empty());
     }
 
