@@ -99,16 +99,28 @@ impl Limit {
     /// `requests_per_unit` per `unit`, counted by `algorithm` or, when none is named, by the
     /// sliding log up to [`MAX_LOG_LIMIT`] and the sliding window counter above it (capped at
     /// [`MAX_LIMIT`]). Also a warning when the limit is not counted as written.
-    pub fn counted(requests_per_unit: u64, unit: Unit, algorithm: Option<&str>) -> Result<(Self, Option<String>), String> {
+    pub fn counted(
+        requests_per_unit: u64,
+        unit: Unit,
+        algorithm: Option<&str>,
+    ) -> Result<(Self, Option<String>), String> {
         let mut warning = None;
         let quota = match (requests_per_unit, algorithm) {
             (0, _) => None,
             (n, Some(name)) => {
                 let algorithm: Algorithm = name.parse().map_err(|e| format!("{e}"))?;
-                Some(Quota::new(n, unit.window()).and_then(|q| q.with_algorithm(algorithm)).map_err(|e| e.to_string())?)
+                Some(
+                    Quota::new(n, unit.window())
+                        .and_then(|q| q.with_algorithm(algorithm))
+                        .map_err(|e| e.to_string())?,
+                )
             }
             (n, None) => {
-                let algorithm = if n <= MAX_LOG_LIMIT { Algorithm::SlidingLog } else { "sliding_window".parse().map_err(|e| format!("{e}"))? };
+                let algorithm = if n <= MAX_LOG_LIMIT {
+                    Algorithm::SlidingLog
+                } else {
+                    "sliding_window".parse().map_err(|e| format!("{e}"))?
+                };
                 if n > MAX_LOG_LIMIT {
                     warning = Some(format!(
                         "requests_per_unit {n} is above the sliding log's bound ({MAX_LOG_LIMIT}): counted with the \
@@ -116,7 +128,11 @@ impl Limit {
                         if n > MAX_LIMIT { format!(", capped at {MAX_LIMIT}") } else { String::new() }
                     ));
                 }
-                Some(Quota::new(n.min(MAX_LIMIT), unit.window()).and_then(|q| q.with_algorithm(algorithm)).map_err(|e| e.to_string())?)
+                Some(
+                    Quota::new(n.min(MAX_LIMIT), unit.window())
+                        .and_then(|q| q.with_algorithm(algorithm))
+                        .map_err(|e| e.to_string())?,
+                )
             }
         };
         let limit = Self { quota, requests_per_unit, unit, unlimited: false, name: None, replaces: Vec::new() };
@@ -263,7 +279,10 @@ impl EnvoyConfig {
         }
         let merging = self.domains.contains_key(&file.domain);
         if merging && !self.merge_domains {
-            return Err(format!("duplicate domain '{}' in config file (merging is off: --envoy-merge-domains)", file.domain));
+            return Err(format!(
+                "duplicate domain '{}' in config file (merging is off: --envoy-merge-domains)",
+                file.domain
+            ));
         }
         let domain = self.domains.entry(file.domain.clone()).or_default();
         let built = build(&mut domain.level, file.descriptors, &file.domain, false, &mut warnings);
@@ -343,7 +362,12 @@ impl EnvoyConfig {
 /// `key_value` (a shared wildcard's pattern in place of the value); otherwise each level writes
 /// its key, then the value it matched (the pattern for a wildcard, the request's under
 /// `value_to_metric`).
-fn dynamic_stats_key(domain: &str, entries: &[(&str, &str)], path: &[(&Node, Reached<'_>)], shared: &[Option<&str>]) -> String {
+fn dynamic_stats_key(
+    domain: &str,
+    entries: &[(&str, &str)],
+    path: &[(&Node, Reached<'_>)],
+    shared: &[Option<&str>],
+) -> String {
     let detailed = path.last().is_some_and(|(n, _)| n.detailed_metric);
     let mut key = String::from(domain);
     for (i, ((k, v), (node, reached))) in entries.iter().zip(path).enumerate() {
@@ -371,7 +395,13 @@ fn dynamic_stats_key(domain: &str, entries: &[(&str, &str)], path: &[(&Node, Rea
 
 /// Adds `specs` to `level`, the descriptors under `parent` (upstream's composite key, starting
 /// with the domain); `dynamic` when a level above has `value_to_metric`.
-fn build(level: &mut Level, specs: Vec<DescriptorSpec>, parent: &str, dynamic: bool, warnings: &mut Vec<String>) -> Result<(), String> {
+fn build(
+    level: &mut Level,
+    specs: Vec<DescriptorSpec>,
+    parent: &str,
+    dynamic: bool,
+    warnings: &mut Vec<String>,
+) -> Result<(), String> {
     for d in specs {
         let composite = if d.value.is_empty() { d.key.clone() } else { format!("{}_{}", d.key, d.value) };
         let stat_key = format!("{parent}.{composite}");
@@ -436,8 +466,14 @@ fn limit(r: RateLimitSpec) -> Result<(Limit, Option<String>), String> {
         }
     }
     let (mut limit, warning) = if r.unlimited {
-        let limit =
-            Limit { quota: None, requests_per_unit: 0, unit: Unit::Second, unlimited: true, name: None, replaces: Vec::new() };
+        let limit = Limit {
+            quota: None,
+            requests_per_unit: 0,
+            unit: Unit::Second,
+            unlimited: true,
+            name: None,
+            replaces: Vec::new(),
+        };
         (limit, None)
     } else {
         let unit = unit.ok_or_else(|| format!("invalid rate limit unit '{}'", r.unit))?;
@@ -480,14 +516,20 @@ mod tests {
         for entry in std::fs::read_dir(format!("{FIXTURES}/refused")).expect("fixtures") {
             let path = entry.expect("entry").path();
             let text = std::fs::read_to_string(&path).expect("read");
-            let expected = text.lines().next().and_then(|l| l.strip_prefix("# refused: ")).expect("a `# refused:` line");
+            let expected =
+                text.lines().next().and_then(|l| l.strip_prefix("# refused: ")).expect("a `# refused:` line");
             let dir = std::env::temp_dir().join(format!("slidegate-refused-{}-{checked}", std::process::id()));
             std::fs::create_dir_all(&dir).expect("dir");
             std::fs::copy(&path, dir.join("file.yaml")).expect("copy");
             let err = EnvoyConfig::load_dir(&dir, false).expect_err(&path.display().to_string());
             std::fs::remove_dir_all(&dir).expect("clean");
             assert!(err.path.ends_with("file.yaml"), "{err}");
-            assert!(err.message.starts_with(expected), "{}: {} does not start with {expected}", path.display(), err.message);
+            assert!(
+                err.message.starts_with(expected),
+                "{}: {} does not start with {expected}",
+                path.display(),
+                err.message
+            );
             checked += 1;
         }
         assert!(checked >= 18, "{checked} fixtures");
@@ -497,14 +539,21 @@ mod tests {
     fn every_field_loads_with_a_warning_for_what_is_not_read_as_written() {
         let c = every_field();
         assert_eq!(c.warnings().len(), 2, "{:?}", c.warnings());
-        assert!(c.warnings()[0].starts_with("every_field.yaml: `unit` has no meaning at 'api.region'"), "{:?}", c.warnings());
+        assert!(
+            c.warnings()[0].starts_with("every_field.yaml: `unit` has no meaning at 'api.region'"),
+            "{:?}",
+            c.warnings()
+        );
         assert!(c.warnings()[1].contains("'api.bulk': requests_per_unit 5000000 is above the sliding log's bound"));
         let bulk = c.find("api", &[("bulk", "x")]).and_then(|n| n.limit.as_ref()).and_then(|l| l.quota).expect("quota");
         assert_eq!((bulk.limit(), bulk.algorithm()), (5_000_000, "sliding_window".parse().expect("algorithm")));
-        let region = c.find("api", &[("region", "eu")]).and_then(|n| n.limit.as_ref()).and_then(|l| l.quota).expect("quota");
+        let region =
+            c.find("api", &[("region", "eu")]).and_then(|n| n.limit.as_ref()).and_then(|l| l.quota).expect("quota");
         assert_eq!(region.algorithm().as_str(), "gcra");
         let tenant = c.find("api", &[("tenant", "acme")]).expect("tenant");
-        assert!(tenant.metadata.as_ref().is_some_and(|m| m.fields.contains_key("owner") && m.fields.contains_key("tags")));
+        assert!(
+            tenant.metadata.as_ref().is_some_and(|m| m.fields.contains_key("owner") && m.fields.contains_key("tags"))
+        );
         assert!(c.find("api", &[("plan_quota", "p")]).is_some_and(|n| n.quota_mode));
         assert!(c.find("api", &[("trial", "t")]).is_some_and(|n| n.shadow_mode));
         let plan = c.find("api", &[("plan", "gold")]).and_then(|n| n.limit.as_ref()).expect("plan");
@@ -566,7 +615,10 @@ descriptors:
         let mut c = EnvoyConfig::default();
         c.add(&fixture("messaging.yaml")).expect("loads");
         let marketing = [("message_type", "marketing"), ("to_number", "2061111111")];
-        assert_eq!(limit(&c, "messaging", &marketing), Some((5, Unit::Day, "messaging.message_type_marketing.to_number".into())));
+        assert_eq!(
+            limit(&c, "messaging", &marketing),
+            Some((5, Unit::Day, "messaging.message_type_marketing.to_number".into()))
+        );
         assert_eq!(limit(&c, "messaging", &[("to_number", "1")]).map(|l| l.0), Some(100));
         assert_eq!(limit(&c, "messaging", &[("message_type", "marketing")]), None);
         assert_eq!(limit(&c, "messaging", &[("to_number", "1"), ("extra", "x")]), None, "deeper than the tree");

@@ -118,9 +118,8 @@ impl EnvoyRateLimit {
         // An enforced descriptor is over before the backend is asked: nothing may be charged.
         let mut doomed = false;
         for slot in slots {
-            let (shadow, quota) = slot.as_ref().map_or((false, false), |i| {
-                (i.shadow(), i.applied.as_ref().is_some_and(|a| a.quota))
-            });
+            let (shadow, quota) =
+                slot.as_ref().map_or((false, false), |i| (i.shadow(), i.applied.as_ref().is_some_and(|a| a.quota)));
             let outcome = match (check_of(slot), slot) {
                 (Err(outcome), _) => outcome,
                 (Ok(check), Ok(item)) if item.hits == 0 => self.standing(&check).await?,
@@ -154,7 +153,10 @@ impl EnvoyRateLimit {
                 }
                 outcomes[*i] = Some(outcome);
             }
-            if over_rate || set_aside.is_empty() || quotas_all_over(slots, outcomes.iter().map(Option::as_ref), global_quota) {
+            if over_rate
+                || set_aside.is_empty()
+                || quotas_all_over(slots, outcomes.iter().map(Option::as_ref), global_quota)
+            {
                 break;
             }
             members.retain(|(i, _)| !set_aside.contains(i));

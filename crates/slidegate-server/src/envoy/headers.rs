@@ -128,8 +128,7 @@ mod tests {
         assert_eq!(pairs(&h)[..2], [("RateLimit-Limit", "10"), ("RateLimit-Remaining", "5")], "the one over");
         let h = response_headers(&upstream, &[limited(&b, true), limited(&over, false)]);
         assert_eq!(pairs(&h)[1], ("RateLimit-Remaining", "3"), "a shadow or quota limit over decides nothing");
-        let named =
-            ResponseHeaders { limit: "X-L".into(), remaining: "X-R".into(), reset: "X-T".into(), ..upstream };
+        let named = ResponseHeaders { limit: "X-L".into(), remaining: "X-R".into(), reset: "X-T".into(), ..upstream };
         assert_eq!(pairs(&response_headers(&named, &[limited(&a, true)]))[0], ("X-L", "10"));
         assert!(response_headers(&named, &[]).is_empty());
     }

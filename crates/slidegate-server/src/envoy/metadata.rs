@@ -84,8 +84,10 @@ mod tests {
 
     #[test]
     fn passed_metadata_merges_maps_and_keeps_the_first_value() {
-        let a = map(&[("name", text("a")), ("tags", Value { kind: Some(Kind::StructValue(map(&[("x", text("1"))]))) })]);
-        let b = map(&[("name", text("b")), ("tags", Value { kind: Some(Kind::StructValue(map(&[("y", text("2"))]))) })]);
+        let a =
+            map(&[("name", text("a")), ("tags", Value { kind: Some(Kind::StructValue(map(&[("x", text("1"))]))) })]);
+        let b =
+            map(&[("name", text("b")), ("tags", Value { kind: Some(Kind::StructValue(map(&[("y", text("2"))]))) })]);
         let request = RateLimitRequest { domain: "d".into(), hits_addend: 3, ..RateLimitRequest::default() };
         let out = dynamic_metadata(&request, [&a, &b].into_iter());
         assert_eq!(out.fields["domain"], text("d"));

@@ -95,9 +95,11 @@ impl EnvoyOptions {
             return Err(("envoy_near_limit_ratio", message));
         }
         let h = &self.headers;
-        for (field, name) in
-            [("envoy_limit_header", &h.limit), ("envoy_remaining_header", &h.remaining), ("envoy_reset_header", &h.reset)]
-        {
+        for (field, name) in [
+            ("envoy_limit_header", &h.limit),
+            ("envoy_remaining_header", &h.remaining),
+            ("envoy_reset_header", &h.reset),
+        ] {
             if axum::http::HeaderName::from_bytes(name.as_bytes()).is_err() {
                 return Err((field, format!("{name:?} is not a header name")));
             }

@@ -5,12 +5,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::r#type::v3::RateLimitUnit;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
     Code, DescriptorStatus, RateLimit as CurrentLimit, rate_limit::Unit as PbUnit,
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::envoy::r#type::v3::RateLimitUnit;
 use envoy_types::pb::google::protobuf::Duration as PbDuration;
 use metrics::{Counter, Histogram};
 use tonic::{Request, Response, Status};
@@ -159,7 +159,8 @@ fn apply<'a>(
         // As upstream: the request's own limit, not shadow, unnamed, counted under the request's
         // stats key.
         let unit = override_unit(brought.unit).ok_or(Invalid::Rejected)?;
-        let (limit, _) = Limit::counted(u64::from(brought.requests_per_unit), unit, None).map_err(|_| Invalid::Rejected)?;
+        let (limit, _) =
+            Limit::counted(u64::from(brought.requests_per_unit), unit, None).map_err(|_| Invalid::Rejected)?;
         let stats_key = upstream_key(domain, entries);
         let applied = Applied {
             limit: Cow::Owned(limit),
@@ -223,7 +224,12 @@ fn override_unit(unit: i32) -> Option<Unit> {
 
 /// The answer: each descriptor's status (counted), the overall code, and the headers and
 /// dynamic metadata the options ask for.
-fn respond(request: &RateLimitRequest, slots: &[Slot<'_>], outcomes: &[Outcome], options: &EnvoyOptions) -> RateLimitResponse {
+fn respond(
+    request: &RateLimitRequest,
+    slots: &[Slot<'_>],
+    outcomes: &[Outcome],
+    options: &EnvoyOptions,
+) -> RateLimitResponse {
     let domain = request.domain.as_str();
     let mut statuses = Vec::with_capacity(request.descriptors.len());
     let mut over_rate = false;
@@ -302,11 +308,9 @@ fn limited<'a>(slots: &'a [Slot<'a>], statuses: &'a [DescriptorStatus]) -> Vec<L
 fn standing(outcome: &Outcome, limit: Option<&Limit>) -> (bool, u32, Option<Duration>) {
     match outcome {
         Outcome::Refused => (false, 0, limit.map(|l| l.unit.window())),
-        Outcome::Decided(d, reset) => (
-            d.allowed || d.retry_after.is_none(),
-            u32::try_from(d.remaining).unwrap_or(u32::MAX),
-            Some(*reset),
-        ),
+        Outcome::Decided(d, reset) => {
+            (d.allowed || d.retry_after.is_none(), u32::try_from(d.remaining).unwrap_or(u32::MAX), Some(*reset))
+        }
         Outcome::Unlimited => (true, u32::MAX, None),
         Outcome::NoLimit | Outcome::Invalid(_) => (true, 0, None),
     }

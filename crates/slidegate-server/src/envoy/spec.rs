@@ -235,9 +235,10 @@ impl Reader<'_> {
         self.ignore_misplaced(r, RATE_LIMIT_KEYS);
         let requests_per_unit = match r.get("requests_per_unit") {
             None | Some(Value::Null) => 0,
-            Some(Value::Number(n)) => n.as_u64().and_then(|n| u32::try_from(n).ok()).ok_or_else(|| {
-                format!("requests_per_unit must be a whole number from 0 to {}, got {n}", u32::MAX)
-            })?,
+            Some(Value::Number(n)) => n
+                .as_u64()
+                .and_then(|n| u32::try_from(n).ok())
+                .ok_or_else(|| format!("requests_per_unit must be a whole number from 0 to {}, got {n}", u32::MAX))?,
             Some(other) => return Err(format!("requests_per_unit must be a whole number, not {}", kind(other))),
         };
         let replaces = match r.get("replaces") {
@@ -270,9 +271,8 @@ impl Reader<'_> {
     fn ignore_misplaced(&mut self, m: &Mapping, place: &[&str]) {
         for key in m.keys().filter_map(Value::as_str).filter(|k| !place.contains(k)) {
             let at = if self.path.is_empty() { "the file's top level".to_owned() } else { format!("'{}'", self.path) };
-            self.warnings.push(format!(
-                "`{key}` has no meaning at {at} and is ignored (envoyproxy/ratelimit ignores it too)"
-            ));
+            self.warnings
+                .push(format!("`{key}` has no meaning at {at} and is ignored (envoyproxy/ratelimit ignores it too)"));
         }
     }
 
