@@ -567,6 +567,42 @@ algorithms = [\"leaky\"]
     }
 
     #[test]
+    fn envoy_settings_load_and_report_their_field() {
+        let text = r#"
+envoy_response_headers = true
+envoy_response_headers_style = "ietf"
+envoy_limit_header = "X-RL-Limit"
+envoy_remaining_header = "X-RL-Remaining"
+envoy_reset_header = "X-RL-Reset"
+envoy_merge_domains = true
+envoy_shadow_mode = true
+envoy_quota_mode = true
+envoy_near_limit_ratio = 0.9
+envoy_response_dynamic_metadata = true
+"#;
+        let e = Config::parse(text, "rules.toml").expect("valid").envoy;
+        assert!(e.headers.enabled && e.merge_domains && e.shadow_mode && e.quota_mode && e.dynamic_metadata);
+        assert_eq!(e.headers.style, crate::envoy::HeaderStyle::Ietf);
+        assert_eq!(
+            (e.headers.limit.as_str(), e.headers.reset.as_str(), e.near_limit_ratio),
+            ("X-RL-Limit", "X-RL-Reset", 0.9)
+        );
+        assert_eq!(Config::default().envoy, EnvoyOptions::default());
+        assert_eq!(EnvoyOptions::default().near_limit_ratio, 0.8);
+        assert_eq!(EnvoyOptions::default().headers.remaining, "RateLimit-Remaining");
+        assert_eq!(
+            error("envoy_near_limit_ratio = 1.5\n"),
+            "rules.toml:1:26: envoy_near_limit_ratio: must be between 0 and 1, got 1.5"
+        );
+        assert!(error("envoy_reset_header = \"Reset Me\"\n").starts_with("rules.toml:1:22: envoy_reset_header:"));
+        assert!(
+            error("envoy_response_headers_style = \"fancy\"\n")
+                .contains("envoy_response_headers_style: \"fancy\" is not one of")
+        );
+        assert!(error("envoy_shadow_mode = \"yes\"\n").starts_with("rules.toml:1:21:"));
+    }
+
+    #[test]
     fn a_password_in_a_malformed_redis_url_is_not_echoed() {
         let e = error("[backend]\nredis = \"http://user:hunter2@host\"\n");
         assert!(e.contains("http://user:***@host") && !e.contains("hunter2"), "{e}");
