@@ -269,11 +269,17 @@ async fn the_envoy_migration_commands_run_as_written() {
     // Each upstream variable the comment sets has its row in the table.
     for var in ["SHADOW_MODE", "NEAR_LIMIT_RATIO", "LIMIT_RESPONSE_HEADERS_ENABLED", "REDIS_URL", "RUNTIME_ROOT"] {
         assert!(sh.contains(&format!("{var}=")), "{var} in the comment");
-        assert!(text.lines().any(|l| l.starts_with("| ") && l.contains(&format!("`{var}")) && l.contains("`--")), "{var} row");
+        assert!(
+            text.lines().any(|l| l.starts_with("| ") && l.contains(&format!("`{var}")) && l.contains("`--")),
+            "{var} row"
+        );
     }
     let redis = RedisServer::start();
-    let dir =
-        std::env::temp_dir().join(format!("slidegate-migrate-{}-{}", std::process::id(), slidegate_testkit::free_port()));
+    let dir = std::env::temp_dir().join(format!(
+        "slidegate-migrate-{}-{}",
+        std::process::id(),
+        slidegate_testkit::free_port()
+    ));
     std::fs::create_dir_all(&dir).expect("dir");
     std::fs::write(dir.join("edge.yaml"), &edge).expect("write");
     for line in lines {
