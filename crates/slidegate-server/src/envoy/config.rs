@@ -338,8 +338,8 @@ impl EnvoyConfig {
     /// The counters of a limit that `domain`'s request brought, by the request's stats key
     /// (bounded: see [`Series`]).
     pub fn override_counters(&self, domain: &str, stats_key: &str) -> Option<Counters> {
-        let overflow = format!("{domain}.{}", super::stats::OVERFLOW_SUFFIX);
-        self.domains.get(domain).map(|d| d.overrides.get(stats_key, &overflow))
+        let overflow = || format!("{domain}.{}", super::stats::OVERFLOW_SUFFIX);
+        self.domains.get(domain).map(|d| d.overrides.get(stats_key, overflow))
     }
 
     /// Whether `domain` is configured.

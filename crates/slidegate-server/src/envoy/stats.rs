@@ -176,15 +176,15 @@ impl Series {
         Self { cap, by_key: Mutex::new(HashMap::new()) }
     }
 
-    /// The counters of `key`; past the cap, those of `overflow`.
-    pub fn get(&self, key: &str, overflow: &str) -> Counters {
+    /// The counters of `key`; past the cap, those of the key `overflow` names.
+    pub fn get(&self, key: &str, overflow: impl FnOnce() -> String) -> Counters {
         let mut by_key = self.by_key.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(c) = by_key.get(key) {
             return c.clone();
         }
-        let key = if by_key.len() < self.cap { key } else { overflow };
+        let key = if by_key.len() < self.cap { key.to_owned() } else { overflow() };
         // The overflow series is kept under its own key, so the map holds at most cap + 1.
-        by_key.entry(key.to_owned()).or_insert_with_key(|key| Counters::new(key)).clone()
+        by_key.entry(key).or_insert_with_key(|key| Counters::new(key)).clone()
     }
 }
 
@@ -239,7 +239,7 @@ mod tests {
     fn keys_past_the_cap_share_the_overflow_series() {
         let s = Series::new(2);
         for key in ["d.user_a", "d.user_b", "d.user_c", "d.user_d", "d.user_a"] {
-            s.get(key, "d.user._overflow_");
+            s.get(key, || "d.user._overflow_".to_owned());
         }
         let by_key = s.by_key.lock().expect("lock");
         let mut keys: Vec<&str> = by_key.keys().map(String::as_str).collect();
