@@ -192,9 +192,11 @@ impl Level {
         if let Some(node) = values.and_then(|v| v.get(value)) {
             return Some((node, Reached::Value));
         }
-        let wildcard = self.wildcards.iter().find(|(k, _, p)| k == key && p.matches(value));
-        if let Some((node, (_, text, _))) = wildcard.and_then(|w| values?.get(&w.1).map(|n| (n, w))) {
-            return Some((node, Reached::Wildcard(text)));
+        for (k, text, pattern) in &self.wildcards {
+            if k == key && pattern.matches(value) {
+                // A wildcard's node is in `exact` under its text: they are added together.
+                return values.and_then(|v| v.get(text)).map(|node| (node, Reached::Wildcard(text)));
+            }
         }
         self.any.get(key).map(|node| (node, Reached::Key))
     }
