@@ -18,7 +18,8 @@ pub fn inline(c: &InlineConfig) -> Value {
     })
 }
 
-/// Every Envoy limit, by domain and descriptor path (`key_value.key`, as the metrics name it).
+/// Every Envoy limit, by domain and descriptor path (`key_value.key`: its stats key without the
+/// domain).
 pub fn envoy(c: &EnvoyConfig) -> Value {
     let limits: Vec<Value> = c
         .limits()
@@ -27,7 +28,7 @@ pub fn envoy(c: &EnvoyConfig) -> Value {
             let limit = node.limit.as_ref()?;
             Some(json!({
                 "domain": domain,
-                "descriptor": node.stat_key,
+                "descriptor": node.stat_key.strip_prefix(domain).and_then(|k| k.strip_prefix('.')).unwrap_or(&node.stat_key),
                 "requests_per_unit": limit.requests_per_unit,
                 "unit": format!("{:?}", limit.unit).to_lowercase(),
                 "algorithm": limit.quota.map(|q| q.algorithm().as_str()),
