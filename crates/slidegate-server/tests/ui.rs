@@ -216,9 +216,10 @@ async fn tour(server: &Slidegate, rules: &RulesFile, name: &str) {
     let (_, _, v) = check(&http, server, &json!({"rule": "sms", "key": "alice"})).await;
     assert_eq!(v["allowed"], false, "a refused reset changed nothing: {v}");
 
-    // The right token: the admissions drawn, then a reset clears the key.
-    type_into(&client, "#token-input", TOKEN).await;
-    click(&client, "#token-form button[type=submit]").await;
+    // The right token, entered from the keyboard (Enter submits): the admissions drawn, then a
+    // reset clears the key.
+    type_into(&client, "#token-input", &format!("{TOKEN}\u{E007}")).await;
+    until(&client, "the token form closed", "document.getElementById('token-form').hidden").await;
     click(&client, "#inspect-form button[type=submit]").await;
     until(&client, "five admissions drawn", "document.querySelectorAll('#timeline line.tick').length === 5").await;
     until(&client, "the reset time drawn", "document.querySelector('#timeline line.reset')").await;
@@ -264,4 +265,35 @@ async fn the_dashboard_on_redis() {
     let rules = RulesFile::new(RULES);
     let server = Slidegate::serve(&["--config", rules.arg(), "--redis", &redis.url()]);
     tour(&server, &rules, "redis").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_an_admin_token_the_page_says_admin_is_disabled() {
+    let rules = RulesFile::new(&RULES.replace("admin_token = \"dashboard-token\"", ""));
+    let server = Slidegate::serve(&["--config", rules.arg()]);
+    let driver = ChromeDriver::start();
+    let client = driver.browser().await;
+    client.goto(&server.url("/ui")).await.expect("open the page");
+    until(
+        &client,
+        "Reset explained",
+        "document.getElementById('reset-msg').textContent.includes('admin routes, which are disabled')",
+    )
+    .await;
+    assert!(!client.find(Locator::Css("#reset")).await.expect("reset").is_enabled().await.expect("enabled"));
+    type_into(&client, "#inspect-key", "alice").await;
+    click(&client, "#inspect-form button[type=submit]").await;
+    until(
+        &client,
+        "Inspect explained",
+        "document.getElementById('inspect-msg').textContent.includes('disabled: set admin_token')",
+    )
+    .await;
+    assert!(
+        client.find(Locator::Css("#token-form")).await.expect("form").attr("hidden").await.expect("attr").is_some(),
+        "no token asked for"
+    );
+    assert_eq!(driver.severe_logs(&client).await, Vec::<String>::new());
+    assert_eq!(script_errors(&client).await, Vec::<Value>::new());
+    client.close().await.expect("close the browser");
 }
