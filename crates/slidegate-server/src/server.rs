@@ -68,6 +68,15 @@ pub struct ServeOptions {
     /// and closed (default 512; `[server] max_connections`).
     #[arg(long)]
     pub max_connections: Option<usize>,
+    /// Serve the [[rules]] and [inline] that `slidegate rules push` stored in the backend's
+    /// Redis, applying each push within a second (`rules_from_redis` in the rules file, which
+    /// then holds no rules of its own).
+    #[arg(long, env = "SLIDEGATE_RULES_FROM_REDIS")]
+    pub rules_from_redis: bool,
+    /// The most per-key overrides this instance holds and accepts (default 100000;
+    /// `max_overrides`).
+    #[arg(long, env = "SLIDEGATE_MAX_OVERRIDES")]
+    pub max_overrides: Option<usize>,
 }
 
 /// Loads the configuration, connects the backend, and serves until SIGINT or SIGTERM.
@@ -78,12 +87,21 @@ pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
     };
     let limits = http_limits(&options, &config)?;
     let config = with_flags(config, &options)?;
+    let config = match &options.config {
+        Some(path) => {
+            let from_redis = config.rules_from_redis;
+            crate::shared_rules::check_local(config, from_redis, path)?
+        }
+        None => config,
+    };
     let grpc = config.grpc;
     let where_ = backend_location(&config);
     let app = App::start(config, options.config.clone())
         .await
         .with_context(|| format!("connecting the backend ({where_})"))?;
     let app = Arc::new(app);
+    crate::shared_rules::start(&app).await.context("reading the shared rules and overrides")?;
+    tokio::spawn(crate::overrides::change::lapse_forever(Arc::clone(&app)));
     let listener = TcpListener::bind(options.http).await.with_context(|| format!("binding {}", options.http))?;
     log_start(&app, listener.local_addr()?, &where_, &limits);
     // One signal stops both servers.
@@ -150,6 +168,14 @@ fn with_flags(mut config: Config, options: &ServeOptions) -> anyhow::Result<Conf
         }
     }
     config.envoy_response_headers |= options.envoy_response_headers;
+    config.rules_from_redis |= options.rules_from_redis;
+    if let Some(n) = options.max_overrides {
+        let cap = crate::overrides::MAX_OVERRIDES_CAP;
+        if !(1..=cap).contains(&n) {
+            anyhow::bail!("--max-overrides: must be between 1 and {cap}, got {n}");
+        }
+        config.max_overrides = n;
+    }
     Ok(config)
 }
 

@@ -19,6 +19,7 @@ use super::key::descriptor_key;
 use super::stats::count_invalid;
 use crate::app::App;
 use crate::metrics::EnvoyCounters;
+use crate::overrides::Overrides;
 
 /// The gRPC service: one per server, sharing the HTTP API's limiter, backend and metrics.
 #[derive(Debug, Clone)]
@@ -201,7 +202,12 @@ fn answer<'a>(
         if let (Some(node), Some(limit)) = (item.node, limit) {
             count(domain, node, item, limit, within, shadow, remaining);
         }
-        statuses.push(descriptor_status(limit, within || shadow, remaining, reset));
+        // The limit enforced: the configured one, or the key's override.
+        let enforced = match outcome {
+            Outcome::Decided(d) => Some(d.limit),
+            _ => None,
+        };
+        statuses.push(descriptor_status(limit, enforced, within || shadow, remaining, reset));
     }
     (over, statuses, tightest)
 }
@@ -220,13 +226,20 @@ fn standing(outcome: &Outcome, limit: Option<&Limit>) -> (bool, u32, Option<Dura
     }
 }
 
-/// The status Envoy reads for a descriptor under `limit`: OK or over it (`ok` false).
-fn descriptor_status(limit: Option<&Limit>, ok: bool, remaining: u32, reset: Option<Duration>) -> DescriptorStatus {
+/// The status Envoy reads for a descriptor under `limit` (`enforced`: the limit decided with,
+/// when it was): OK or over it (`ok` false).
+fn descriptor_status(
+    limit: Option<&Limit>,
+    enforced: Option<u64>,
+    ok: bool,
+    remaining: u32,
+    reset: Option<Duration>,
+) -> DescriptorStatus {
     DescriptorStatus {
         code: if ok { Code::Ok } else { Code::OverLimit } as i32,
         current_limit: limit.filter(|l| !l.unlimited).map(|l| CurrentLimit {
             name: l.name.clone().unwrap_or_default(),
-            requests_per_unit: u32::try_from(l.requests_per_unit).unwrap_or(u32::MAX),
+            requests_per_unit: u32::try_from(enforced.unwrap_or(l.requests_per_unit)).unwrap_or(u32::MAX),
             unit: pb_unit(l.unit) as i32,
         }),
         limit_remaining: remaining,
@@ -246,7 +259,7 @@ impl EnvoyRateLimit {
         let mut refused = false;
         for (i, slot) in slots.iter().enumerate() {
             let shadow = slot.as_ref().is_ok_and(Item::shadow);
-            match check_of(slot) {
+            match check_of(slot, &self.app.overrides) {
                 Err(outcome) => {
                     refused |= matches!(outcome, Outcome::Refused) && !shadow;
                     outcomes.push(Some(outcome));
@@ -323,14 +336,15 @@ impl EnvoyRateLimit {
     }
 }
 
-/// What a descriptor asks the backend, or the outcome it has without asking.
-fn check_of<'s>(slot: &'s Slot<'_>) -> Result<Check<'s>, Outcome> {
+/// What a descriptor asks the backend (under its override, if it has one), or the outcome it
+/// has without asking.
+fn check_of<'s>(slot: &'s Slot<'_>, overrides: &Overrides) -> Result<Check<'s>, Outcome> {
     let item = slot.as_ref().map_err(|reason| Outcome::Invalid(*reason))?;
     let Some(limit) = item.limit() else { return Err(Outcome::NoLimit) };
     if limit.unlimited {
         return Err(Outcome::Unlimited);
     }
-    match limit.quota {
+    match limit.quota.map(|q| overrides.quota(&item.key, q)) {
         Some(q) if item.cost <= q.max_cost() => Ok(Check::new(&item.key, q).with_cost(item.cost)),
         _ => Err(Outcome::Refused),
     }
@@ -372,7 +386,7 @@ fn rate_limit_headers(limit: &Limit, d: &Decision) -> Vec<HeaderValue> {
     let window = limit.unit.window().as_secs();
     let reset = slidegate_tower::ceil_secs(d.retry_after.unwrap_or(d.reset_after));
     [
-        ("x-ratelimit-limit", format!("{}, {};w={window}", limit.requests_per_unit, limit.requests_per_unit)),
+        ("x-ratelimit-limit", format!("{}, {};w={window}", d.limit, d.limit)),
         ("x-ratelimit-remaining", d.remaining.to_string()),
         ("x-ratelimit-reset", reset.to_string()),
     ]
