@@ -7,8 +7,8 @@
 
 mod support;
 
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
@@ -52,26 +52,6 @@ fn commands(sh: &str) -> Vec<Vec<String>> {
 fn at(text: &str, server: &Slidegate) -> String {
     let addr = server.base.trim_start_matches("http://");
     text.replace("localhost:8080", addr).replace("127.0.0.1:8080", addr)
-}
-
-/// Runs the real binary with `args`, within a deadline.
-fn slidegate(args: &[String]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_slidegate"))
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start slidegate");
-    let started = Instant::now();
-    while child.try_wait().expect("try_wait").is_none() {
-        if started.elapsed() > Duration::from_secs(60) {
-            let _ = child.kill();
-            panic!("slidegate {args:?} still running after 60 s");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().expect("output")
 }
 
 #[tokio::test]
@@ -159,7 +139,7 @@ async fn the_check_and_bench_commands_run_as_written() {
                 other => at(other, &server),
             })
             .collect();
-        let out = slidegate(&args);
+        let out = support::run(&args);
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(out.status.success(), "{args:?}: {stdout}{}", String::from_utf8_lossy(&out.stderr));
         if args[0] == "check" {

@@ -18,11 +18,17 @@ pub struct Slidegate {
 impl Slidegate {
     /// Starts `slidegate serve --http 127.0.0.1:<free> <args>` and waits (bounded) for /healthz.
     pub fn serve(args: &[&str]) -> Self {
+        Self::serve_with_env(args, &[])
+    }
+
+    /// As [`Slidegate::serve`], with `env` variables set.
+    pub fn serve_with_env(args: &[&str], env: &[(&str, &str)]) -> Self {
         let port = slidegate_testkit::free_port();
         let log = std::env::temp_dir().join(format!("slidegate-serve-{}-{port}.log", std::process::id()));
         let child = Command::new(env!("CARGO_BIN_EXE_slidegate"))
             .args(["serve", "--http", &format!("127.0.0.1:{port}")])
             .args(args)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).expect("log file"))
@@ -90,6 +96,26 @@ fn blocking_get(url: &str) -> Option<()> {
     let mut out = String::new();
     s.read_to_string(&mut out).ok()?;
     out.starts_with("HTTP/1.1 200").then_some(())
+}
+
+/// Runs the real binary with `args` to its end (within a minute): its exit status and output.
+pub fn run<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> std::process::Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_slidegate"))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start slidegate");
+    let started = Instant::now();
+    while child.try_wait().expect("try_wait").is_none() {
+        if started.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("slidegate still running after 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("output")
 }
 
 /// A rules file in a temporary folder, removed on drop.
