@@ -198,6 +198,8 @@ async fn an_override_changes_one_keys_limit_on_every_instance_until_it_lapses() 
     }
     println!("the override in force on b {:?} after a answered", set_at.elapsed());
     assert_eq!((limit(&a, "customer-7").await, limit(&b, "customer-7").await), (5, 5), "other keys keep the rule's");
+    let late = Slidegate::serve(&["--redis", &redis.url(), "--rules-from-redis", "--config", local.arg()]);
+    assert_eq!(limit(&late, "customer-42").await, 50, "an instance started since reads it");
     let list = client.get(b.url("/v1/overrides/api")).bearer_auth("t").send().await.expect("list");
     let list: Value = list.json().await.expect("json");
     assert_eq!((&list["total"], &list["overrides"][0]["set_from"]), (&json!(1), &json!("127.0.0.1")), "{list}");
@@ -213,8 +215,10 @@ async fn an_override_changes_one_keys_limit_on_every_instance_until_it_lapses() 
         assert!(set_at.elapsed() < Duration::from_secs(15), "the lapsed override stays in redis");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let lapses = metric(&client, &a, "slidegate_override_changes_total{action=\"lapse\"}").await
-        + metric(&client, &b, "slidegate_override_changes_total{action=\"lapse\"}").await;
+    let mut lapses = 0.0;
+    for server in [&a, &b, &late] {
+        lapses += metric(&client, server, "slidegate_override_changes_total{action=\"lapse\"}").await;
+    }
     assert_eq!(lapses, 1.0, "one instance removed it, and recorded it");
 }
 
@@ -308,4 +312,25 @@ async fn a_cluster_shares_rules_and_overrides_from_one_slot() {
     assert_eq!(set.expect("answer").status(), 200);
     let (_, _, v) = check(&client, &server, &json!({"rule": "api", "key": "k"})).await;
     assert_eq!(v["limit"], 3, "{v}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_whose_notice_is_lost_is_applied_by_the_version_check() {
+    let redis = RedisServer::start();
+    let (local, rules) = (RulesFile::new(LOCAL), RulesFile::new(&document(&[("api", 5)])));
+    pushed(&redis.url(), &rules);
+    let server = Slidegate::serve(&["--redis", &redis.url(), "--rules-from-redis", "--config", local.arg()]);
+    let client = Client::new();
+    assert_eq!(limit_of(&client, &server, "api").await, (5, false));
+    // A push as the script makes it, without its PUBLISH.
+    let text = document(&[("api", 6)]);
+    let mut conn = redis.conn();
+    redis::cmd("HSET")
+        .arg("slidegate:{rules}:state")
+        .arg(&["rules", &text, "rules_version", "2", "pushed_at_ms", "0", "pushed_from", "test"][..])
+        .query::<()>(&mut conn)
+        .expect("HSET");
+    redis::cmd("HINCRBY").arg("slidegate:{rules}:state").arg("version").arg(1).query::<()>(&mut conn).expect("HINCRBY");
+    let took = until_limit(&client, &server, "api", 6, Duration::from_secs(5)).await;
+    println!("applied {took:?} after the silent change");
 }

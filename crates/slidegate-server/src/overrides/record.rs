@@ -40,6 +40,9 @@ impl Limits {
     /// otherwise have. Fails when the two do not fit together: a rule changed since the
     /// override was set (its algorithm no longer takes the limit, say).
     pub fn over(&self, base: &Quota) -> Result<Quota, slidegate::Error> {
+        if self.window.is_none() && self.counting.is_none() {
+            return base.with_limit(self.limit);
+        }
         let counting = self.counting.unwrap_or_else(|| Counting::of(base));
         let mut quota =
             Quota::new(self.limit, self.window.unwrap_or_else(|| base.window()))?.with_algorithm(counting.algorithm)?;

@@ -60,7 +60,7 @@ pub(super) async fn change(app: &App, shared: &Shared, change: Change) -> Result
     Ok(())
 }
 
-/// Applies a snapshot: its rules (when they come from Redis) and every override; returns its
+/// Applies a snapshot: its rules (when they come from Redis) and its overrides; returns its
 /// version.
 pub(super) fn snapshot(app: &App, shared: &Shared, snapshot: Snapshot) -> u64 {
     match snapshot.rules {
@@ -74,7 +74,7 @@ pub(super) fn snapshot(app: &App, shared: &Shared, snapshot: Snapshot) -> u64 {
         let parsed = serde_json::from_str::<Record>(&json).map_err(|e| e.to_string()).and_then(keyed);
         parsed.map_err(|e| warn!(field, "an override from redis is not applied: {e}")).ok()
     });
-    let left_out = app.overrides.replace_all(entries);
+    let left_out = snapshot.left_out + app.overrides.replace_all(entries);
     if left_out > 0 {
         let max = app.overrides.max();
         error!("{left_out} overrides in redis are not applied: this instance holds at most max_overrides = {max}");

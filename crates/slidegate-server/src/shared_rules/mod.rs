@@ -21,7 +21,7 @@ use std::time::{Duration, UNIX_EPOCH};
 
 pub use document::{MAX_DOCUMENT_BYTES, check_local, local_only};
 pub use shared::{APPLY_WAIT, Shared};
-pub use store::{SNAPSHOT_TIMEOUT, STORE_TIMEOUT, SetOutcome, Snapshot, Store, StoreError, StoredRules, field};
+pub use store::{SCAN_COUNT, STORE_TIMEOUT, SetOutcome, Snapshot, Store, StoreError, StoredRules, field};
 pub use sync::{CHECK_INTERVAL, start};
 
 /// Unix ms as an RFC 3339 time, for logs and `rules show`.

@@ -27,10 +27,7 @@ const RETRY: Duration = Duration::from_millis(250);
 /// changes in a task of its own. Does nothing on the memory backend.
 pub async fn start(app: &Arc<App>) -> Result<(), StoreError> {
     let Some(shared) = app.shared() else { return Ok(()) };
-    // Subscribe first: a change made while the snapshot is read is then announced too.
-    let subscription = shared.store().subscribe().await?;
-    let version = apply::snapshot(app, shared, shared.store().snapshot().await?);
-    shared.set_applied(version);
+    let (subscription, version) = resubscribe(app, shared).await?;
     shared.reachable();
     tokio::spawn(follow_forever(Arc::clone(app), subscription, version));
     Ok(())
@@ -54,13 +51,16 @@ async fn follow_forever(app: Arc<App>, mut subscription: PubSub, mut version: u6
 
 /// A new subscription, and everything read again.
 async fn resubscribe(app: &App, shared: &Shared) -> Result<(PubSub, u64), StoreError> {
+    // Subscribe first: a change made while the snapshot is read is then announced too.
     let subscription = shared.store().subscribe().await?;
     Ok((subscription, resync(app, shared).await?))
 }
 
-/// Reads and applies everything; returns the version applied.
+/// Reads and applies everything; returns the version read first, which the changes announced
+/// after it follow.
 async fn resync(app: &App, shared: &Shared) -> Result<u64, StoreError> {
-    let version = apply::snapshot(app, shared, shared.store().snapshot().await?);
+    let snapshot = shared.store().snapshot(app.overrides.max()).await?;
+    let version = apply::snapshot(app, shared, snapshot);
     shared.set_applied(version);
     Ok(version)
 }
