@@ -62,7 +62,7 @@ fn main() {
         };
         app.overrides.insert(format!("api:{{{name}}}"), o).expect("room");
     }
-    if app.overrides.len() > 0 {
+    if !app.overrides.is_empty() {
         let grown = resident_bytes().saturating_sub(before);
         println!(
             "{} overrides: {grown} bytes resident, {} per override",
