@@ -28,7 +28,7 @@
 //! A key is *at its limit* from a denial until its `retry_after`, and from an admission that
 //! leaves nothing remaining until the next permit frees.
 
-use std::hash::{BuildHasher, RandomState};
+use std::hash::{BuildHasher, Hasher, RandomState};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -231,19 +231,25 @@ impl MemoryBackend {
         }
     }
 
+    /// `key`'s hash: SipHash with this process' random keys (callers choose keys, so the table
+    /// must not let them pick collisions), over the key's bytes alone — one key per hash, so the
+    /// terminator a `str`'s `Hash` adds for composite keys is not needed.
+    fn hash(&self, key: &str) -> u64 {
+        let mut hasher = self.inner.hasher.build_hasher();
+        hasher.write(key.as_bytes());
+        hasher.finish()
+    }
+
     /// Decides synchronously: the whole check is CPU work under one shard lock.
     pub fn check_now(&self, key: &str, quota: &Quota, cost: u64) -> Decision {
         let now = self.inner.clock.now_ms();
-        let hash = self.inner.hasher.hash_one(key);
+        let hash = self.hash(key);
         let mut table = lock(&self.inner.shards[self.shard_index(hash)]);
         table.count_op(now);
-        // Only a full shard looks the key up twice: to know whether it needs room.
-        let max = self.inner.keys_per_shard;
-        if table.keys.len() >= max
-            && table.find_mut(hash, key, quota.algorithm()).is_none()
-            && !table.make_room(now, max, 1, &[])
+        if table.keys.len() >= self.inner.keys_per_shard
+            && let Some(refusal) = table.refuse_new_key(now, self.inner.keys_per_shard, hash, key, quota)
         {
-            return table.refusal(now, quota);
+            return refusal;
         }
         let entry = table.get_or_insert(hash, key, quota.algorithm());
         let decision = entry.counter.evaluate(now, quota, cost);
@@ -259,7 +265,7 @@ impl MemoryBackend {
     /// they recorded. Keys must be distinct ([`crate::Limiter::check_all`] checks).
     pub fn check_all_now(&self, checks: &[Check<'_>]) -> MultiDecision {
         let now = self.inner.clock.now_ms();
-        let hashes: Vec<u64> = checks.iter().map(|c| self.inner.hasher.hash_one(c.key)).collect();
+        let hashes: Vec<u64> = checks.iter().map(|c| self.hash(c.key)).collect();
         let mut shard_ids: Vec<usize> = hashes.iter().map(|&h| self.shard_index(h)).collect();
         shard_ids.sort_unstable();
         shard_ids.dedup();
@@ -326,7 +332,7 @@ impl MemoryBackend {
 
     fn with_key<T>(&self, key: &str, algorithm: Algorithm, f: impl FnOnce(Option<&mut Entry>, u64) -> T) -> T {
         let now = self.inner.clock.now_ms();
-        let hash = self.inner.hasher.hash_one(key);
+        let hash = self.hash(key);
         let mut table = lock(&self.inner.shards[self.shard_index(hash)]);
         f(table.find_mut(hash, key, algorithm), now)
     }
@@ -391,6 +397,16 @@ impl Table {
         true
     }
 
+    /// In a full shard, the refusal of `key` when it is new and no room can be made for it (the
+    /// key is looked up twice then: to know whether it needs room). Out of line, so that the
+    /// decision's common path stays small enough to be inlined whole.
+    #[cold]
+    #[inline(never)]
+    fn refuse_new_key(&mut self, now: u64, max: usize, hash: u64, key: &str, quota: &Quota) -> Option<Decision> {
+        let new = self.find_mut(hash, key, quota.algorithm()).is_none();
+        (new && !self.make_room(now, max, 1, &[])).then(|| self.refusal(now, quota))
+    }
+
     /// The answer to a new key that finds its shard full of keys at their limit: a denial until
     /// room can be made.
     fn refusal(&self, now: u64, quota: &Quota) -> Decision {
@@ -422,13 +438,20 @@ impl Entry {
     fn note(&mut self, now: u64, quota: &Quota, decision: &Decision) {
         let limited_for = match decision.retry_after {
             Some(retry) => retry,
-            None if decision.allowed && decision.remaining == 0 => {
-                self.counter.evaluate(now, quota, 1).retry_after.unwrap_or_default()
-            }
+            None if decision.allowed && decision.remaining == 0 => self.next_permit(now, quota),
             None => return,
         };
         let until = now.saturating_add(u64::try_from(limited_for.as_millis()).unwrap_or(u64::MAX));
         self.limited_until = self.limited_until.max(until);
+    }
+
+    /// When the next permit frees, after an admission that took the last one. Out of line: a
+    /// second call of [`Counter::evaluate`] inside the decision's path would keep the compiler
+    /// from inlining the first.
+    #[cold]
+    #[inline(never)]
+    fn next_permit(&mut self, now: u64, quota: &Quota) -> Duration {
+        self.counter.evaluate(now, quota, 1).retry_after.unwrap_or_default()
     }
 
     /// Records `cost` permits at `now`, after [`Counter::evaluate`] found that they fit.
@@ -454,7 +477,7 @@ impl Backend for MemoryBackend {
     }
 
     async fn reset(&self, key: &str) -> Result<(), Error> {
-        let hash = self.inner.hasher.hash_one(key);
+        let hash = self.hash(key);
         let mut table = lock(&self.inner.shards[self.shard_index(hash)]);
         // One entry per algorithm that counted the key.
         while let Ok(entry) = table.keys.find_entry(hash, |e| e.key.is(key)) {

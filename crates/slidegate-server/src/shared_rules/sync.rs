@@ -8,8 +8,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use redis::aio::PubSub;
+use tokio_stream::StreamExt;
 use tracing::warn;
 
 use super::apply::{self, Change};

@@ -3,10 +3,12 @@
 #![allow(dead_code, unreachable_pub)] // each test file uses a different part
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+
+pub mod envoy;
 
 /// A `slidegate serve` child process.
 pub struct Slidegate {
@@ -21,7 +23,7 @@ impl Slidegate {
         Self::serve_with_env(args, &[])
     }
 
-    /// As [`Slidegate::serve`], with `env` variables set.
+    /// [`Slidegate::serve`] with environment variables `env` set.
     pub fn serve_with_env(args: &[&str], env: &[(&str, &str)]) -> Self {
         let port = slidegate_testkit::free_port();
         let log = std::env::temp_dir().join(format!("slidegate-serve-{}-{port}.log", std::process::id()));
@@ -98,24 +100,47 @@ fn blocking_get(url: &str) -> Option<()> {
     out.starts_with("HTTP/1.1 200").then_some(())
 }
 
-/// Runs the real binary with `args` to its end (within a minute): its exit status and output.
-pub fn run<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> std::process::Output {
+/// Runs `slidegate <args>` to its end (within a minute): its exit status and output. The
+/// output goes through files, so a long one cannot fill a pipe and stall the child.
+pub fn run<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Output {
+    let file = |name: &str| {
+        std::env::temp_dir().join(format!(
+            "slidegate-run-{}-{}.{name}",
+            std::process::id(),
+            slidegate_testkit::free_port()
+        ))
+    };
+    let (out, err) = (file("out"), file("err"));
     let mut child = Command::new(env!("CARGO_BIN_EXE_slidegate"))
         .args(args)
         .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stdout(std::fs::File::create(&out).expect("output file"))
+        .stderr(std::fs::File::create(&err).expect("error file"))
         .spawn()
         .expect("start slidegate");
     let started = Instant::now();
-    while child.try_wait().expect("try_wait").is_none() {
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break status;
+        }
         if started.elapsed() > Duration::from_secs(60) {
             let _ = child.kill();
             panic!("slidegate still running after 60 s");
         }
         std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().expect("output")
+    };
+    let read = |path: &PathBuf| {
+        let bytes = std::fs::read(path).unwrap_or_default();
+        let _ = std::fs::remove_file(path);
+        bytes
+    };
+    Output { status, stdout: read(&out), stderr: read(&err) }
+}
+
+/// Runs `slidegate <args>` to its end (within a minute): its exit status and standard error.
+pub fn run_to_exit(args: &[&str]) -> (ExitStatus, String) {
+    let out = run(args);
+    (out.status, String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
 /// A rules file in a temporary folder, removed on drop.
