@@ -325,34 +325,37 @@ async fn shutdown_signal() {
 
 /// Reloads the rules file and the Envoy configuration directory when their content changes,
 /// and both on SIGHUP.
-async fn watch_config(app: Arc<App>) {
+fn watch_config(app: Arc<App>) -> impl Future<Output = ()> {
     use tokio::signal::unix::{SignalKind, signal};
     let (path, dir) = (app.config_path().cloned(), app.envoy_dir().cloned());
-    if path.is_none() && dir.is_none() {
-        return;
-    }
-    let mut hup = signal(SignalKind::hangup()).expect("SIGHUP handler");
+    // Read now, not when the task first runs: a change made in between would go unseen.
+    let (mut seen_file, mut seen_dir) =
+        (path.as_ref().and_then(|p| std::fs::read(p).ok()), dir.as_deref().map(snapshot));
+    // Registered now too: a SIGHUP before the task first runs would end the process.
+    let hup = (path.is_some() || dir.is_some()).then(|| signal(SignalKind::hangup()).expect("SIGHUP handler"));
     let read = async |path: &Option<PathBuf>| match path {
         Some(p) => tokio::fs::read(p).await.ok(),
         None => None,
     };
-    let (mut seen_file, mut seen_dir) = (read(&path).await, dir.as_deref().map(snapshot));
-    loop {
-        let forced = tokio::select! {
-            _ = hup.recv() => true,
-            () = tokio::time::sleep(WATCH_INTERVAL) => false,
-        };
-        let (file_now, dir_now) = (read(&path).await, dir.as_deref().map(snapshot));
-        if path.is_some() && (forced || file_now != seen_file) {
-            seen_file = file_now;
-            if let Err(e) = app.reload() {
-                error!("rules file not reloaded, the previous rules stay in force: {}", redact(&e.to_string()));
+    async move {
+        let Some(mut hup) = hup else { return };
+        loop {
+            let forced = tokio::select! {
+                _ = hup.recv() => true,
+                () = tokio::time::sleep(WATCH_INTERVAL) => false,
+            };
+            let (file_now, dir_now) = (read(&path).await, dir.as_deref().map(snapshot));
+            if path.is_some() && (forced || file_now != seen_file) {
+                seen_file = file_now;
+                if let Err(e) = app.reload() {
+                    error!("rules file not reloaded, the previous rules stay in force: {}", redact(&e.to_string()));
+                }
             }
-        }
-        if dir.is_some() && (forced || dir_now != seen_dir) {
-            seen_dir = dir_now;
-            if let Err(e) = app.reload_envoy() {
-                error!("envoy configuration not reloaded, the previous one stays in force: {e}");
+            if dir.is_some() && (forced || dir_now != seen_dir) {
+                seen_dir = dir_now;
+                if let Err(e) = app.reload_envoy() {
+                    error!("envoy configuration not reloaded, the previous one stays in force: {e}");
+                }
             }
         }
     }

@@ -334,3 +334,32 @@ async fn a_change_whose_notice_is_lost_is_applied_by_the_version_check() {
     let took = until_limit(&client, &server, "api", 6, Duration::from_secs(5)).await;
     println!("applied {took:?} after the silent change");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_local_file_reloads_its_token_and_never_its_own_rules() {
+    let redis = RedisServer::start();
+    let (local, rules) = (RulesFile::new(LOCAL), RulesFile::new(&document(&[("api", 5)])));
+    pushed(&redis.url(), &rules);
+    let server = Slidegate::serve(&["--redis", &redis.url(), "--rules-from-redis", "--config", local.arg()]);
+    let client = Client::new();
+    let status = async |token: &str| {
+        let request = client.get(server.url("/v1/overrides/api")).bearer_auth(token);
+        request.send().await.expect("answer").status().as_u16()
+    };
+    assert_eq!(status("t").await, 200);
+    local.write("admin_token = \"u\"\n");
+    let started = Instant::now();
+    while status("u").await != 200 {
+        assert!(started.elapsed() < Duration::from_secs(10), "the new token was not loaded: {}", server.log_text());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(limit_of(&client, &server, "api").await, (5, false), "the rules from redis stay");
+    // Rules of its own in the local file: the reload is refused, nothing changes.
+    local.write(&format!("admin_token = \"v\"\n{}", document(&[("api", 9)])));
+    let refused = Instant::now();
+    while !server.log_text().contains("the rules come from Redis") {
+        assert!(refused.elapsed() < Duration::from_secs(10), "no refusal logged: {}", server.log_text());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!((status("u").await, limit_of(&client, &server, "api").await), (200, (5, false)));
+}
