@@ -363,3 +363,29 @@ async fn the_local_file_reloads_its_token_and_never_its_own_rules() {
     }
     assert_eq!((status("u").await, limit_of(&client, &server, "api").await), (200, (5, false)));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_sentinel_an_instance_follows_the_rules_through_a_failover() {
+    let mut setup = slidegate_testkit::RedisSentinel::start();
+    let (local, rules) = (RulesFile::new(LOCAL), RulesFile::new(&document(&[("api", 5)])));
+    pushed(&setup.master.url(), &rules);
+    let server =
+        Slidegate::serve(&["--redis-sentinel", &setup.sentinel_url(), "--rules-from-redis", "--config", local.arg()]);
+    let client = Client::new();
+    assert_eq!(limit_of(&client, &server, "api").await, (5, false));
+    let old = setup.master.port();
+    setup.master.kill();
+    let killed = Instant::now();
+    let promoted = loop {
+        match setup.master_port() {
+            Some(port) if port != old => break port,
+            _ => {}
+        }
+        assert!(killed.elapsed() < Duration::from_secs(30), "no failover");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    // The replica kept the rules; a push to the new master reaches the instance.
+    rules.write(&document(&[("api", 8)]));
+    pushed(&format!("redis://127.0.0.1:{promoted}"), &rules);
+    until_limit(&client, &server, "api", 8, Duration::from_secs(20)).await;
+}
