@@ -528,9 +528,9 @@ struct TierQuery {
     tier: Option<String>,
 }
 
-/// The rule and backend key of an admin request, after the token check.
-/// A key of a named rule (`{rule}` a rule's name) or of an Envoy descriptor (`envoy:<domain>`):
-/// [`Target`]. Returned with its quota before any override, and where that comes from.
+/// The key an admin request names, after the token check: a key of a named rule, or of an
+/// Envoy descriptor (`envoy:<domain>`) — a [`Target`]; with its quota before any override, and
+/// where that comes from.
 fn admin_target(
     app: &App,
     headers: &HeaderMap,
