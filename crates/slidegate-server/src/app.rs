@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use ::metrics::Histogram;
 use slidegate::Limiter;
@@ -15,6 +15,8 @@ use crate::config::{BackendConfig, Config, ConfigError, INLINE_RULE, Rules};
 use crate::envoy::{EnvoyConfig, EnvoyConfigError, EnvoyOptions};
 use crate::inline::InlineConfig;
 use crate::metrics::{self, DecisionCounters};
+use crate::overrides::Overrides;
+use crate::shared_rules::{self, Shared, StoreError};
 use crate::stats::{Stats, Traffic};
 use crate::ui::UiConfig;
 
@@ -28,7 +30,8 @@ pub struct Live {
     pub admin_token: Option<AdminToken>,
     /// Whether inline checks are served, and their bounds.
     pub inline: InlineConfig,
-    /// Whether the dashboard and `/v1/stats` are served, and to whom.
+    /// Whether the dashboard and `/v1/stats` are served, and to whom (the rules file's, also
+    /// with the rules from Redis).
     pub ui: UiConfig,
     /// What each rule's decisions are counted in, by rule name, inline checks under
     /// [`INLINE_RULE`]: one lookup per decision.
@@ -46,15 +49,17 @@ pub struct Counted {
 
 impl Live {
     pub(crate) fn new(config: Config) -> Self {
-        let counters = config
-            .rules
+        Self::of(config.rules, config.admin_token.as_deref().map(AdminToken::new), config.inline, config.ui)
+    }
+
+    fn of(rules: Rules, admin_token: Option<AdminToken>, inline: InlineConfig, ui: UiConfig) -> Self {
+        let counters = rules
             .iter()
             .map(|r| r.name.as_str())
             .chain([INLINE_RULE])
             .map(|name| (name.to_owned(), Counted { decisions: DecisionCounters::new(name), traffic: None }))
             .collect();
-        let admin_token = config.admin_token.as_deref().map(AdminToken::new);
-        Self { rules: config.rules, admin_token, inline: config.inline, ui: config.ui, counters }
+        Self { rules, admin_token, inline, ui, counters }
     }
 
     /// This configuration with its rules' traffic from `stats`, which forgets removed rules'.
@@ -86,6 +91,12 @@ pub struct App {
     config_path: Option<PathBuf>,
     backend_config: BackendConfig,
     backend_seconds: Histogram,
+    /// The per-key overrides in force.
+    pub overrides: Overrides,
+    shared: Option<Shared>,
+    /// Serializes changes of the live configuration (the rules file's, Redis' rules), each
+    /// built from the one in force.
+    changing: Mutex<()>,
     /// The dashboard's live traffic.
     pub stats: Stats,
 }
@@ -101,6 +112,11 @@ impl App {
             None => EnvoyConfig::default(),
         };
         let backend = AnyBackend::connect(&config.backend).await?;
+        let shared = Shared::connect(&config).await?;
+        if config.rules_from_redis && shared.is_none() {
+            return Err(StartError::RulesFromRedisWithoutRedis);
+        }
+        let overrides = Overrides::new(config.max_overrides);
         ::metrics::gauge!(metrics::RULES).set(config.rules.len() as f64);
         let (envoy_dir, envoy_options) = (config.envoy_config.clone(), config.envoy.clone());
         let backend_config = config.backend.clone();
@@ -115,8 +131,27 @@ impl App {
             envoy_options,
             config_path,
             backend_config,
+            overrides,
+            shared,
+            changing: Mutex::new(()),
             stats,
         })
+    }
+
+    /// The rules and overrides shared through Redis, on a Redis backend.
+    pub fn shared(&self) -> Option<&Shared> {
+        self.shared.as_ref()
+    }
+
+    /// Puts `rules` and `inline` in force, keeping the admin token: the rules shared through
+    /// Redis. Returns the configuration they replace.
+    pub(crate) fn put_shared_rules(&self, rules: Rules, inline: InlineConfig) -> Arc<Live> {
+        let _changing = self.changing.lock().unwrap_or_else(PoisonError::into_inner);
+        let old = self.live();
+        ::metrics::gauge!(metrics::RULES).set(rules.len() as f64);
+        let live = Arc::new(Live::of(rules, old.admin_token.clone(), inline, old.ui).tracked(&self.stats));
+        *self.live.write().unwrap_or_else(PoisonError::into_inner) = live;
+        old
     }
 
     /// The configuration in force now.
@@ -173,23 +208,33 @@ impl App {
         let Some(path) = &self.config_path else {
             return Ok(self.live().rules.len());
         };
-        let result = Config::load(path);
+        let from_redis = self.shared.as_ref().is_some_and(Shared::rules_from_redis);
+        let result = Config::load(path).and_then(|c| shared_rules::check_local(c, from_redis, path));
         let outcome = if result.is_ok() { "ok" } else { "failed" };
         ::metrics::counter!(metrics::RELOADS, "result" => outcome).increment(1);
         let config = result?;
         if config.backend != self.backend_config {
             warn!(path = %path.display(), "backend settings changed in the rules file; they apply at the next start");
         }
-        let rules = config.rules.len();
-        ::metrics::gauge!(metrics::RULES).set(rules as f64);
-        let admin_was = self.live().admin_token.is_some();
-        if admin_was != config.admin_token.is_some() {
+        let _changing = self.changing.lock().unwrap_or_else(PoisonError::into_inner);
+        let old = self.live();
+        if old.admin_token.is_some() != config.admin_token.is_some() {
             warn!(path = %path.display(), "{}", admin_state(config.admin_token.is_some()));
         }
-        if config.ui.enabled != self.live().ui.enabled {
+        let admin_token = config.admin_token.as_deref().map(AdminToken::new);
+        // With the rules from Redis, the file holds the admin token only.
+        if config.ui.enabled != old.ui.enabled {
             self.stats.track_domains(self.envoy().domains(), config.ui.enabled);
         }
-        *self.live.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(Live::new(config).tracked(&self.stats));
+        let live = if from_redis {
+            Live::of(old.rules.clone(), admin_token, old.inline.clone(), config.ui)
+        } else {
+            Live::of(config.rules, admin_token, config.inline, config.ui)
+        };
+        let live = live.tracked(&self.stats);
+        let rules = live.rules.len();
+        ::metrics::gauge!(metrics::RULES).set(rules as f64);
+        *self.live.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(live);
         info!(path = %path.display(), rules, "rules reloaded");
         Ok(rules)
     }
@@ -225,4 +270,10 @@ pub enum StartError {
     /// The Envoy configuration directory is invalid.
     #[error(transparent)]
     Envoy(#[from] EnvoyConfigError),
+    /// The shared rules and overrides could not be read from Redis.
+    #[error("shared rules and overrides: {0}")]
+    Shared(#[from] StoreError),
+    /// `rules_from_redis` without a Redis backend.
+    #[error("rules_from_redis needs a Redis backend (--redis, --redis-cluster or --redis-sentinel)")]
+    RulesFromRedisWithoutRedis,
 }
