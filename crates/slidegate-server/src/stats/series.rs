@@ -50,7 +50,7 @@ impl Slot {
     }
 }
 
-/// The ring: `SLOTS` slots of 3 counters and `BUCKETS` latency buckets (about 33 KiB whatever
+/// The ring: `SLOTS` slots of 3 counters and `BUCKETS` latency buckets (about 36 KB whatever
 /// the traffic).
 pub struct Series {
     slots: Box<[Slot]>,
@@ -201,6 +201,11 @@ mod tests {
             assert!(highest(b) <= us * 5 / 4 + 1, "{us}: top {} more than 25% over", highest(b));
         }
         assert_eq!(bucket(u32::MAX), BUCKETS - 1);
+    }
+
+    #[test]
+    fn the_ring_holds_36_kb_whatever_the_traffic() {
+        assert_eq!(SLOTS * size_of::<Slot>(), 36_000);
     }
 
     #[test]
