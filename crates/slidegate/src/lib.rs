@@ -31,10 +31,12 @@
 //! - [`quota`]: what a key may do — [`Quota`] (limit, window, [`Algorithm`], [`WarmUp`]).
 //! - [`decision`]: the answer — [`Decision`] (allowed, remaining, reset/retry after) and the
 //!   operator's view of a key, [`KeyState`].
-//! - [`reference`](mod@reference): each algorithm's semantics written plainly; the backends are tested against it.
+//! - [`spec`]: each algorithm's semantics written plainly and run: the specification every
+//!   backend is tested against.
 //! - [`backend`]: the [`Backend`] trait, where storage varies.
-//! - [`state`]: [`state::Counter`], what one key keeps and how it decides, shared by the memory
-//!   backend and the Redis module.
+//! - [`state`]: [`state::Counter`], what one key keeps and how it decides in production, shared
+//!   by the memory backend and the Redis module (it runs [`spec`]'s own code for the sliding
+//!   window, the fixed window and the GCRA); `snapshot.rs`, its persisted format.
 //! - [`memory`]: [`MemoryBackend`], the embedded, sharded, self-sweeping default.
 //! - `redis` (feature `redis`): [`RedisBackend`], sorted sets and one Lua script per decision.
 //! - [`limiter`]: [`Limiter`], the front door that validates input once.
@@ -54,9 +56,10 @@ pub mod memory;
 pub mod quota;
 #[cfg(feature = "redis")]
 pub mod redis;
-pub mod reference;
 pub mod resilience;
 pub mod slot;
+mod snapshot;
+pub mod spec;
 pub mod state;
 
 pub use backend::{Backend, Check};
