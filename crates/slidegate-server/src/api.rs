@@ -304,6 +304,7 @@ impl<'de> Deserialize<'de> for Checks {
 /// A check resolved against the rules: the policy name for headers, the backend key, the quota.
 struct Resolved {
     policy: String,
+    /// The backend key: [`slidegate::rule_key`] of the rule and the caller's key.
     key: String,
     quota: Quota,
     cost: u64,
@@ -372,13 +373,8 @@ impl CheckBody {
             }
         };
         slidegate::validate_key(&key)?;
-        // `<rule>:{<key>}`: readable for operators, unambiguous (rule names hold no `:`), and a
-        // hash tag, so one rule's key stays in one Redis Cluster slot.
-        let mut backend_key = String::with_capacity(policy.len() + key.len() + 3);
-        for part in [policy.as_str(), ":{", key.as_str(), "}"] {
-            backend_key.push_str(part);
-        }
-        Ok(Resolved { policy, key: backend_key, quota, cost: self.cost.unwrap_or(1) })
+        let key = slidegate::rule_key(&policy, &key);
+        Ok(Resolved { policy, key, quota, cost: self.cost.unwrap_or(1) })
     }
 }
 

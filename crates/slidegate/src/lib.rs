@@ -44,13 +44,16 @@
 //!   does when the backend fails, and how it spares the backend keys already over their limit.
 //! - [`clock`]: [`Clock`]; [`SystemClock`], the TSC-fast [`MonotonicClock`], and [`ManualClock`]
 //!   for tests.
-//! - [`slot`]: Redis Cluster slots and the [`hash_tag`] helper for atomic multi-limit checks.
+//! - [`key`]: the names keys take in a backend: a rule's key [`rule_key`], `<rule>:{<key>}`, the
+//!   one format every surface uses, and [`hash_tag`] for atomic multi-limit checks.
+//! - [`slot`]: Redis Cluster slots ([`key_slot`]).
 //! - [`error`]: [`Error`], the one error type, and [`ErrorClass`]: whom an error is on.
 
 pub mod backend;
 pub mod clock;
 pub mod decision;
 pub mod error;
+pub mod key;
 pub mod limiter;
 pub mod memory;
 pub mod quota;
@@ -66,6 +69,7 @@ pub use backend::{Backend, Check};
 pub use clock::{Clock, ManualClock, MonotonicClock, SystemClock};
 pub use decision::{Decision, KeyState, MultiDecision};
 pub use error::{Error, ErrorClass};
+pub use key::{RuleKey, hash_tag, rule_key};
 pub use limiter::{Limiter, MAX_CHECKS, MAX_KEY_LEN, validate_key};
 pub use memory::MemoryBackend;
 pub use quota::{Algorithm, MAX_LIMIT, MAX_LOG_LIMIT, MAX_WINDOW, Quota, WarmUp};
@@ -74,4 +78,4 @@ pub use redis::{
     MAX_SCRIPT_LOG_COST, PipelinedConnection, RedisBackend, RedisClusterBackend, RedisEngine, RedisSentinelBackend,
 };
 pub use resilience::{CircuitBreaker, FailurePolicy, NearCache};
-pub use slot::{hash_tag, key_slot};
+pub use slot::key_slot;

@@ -192,6 +192,11 @@ impl EnvoyConfig {
         if spec.domain.is_empty() {
             return Err("domain must not be empty".into());
         }
+        if spec.domain.contains('{') {
+            // A descriptor's backend key begins with its domain: with a `{` there, it could be
+            // the key of a rule of the rules file (`descriptor_key`).
+            return Err(format!("domain {:?} must not contain `{{`", spec.domain));
+        }
         if self.domains.contains_key(&spec.domain) {
             return Err(format!("duplicate domain {:?}", spec.domain));
         }
@@ -468,6 +473,7 @@ descriptors:
         );
         assert!(err("domain: d\ndescriptors:\n  - key: k\n    colour: red\n").contains("colour"));
         assert!(err("domain: \"\"\n").contains("domain"));
+        assert!(err("domain: \"{edge\"\n").contains("must not contain"));
         assert!(err("domain: d\ndescriptors:\n  - key: k\n  - key: k\n").contains("duplicate"));
         let mut c = config();
         assert!(c.add(MONGO).is_err_and(|e| e.contains("duplicate domain")));
