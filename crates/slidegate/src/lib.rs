@@ -47,12 +47,14 @@
 //! - [`key`]: the names keys take in a backend: a rule's key [`rule_key`], `<rule>:{<key>}`, the
 //!   one format every surface uses, and [`hash_tag`] for atomic multi-limit checks.
 //! - [`slot`]: Redis Cluster slots ([`key_slot`]).
+//! - [`headers`]: the RateLimit header fields' names and values, for the HTTP surfaces.
 //! - [`error`]: [`Error`], the one error type, and [`ErrorClass`]: whom an error is on.
 
 pub mod backend;
 pub mod clock;
 pub mod decision;
 pub mod error;
+pub mod headers;
 pub mod key;
 pub mod limiter;
 pub mod memory;

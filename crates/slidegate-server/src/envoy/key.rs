@@ -1,7 +1,5 @@
 //! The backend key of a descriptor: the one place it is built.
 
-use std::fmt::Write as _;
-
 use slidegate::RuleKey;
 
 /// The backend key of a descriptor (`(key, value)` entries) of `domain`: a rule's key
@@ -62,8 +60,8 @@ fn part_len(part: &str) -> usize {
 }
 
 fn push_part(key: &mut String, part: &str) {
-    // Writing to a String cannot fail.
-    let _ = write!(key, "{}:", part.len());
+    key.push_str(itoa::Buffer::new().format(part.len()));
+    key.push(':');
     key.push_str(part);
 }
 

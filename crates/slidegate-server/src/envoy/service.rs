@@ -370,7 +370,7 @@ fn pb_duration(d: Duration) -> PbDuration {
 /// envoyproxy/ratelimit's optional headers, for the tightest limit of the request.
 fn rate_limit_headers(limit: &Limit, d: &Decision) -> Vec<HeaderValue> {
     let window = limit.unit.window().as_secs();
-    let reset = slidegate_tower::ceil_secs(d.retry_after.unwrap_or(d.reset_after));
+    let reset = slidegate::headers::ceil_secs(d.retry_after.unwrap_or(d.reset_after));
     [
         ("x-ratelimit-limit", format!("{}, {};w={window}", limit.requests_per_unit, limit.requests_per_unit)),
         ("x-ratelimit-remaining", d.remaining.to_string()),
