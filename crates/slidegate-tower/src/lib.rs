@@ -67,4 +67,5 @@ pub use service::{RateLimit, RateLimitBody};
 #[doc = include_str!("../../../docs/redis.md")]
 #[doc = include_str!("../../../docs/operations.md")]
 #[doc = include_str!("../../../docs/development.md")]
+#[doc = include_str!("../../../docs/architecture.md")]
 pub struct ReadmeDoctests;
