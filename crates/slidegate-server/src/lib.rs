@@ -25,6 +25,7 @@ pub mod backend;
 pub mod bench;
 pub mod config;
 pub mod envoy;
+pub mod grpc;
 pub mod http;
 pub mod inline;
 pub mod metrics;

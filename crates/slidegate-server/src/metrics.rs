@@ -17,6 +17,8 @@ pub const HTTP_SECONDS: &str = "slidegate_http_request_seconds";
 pub const HTTP_CONNECTIONS: &str = "slidegate_http_connections";
 /// HTTP connections refused because `max_connections` were open.
 pub const HTTP_CONNECTIONS_REFUSED: &str = "slidegate_http_connections_refused_total";
+/// gRPC connections refused because `max_connections` were open.
+pub const GRPC_CONNECTIONS_REFUSED: &str = "slidegate_grpc_connections_refused_total";
 /// The number of active rules.
 pub const RULES: &str = "slidegate_rules";
 /// Rules file reloads by result (`ok` / `failed`).

@@ -93,7 +93,7 @@ pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
         let _ = stop_tx.send(true);
     });
     let grpc_server = match grpc {
-        Some(addr) => Some(serve_grpc(addr, Arc::clone(&app), stopped(stop_rx.clone())).await?),
+        Some(addr) => Some(serve_grpc(addr, Arc::clone(&app), limits, stopped(stop_rx.clone())).await?),
         None => None,
     };
     let watcher = tokio::spawn(watch_config(Arc::clone(&app)));
@@ -172,20 +172,20 @@ fn log_start(app: &App, addr: SocketAddr, where_: &str, limits: &HttpLimits) {
     }
 }
 
-/// Binds `addr` and serves the Envoy rate limit service there until `shutdown` completes.
+/// Binds `addr` and serves the Envoy rate limit service there, within `limits`, until
+/// `shutdown` completes.
 async fn serve_grpc(
     addr: SocketAddr,
     app: Arc<App>,
+    limits: HttpLimits,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<tokio::task::JoinHandle<Result<(), tonic::transport::Error>>> {
     let listener = TcpListener::bind(addr).await.with_context(|| format!("binding {addr} (gRPC)"))?;
     info!("slidegate serving Envoy rate limit gRPC on {}, {} domains", listener.local_addr()?, app.envoy().len());
     let service = RateLimitServiceServer::new(EnvoyRateLimit::new(app))
         .max_decoding_message_size(crate::envoy::MAX_REQUEST_BYTES);
-    let incoming = tonic::transport::server::TcpIncoming::from(listener);
-    Ok(tokio::spawn(async move {
-        tonic::transport::Server::builder().add_service(service).serve_with_incoming_shutdown(incoming, shutdown).await
-    }))
+    let routes = tonic::service::Routes::new(service);
+    Ok(tokio::spawn(crate::grpc::serve(listener, routes, limits, shutdown)))
 }
 
 /// Serves `app` on `listener` within `limits` until `shutdown` completes; requests in flight
