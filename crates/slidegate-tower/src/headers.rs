@@ -44,14 +44,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_denial_of_two_policies_fills_every_header() {
-        let (a, b) = (Quota::per_second(10).expect("q"), Quota::per_hour(1_000).expect("q"));
-        let da = Decision::denied(10, 0, Duration::from_millis(900), Duration::from_millis(1_200));
-        let db = Decision::held(1_000, 7, Duration::from_secs(3_599));
-        let h = rate_limit_headers(&[("api", &a, &da), ("daily", &b, &db)], Some(Duration::from_millis(1_200)));
-        assert_eq!(h["ratelimit-policy"], r#""api";q=10;w=1, "daily";q=1000;w=3600"#);
-        assert_eq!(h["ratelimit"], r#""api";r=0;t=2, "daily";r=7;t=3599"#);
-        assert_eq!(h["retry-after"], "2");
+    fn every_value_lands_under_its_name() {
+        let q = Quota::per_second(10).expect("q");
+        let denied = Decision::denied(10, 0, Duration::from_millis(900), Duration::from_millis(1_200));
+        let values = RateLimitHeaders::new(&[("api", &q, &denied)], denied.retry_after);
+        let h = rate_limit_headers(&[("api", &q, &denied)], denied.retry_after);
+        assert_eq!(h["ratelimit-policy"], values.policy);
+        assert_eq!(h["ratelimit"], values.state);
+        assert_eq!(Some(h["retry-after"].to_str().expect("ascii")), values.retry_after.as_deref());
         assert_eq!(h.len(), 3);
+        let admitted = Decision::allowed(10, 9, Duration::from_secs(1));
+        assert_eq!(rate_limit_headers(&[("api", &q, &admitted)], None).len(), 2, "no Retry-After");
     }
 }
