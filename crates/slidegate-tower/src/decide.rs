@@ -62,6 +62,7 @@ impl<B: Backend> Shared<B> {
             if !rule.matches(request) {
                 continue;
             }
+            // Room for the usual key (an IPv6 address, a user id) without growing.
             let mut key = RuleKey::new(&rule.name, 45);
             if !extract_part(&*rule.key, request, key.key_mut()).map_err(|r| (i, r))? {
                 continue;
