@@ -14,7 +14,7 @@
 //! changes.
 //!
 //! - **One name per (rule, key)** when `rule` holds no `{` (rule names are
-//!   `[A-Za-z0-9_.-]`, Envoy domains are refused with a `{`): the first `{` is then the one
+//!   `[A-Za-z0-9_.-]`; an Envoy domain that holds one is refused): the first `{` is then the one
 //!   written after the rule, so the name reads back into exactly one rule and one key, whatever
 //!   the key holds — `{`, `}` and `:` included.
 //! - **One slot per key**: the braces make the key the Redis Cluster hash tag (up to its first
