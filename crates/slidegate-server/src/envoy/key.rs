@@ -26,9 +26,23 @@ use slidegate::RuleKey;
 /// assert_eq!(descriptor_key("edge", &[("user", "alice")]), "4:edge:{4:user=5:alice}");
 /// ```
 pub fn descriptor_key(domain: &str, entries: &[(&str, &str)]) -> String {
+    shared_descriptor_key(domain, entries, &[])
+}
+
+/// [`descriptor_key`] for a descriptor whose entry `i` matched a `share_threshold` wildcard
+/// (`shared[i]`, the pattern's text): all values matching it share one key, where the value's
+/// place holds `*` and the pattern, `*<len>:<pattern>`. A value's part always starts with a
+/// digit, so no value — not even one spelt like the pattern — reaches a shared key.
+///
+/// ```
+/// use slidegate_server::envoy::key::shared_descriptor_key;
+///
+/// assert_eq!(shared_descriptor_key("d", &[("path", "/a/b")], &[Some("/a/*")]), "1:d:{4:path=*4:/a/*}");
+/// ```
+pub fn shared_descriptor_key(domain: &str, entries: &[(&str, &str)], shared: &[Option<&str>]) -> String {
     let mut rule = String::with_capacity(part_len(domain));
     push_part(&mut rule, domain);
-    let mut key = RuleKey::new(&rule, descriptor_len(entries));
+    let mut key = RuleKey::new(&rule, descriptor_len(entries) + 1);
     let out = key.key_mut();
     for (i, (k, v)) in entries.iter().enumerate() {
         if i > 0 {
@@ -36,7 +50,13 @@ pub fn descriptor_key(domain: &str, entries: &[(&str, &str)]) -> String {
         }
         push_part(out, k);
         out.push('=');
-        push_part(out, v);
+        match shared.get(i).copied().flatten() {
+            Some(pattern) => {
+                out.push('*');
+                push_part(out, pattern);
+            }
+            None => push_part(out, v),
+        }
     }
     key.finish()
 }
@@ -105,6 +125,8 @@ mod tests {
             ("edge:{4", &[("user", "alice")]),
             ("edg", &[("e", "user")]),
         ];
+        let shared = shared_descriptor_key("edge", &[("user", "alice.path_/x")], &[Some("alice*")]);
+        assert!(lists.iter().all(|(d, e)| descriptor_key(d, e) != shared), "{shared}");
         for (i, (d1, e1)) in lists.iter().enumerate() {
             for (d2, e2) in &lists[i + 1..] {
                 assert_ne!(descriptor_key(d1, e1), descriptor_key(d2, e2), "{d1} {e1:?} / {d2} {e2:?}");

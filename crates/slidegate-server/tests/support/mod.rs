@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+pub mod envoy;
+
 /// A `slidegate serve` child process.
 pub struct Slidegate {
     child: Child,
@@ -18,11 +20,17 @@ pub struct Slidegate {
 impl Slidegate {
     /// Starts `slidegate serve --http 127.0.0.1:<free> <args>` and waits (bounded) for /healthz.
     pub fn serve(args: &[&str]) -> Self {
+        Self::serve_with_env(args, &[])
+    }
+
+    /// [`Slidegate::serve`] with environment variables `env` set.
+    pub fn serve_with_env(args: &[&str], env: &[(&str, &str)]) -> Self {
         let port = slidegate_testkit::free_port();
         let log = std::env::temp_dir().join(format!("slidegate-serve-{}-{port}.log", std::process::id()));
         let child = Command::new(env!("CARGO_BIN_EXE_slidegate"))
             .args(["serve", "--http", &format!("127.0.0.1:{port}")])
             .args(args)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).expect("log file"))
@@ -90,6 +98,36 @@ fn blocking_get(url: &str) -> Option<()> {
     let mut out = String::new();
     s.read_to_string(&mut out).ok()?;
     out.starts_with("HTTP/1.1 200").then_some(())
+}
+
+/// Runs `slidegate <args>` to its end (within a minute): its exit status and standard error.
+pub fn run_to_exit(args: &[&str]) -> (ExitStatus, String) {
+    let log = std::env::temp_dir().join(format!(
+        "slidegate-run-{}-{}.log",
+        std::process::id(),
+        slidegate_testkit::free_port()
+    ));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_slidegate"))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log file"))
+        .spawn()
+        .expect("start slidegate");
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break status;
+        }
+        if started.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("slidegate {args:?} still running after 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let stderr = std::fs::read_to_string(&log).unwrap_or_default();
+    let _ = std::fs::remove_file(&log);
+    (status, stderr)
 }
 
 /// A rules file in a temporary folder, removed on drop.
