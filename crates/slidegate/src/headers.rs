@@ -46,28 +46,63 @@ impl RateLimitHeaders {
     /// when `retry_after` is given. Every number is rounded up to whole seconds: a client that
     /// waits this long is never early.
     pub fn new(items: &[(&str, &Quota, &Decision)], retry_after: Option<Duration>) -> Self {
-        let (mut policy, mut state) =
-            (String::with_capacity(40 * items.len()), String::with_capacity(40 * items.len()));
-        let mut digits = itoa::Buffer::new();
-        for (i, (name, q, d)) in items.iter().enumerate() {
-            if i > 0 {
-                policy.push_str(", ");
-                state.push_str(", ");
-            }
-            for (out, first, x, second, y) in [
-                (&mut policy, "\";q=", q.limit(), ";w=", ceil_secs(q.window()).max(1)),
-                (&mut state, "\";r=", d.remaining, ";t=", ceil_secs(d.retry_after.unwrap_or(d.reset_after))),
-            ] {
-                out.push('"');
-                out.push_str(name);
-                out.push_str(first);
-                out.push_str(digits.format(x));
-                out.push_str(second);
-                out.push_str(digits.format(y));
-            }
+        let mut headers = Self::with_capacity(items.len());
+        for (name, q, d) in items {
+            let reset = ceil_secs(d.retry_after.unwrap_or(d.reset_after));
+            headers.push(name, q.limit(), ceil_secs(q.window()).max(1), d.remaining, reset);
         }
-        let retry_after = retry_after.map(|r| digits.format(ceil_secs(r).max(1)).to_owned());
-        Self { policy, state, retry_after }
+        headers.retry_after = retry_after.map(|r| itoa::Buffer::new().format(ceil_secs(r).max(1)).to_owned());
+        headers
+    }
+
+    /// No policy yet, with room for `policies`.
+    pub fn with_capacity(policies: usize) -> Self {
+        Self {
+            policy: String::with_capacity(40 * policies),
+            state: String::with_capacity(40 * policies),
+            retry_after: None,
+        }
+    }
+
+    /// Appends one policy: `"<name>";q=<limit>;w=<window_secs>` to [`POLICY`] and
+    /// `"<name>";r=<remaining>;t=<reset_secs>` to [`STATE`]. The name is written as a
+    /// structured-field string: quoted, `"` and `\` escaped, anything but printable ASCII as `?`
+    /// (names may come from a request).
+    pub fn push(&mut self, name: &str, limit: u64, window_secs: u64, remaining: u64, reset_secs: u64) {
+        let mut digits = itoa::Buffer::new();
+        for (out, first, x, second, y) in [
+            (&mut self.policy, "\";q=", limit, ";w=", window_secs),
+            (&mut self.state, "\";r=", remaining, ";t=", reset_secs),
+        ] {
+            if !out.is_empty() {
+                out.push_str(", ");
+            }
+            out.push('"');
+            push_escaped(out, name);
+            out.push_str(first);
+            out.push_str(digits.format(x));
+            out.push_str(second);
+            out.push_str(digits.format(y));
+        }
+    }
+}
+
+/// `text` inside a structured-field string: `"` and `\` escaped, anything but printable ASCII
+/// replaced by `?`. Rule names, the common case, are copied as they are.
+fn push_escaped(out: &mut String, text: &str) {
+    if text.bytes().all(|b| matches!(b, b' '..=b'~') && b != b'"' && b != b'\\') {
+        out.push_str(text);
+        return;
+    }
+    for c in text.chars() {
+        match c {
+            '"' | '\\' => {
+                out.push('\\');
+                out.push(c);
+            }
+            ' '..='~' => out.push(c),
+            _ => out.push('?'),
+        }
     }
 }
 
@@ -89,6 +124,16 @@ mod tests {
         assert_eq!(h.policy, r#""api";q=10;w=1, "daily";q=1000;w=3600"#);
         assert_eq!(h.state, r#""api";r=0;t=2, "daily";r=7;t=3599"#);
         assert_eq!(h.retry_after.as_deref(), Some("2"));
+    }
+
+    #[test]
+    fn names_are_structured_field_strings() {
+        let mut h = RateLimitHeaders::with_capacity(2);
+        h.push("per_ip", 10, 60, 7, 30);
+        h.push("d.path_\"x\"\\\u{e9}", 100, 3_600, 0, 2);
+        assert_eq!(h.policy, r#""per_ip";q=10;w=60, "d.path_\"x\"\\?";q=100;w=3600"#);
+        assert_eq!(h.state, r#""per_ip";r=7;t=30, "d.path_\"x\"\\?";r=0;t=2"#);
+        assert_eq!(h.retry_after, None);
     }
 
     #[test]
