@@ -14,6 +14,9 @@
 //! - [`admin`]: the admin token, compared in constant time.
 //! - [`redact`](mod@redact): passwords out of every log line and answer.
 //! - [`envoy`]: the Envoy rate limit service (gRPC) and envoyproxy/ratelimit's YAML files.
+//! - [`overrides`]: per-key overrides of a rule's limit, set through the admin routes.
+//! - [`shared_rules`]: rules and overrides shared by every instance through Redis, and
+//!   `slidegate rules push | show`.
 //! - [`metrics`]: metric names and the Prometheus recorder.
 //! - `bench`: the load generator (with the `bench` feature).
 
@@ -31,5 +34,7 @@ pub mod inline;
 pub mod metrics;
 #[cfg(test)]
 mod mutate;
+pub mod overrides;
 pub mod redact;
 pub mod server;
+pub mod shared_rules;

@@ -3,7 +3,7 @@
 #![allow(dead_code, unreachable_pub)] // each test file uses a different part
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -100,18 +100,22 @@ fn blocking_get(url: &str) -> Option<()> {
     out.starts_with("HTTP/1.1 200").then_some(())
 }
 
-/// Runs `slidegate <args>` to its end (within a minute): its exit status and standard error.
-pub fn run_to_exit(args: &[&str]) -> (ExitStatus, String) {
-    let log = std::env::temp_dir().join(format!(
-        "slidegate-run-{}-{}.log",
-        std::process::id(),
-        slidegate_testkit::free_port()
-    ));
+/// Runs `slidegate <args>` to its end (within a minute): its exit status and output. The
+/// output goes through files, so a long one cannot fill a pipe and stall the child.
+pub fn run<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Output {
+    let file = |name: &str| {
+        std::env::temp_dir().join(format!(
+            "slidegate-run-{}-{}.{name}",
+            std::process::id(),
+            slidegate_testkit::free_port()
+        ))
+    };
+    let (out, err) = (file("out"), file("err"));
     let mut child = Command::new(env!("CARGO_BIN_EXE_slidegate"))
         .args(args)
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).expect("log file"))
+        .stdout(std::fs::File::create(&out).expect("output file"))
+        .stderr(std::fs::File::create(&err).expect("error file"))
         .spawn()
         .expect("start slidegate");
     let started = Instant::now();
@@ -121,13 +125,22 @@ pub fn run_to_exit(args: &[&str]) -> (ExitStatus, String) {
         }
         if started.elapsed() > Duration::from_secs(60) {
             let _ = child.kill();
-            panic!("slidegate {args:?} still running after 60 s");
+            panic!("slidegate still running after 60 s");
         }
         std::thread::sleep(Duration::from_millis(20));
     };
-    let stderr = std::fs::read_to_string(&log).unwrap_or_default();
-    let _ = std::fs::remove_file(&log);
-    (status, stderr)
+    let read = |path: &PathBuf| {
+        let bytes = std::fs::read(path).unwrap_or_default();
+        let _ = std::fs::remove_file(path);
+        bytes
+    };
+    Output { status, stdout: read(&out), stderr: read(&err) }
+}
+
+/// Runs `slidegate <args>` to its end (within a minute): its exit status and standard error.
+pub fn run_to_exit(args: &[&str]) -> (ExitStatus, String) {
+    let out = run(args);
+    (out.status, String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
 /// A rules file in a temporary folder, removed on drop.
