@@ -166,7 +166,7 @@ fn track<'a>(registry: &Mutex<TrafficMap>, names: impl Iterator<Item = &'a str>,
     kept
 }
 
-/// The caller's key inside a rule's backend key `<rule>:{<key>}` (`api::rule_key`'s inverse); the whole backend key when it
+/// The caller's key inside a rule's backend key `<rule>:{<key>}` ([`slidegate::rule_key`]'s inverse); the whole backend key when it
 /// is not of that shape.
 pub fn client_key<'a>(backend_key: &'a str, rule: &str) -> &'a str {
     backend_key
