@@ -35,14 +35,18 @@
 //! - [`peer`]: [`PeerIp`], the client's address, behind [`TrustedProxies`] that write one
 //!   [`ForwardedHeader`].
 //! - [`headers`]: the RateLimit header values, shared with the slidegate service.
+//! - `grpc`: the answers to gRPC calls (`RESOURCE_EXHAUSTED` with the retry delay).
+//! - [`metrics`]: the metric names.
 //! - [`error`]: [`Error`], for settings that cannot work; [`Rejection`], for requests that
 //!   cannot be counted.
 
 mod decide;
 pub mod error;
+mod grpc;
 pub mod headers;
 pub mod key;
 pub mod layer;
+pub mod metrics;
 pub mod peer;
 pub mod rule;
 pub mod service;
