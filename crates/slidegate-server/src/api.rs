@@ -577,7 +577,7 @@ async fn render_metrics(State(app): State<Arc<App>>) -> impl IntoResponse {
     for name in ["memory", "lua", "module"] {
         ::metrics::gauge!(metrics::ENGINE, "engine" => name).set(if name == engine { 1.0 } else { 0.0 });
     }
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], metrics::handle().render())
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], metrics::handle().render())
 }
 
 async fn ready(State(app): State<Arc<App>>) -> Response {

@@ -146,7 +146,7 @@ impl App {
         };
         let result = Config::load(path);
         let outcome = if result.is_ok() { "ok" } else { "failed" };
-        ::metrics::counter!(metrics::RELOADS, "result" => outcome).increment(1);
+        ::metrics::counter!(metrics::RELOADS, "result" => outcome, "file" => "rules").increment(1);
         let config = result?;
         if config.backend != self.backend_config {
             warn!(path = %path.display(), "backend settings changed in the rules file; they apply at the next start");

@@ -262,17 +262,17 @@ async fn metrics_and_hot_reload_of_the_config_directory() {
     let number: &[(&str, &str)] = &[("to_number", "1")];
     e.ask("messaging", &[number], 0).await;
     let page = reqwest::get(e.server.url("/metrics")).await.expect("metrics").text().await.expect("text");
-    assert!(page.contains(r#"slidegate_envoy_total_hits{domain="messaging",key="to_number"} 1"#), "{page}");
-    assert!(page.contains(r#"slidegate_envoy_within_limit{domain="messaging",key="to_number"} 1"#), "{page}");
+    assert!(page.contains(r#"slidegate_envoy_hits_total{domain="messaging",key="to_number"} 1"#), "{page}");
+    assert!(page.contains(r#"slidegate_envoy_within_limit_total{domain="messaging",key="to_number"} 1"#), "{page}");
     // Under detailed_metric, each value is counted apart; the configured counters go on.
     for user in ["ann", "ann", "bob"] {
         e.ask("detail", &[&[("user", user)]], 0).await;
     }
     e.ask("messaging", &[number], 0).await;
     let page = reqwest::get(e.server.url("/metrics")).await.expect("metrics").text().await.expect("text");
-    assert!(page.contains(r#"slidegate_envoy_total_hits{domain="detail",key="user_ann"} 2"#), "{page}");
-    assert!(page.contains(r#"slidegate_envoy_total_hits{domain="detail",key="user_bob"} 1"#), "{page}");
-    assert!(page.contains(r#"slidegate_envoy_total_hits{domain="messaging",key="to_number"} 2"#), "{page}");
+    assert!(page.contains(r#"slidegate_envoy_hits_total{domain="detail",key="user_ann"} 2"#), "{page}");
+    assert!(page.contains(r#"slidegate_envoy_hits_total{domain="detail",key="user_bob"} 1"#), "{page}");
+    assert!(page.contains(r#"slidegate_envoy_hits_total{domain="messaging",key="to_number"} 2"#), "{page}");
     // Lower the limit to 1 a day: the next request is over.
     std::fs::write(e.dir.0.join("messaging.yaml"), MESSAGING.replace("requests_per_unit: 100", "requests_per_unit: 1"))
         .expect("write");
@@ -443,7 +443,8 @@ async fn a_bad_descriptor_never_lifts_an_over_limit_one(extra: &[&str]) {
         let line = format!(r#"slidegate_envoy_invalid_descriptors_total{{domain="mixed",reason="{reason}"}} {n}"#);
         assert!(page.lines().any(|l| l == line), "{line} in {page}");
     }
-    let capped = format!(r#"slidegate_envoy_over_limit{{domain="mixed",key="header"}} {}"#, slidegate::MAX_LIMIT + 1);
+    let capped =
+        format!(r#"slidegate_envoy_over_limit_total{{domain="mixed",key="header"}} {}"#, slidegate::MAX_LIMIT + 1);
     assert!(page.lines().any(|l| l == capped), "u64::MAX hits counted as MAX_LIMIT + 1: {page}");
 }
 
@@ -479,10 +480,10 @@ async fn detailed_metric_series_stop_at_the_cap_and_the_rest_share_one_overflow_
         assert_eq!(e.send(r).await.overall_code, OK);
     }
     let page = e.metrics().await;
-    let series = page.lines().filter(|l| l.starts_with(r#"slidegate_envoy_total_hits{domain="capped","#)).count();
+    let series = page.lines().filter(|l| l.starts_with(r#"slidegate_envoy_hits_total{domain="capped","#)).count();
     assert_eq!(series, MAX_DETAILED_SERIES + 1, "the cap, and one overflow series");
-    assert!(page.contains(r#"slidegate_envoy_total_hits{domain="capped",key="user_u0"} 1"#));
-    let overflow = format!(r#"slidegate_envoy_total_hits{{domain="capped",key="user._overflow_"}} {past_the_cap}"#);
+    assert!(page.contains(r#"slidegate_envoy_hits_total{domain="capped",key="user_u0"} 1"#));
+    let overflow = format!(r#"slidegate_envoy_hits_total{{domain="capped",key="user._overflow_"}} {past_the_cap}"#);
     assert!(page.lines().any(|l| l == overflow), "{overflow}");
 }
 
