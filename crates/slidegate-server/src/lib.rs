@@ -14,7 +14,10 @@
 //! - [`admin`]: the admin token, compared in constant time.
 //! - [`redact`](mod@redact): passwords out of every log line and answer.
 //! - [`envoy`]: the Envoy rate limit service (gRPC) and envoyproxy/ratelimit's YAML files.
+//! - [`health`]: the gRPC health service, following the backend's readiness.
 //! - [`metrics`]: metric names and the Prometheus recorder.
+//! - [`validate`](mod@validate): `slidegate validate`, everything `serve` loads, checked offline.
+//! - [`logging`]: text or JSON log lines.
 //! - `bench`: the load generator (with the `bench` feature).
 
 pub mod admin;
@@ -25,10 +28,13 @@ pub mod backend;
 pub mod bench;
 pub mod config;
 pub mod envoy;
+pub mod health;
 pub mod http;
 pub mod inline;
+pub mod logging;
 pub mod metrics;
 #[cfg(test)]
 mod mutate;
 pub mod redact;
 pub mod server;
+pub mod validate;

@@ -158,6 +158,19 @@ struct Level {
     any: HashMap<String, Node>,
 }
 
+impl Level {
+    /// The nodes with a limit, at this level and below.
+    fn limits(&self) -> usize {
+        let exact = self.exact.values().flat_map(HashMap::values);
+        let wildcard = self.wildcard.iter().map(|(_, _, node)| node);
+        exact
+            .chain(wildcard)
+            .chain(self.any.values())
+            .map(|node| usize::from(node.limit.is_some()) + node.children.limits())
+            .sum()
+    }
+}
+
 /// Every domain's descriptor tree.
 #[derive(Debug, Default)]
 pub struct EnvoyConfig {
@@ -227,6 +240,14 @@ impl EnvoyConfig {
     /// Whether `domain` is configured.
     pub fn contains_domain(&self, domain: &str) -> bool {
         self.domains.contains_key(domain)
+    }
+
+    /// Each domain's name and number of descriptors that carry a `rate_limit`, by name.
+    pub fn domains(&self) -> impl Iterator<Item = (&str, usize)> {
+        let mut domains: Vec<(&str, usize)> =
+            self.domains.iter().map(|(name, level)| (name.as_str(), level.limits())).collect();
+        domains.sort_unstable();
+        domains.into_iter()
     }
 
     /// The number of domains.

@@ -3,7 +3,7 @@
 #![allow(dead_code, unreachable_pub)] // each test file uses a different part
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -18,9 +18,15 @@ pub struct Slidegate {
 impl Slidegate {
     /// Starts `slidegate serve --http 127.0.0.1:<free> <args>` and waits (bounded) for /healthz.
     pub fn serve(args: &[&str]) -> Self {
+        Self::serve_with_env(args, &[])
+    }
+
+    /// [`Slidegate::serve`] with these environment variables set (and no `SLIDEGATE_*` or
+    /// `RUST_LOG` of the test's own environment).
+    pub fn serve_with_env(args: &[&str], env: &[(&str, &str)]) -> Self {
         let port = slidegate_testkit::free_port();
         let log = std::env::temp_dir().join(format!("slidegate-serve-{}-{port}.log", std::process::id()));
-        let child = Command::new(env!("CARGO_BIN_EXE_slidegate"))
+        let child = command(env)
             .args(["serve", "--http", &format!("127.0.0.1:{port}")])
             .args(args)
             .stdin(Stdio::null())
@@ -80,6 +86,38 @@ impl Drop for Slidegate {
     }
 }
 
+/// The real binary, with `env` and none of the variables it reads from the test's environment.
+pub fn command(env: &[(&str, &str)]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_slidegate"));
+    for (name, _) in std::env::vars() {
+        if name.starts_with("SLIDEGATE_") || name == "RUST_LOG" {
+            command.env_remove(name);
+        }
+    }
+    command.envs(env.iter().copied());
+    command
+}
+
+/// Runs the real binary with `args` and `env` to its end, within a deadline.
+pub fn run(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut child = command(env)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start slidegate");
+    let started = Instant::now();
+    while child.try_wait().expect("try_wait").is_none() {
+        if started.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("slidegate {args:?} still running after 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("output")
+}
+
 fn blocking_get(url: &str) -> Option<()> {
     use std::io::{Read, Write};
     let rest = url.strip_prefix("http://")?;
@@ -90,6 +128,13 @@ fn blocking_get(url: &str) -> Option<()> {
     let mut out = String::new();
     s.read_to_string(&mut out).ok()?;
     out.starts_with("HTTP/1.1 200").then_some(())
+}
+
+/// A gRPC channel to `addr` (`127.0.0.1:<port>`), for the generated clients that have no
+/// `connect` of their own.
+pub async fn grpc_channel(addr: &str) -> tonic::transport::Channel {
+    let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{addr}")).expect("a URI");
+    endpoint.connect().await.expect("connect")
 }
 
 /// A rules file in a temporary folder, removed on drop.
