@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use ::metrics::Histogram;
 use axum::body::Bytes;
-use axum::extract::rejection::{BytesRejection, PathRejection};
+use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
 use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -42,6 +42,10 @@ pub fn router(app: Arc<App>) -> Router {
         timed("/metrics", get(render_metrics)),
         timed("/healthz", get(|| async { Json(json!({"status": "ok"})) })),
         timed("/readyz", get(ready)),
+        timed(
+            "/openapi.json",
+            get(|| async { ([(header::CONTENT_TYPE, "application/json")], crate::openapi::DOCUMENT) }),
+        ),
     ];
     routes
         .into_iter()
@@ -506,14 +510,14 @@ fn admin_target(
     app: &App,
     headers: &HeaderMap,
     path: Result<Path<(String, String)>, PathRejection>,
-    tier: Option<&str>,
+    tier: Result<Option<String>, ApiError>,
 ) -> Result<(String, String, Quota), ApiError> {
-    // One snapshot for the token and the rule, as for a check.
+    // One snapshot for the token and the rule, as for a check; the path and query are looked
+    // at after the token, so an unauthorized caller learns nothing of them.
     let live = app.live();
     authorize(&live, headers)?;
     let Path((rule, key)) = path.map_err(|e| ApiError::bad_request("invalid_path", e.body_text()))?;
-    let body =
-        CheckBody { rule: Some(rule.clone()), key: Some(key), tier: tier.map(str::to_owned), ..CheckBody::default() };
+    let body = CheckBody { rule: Some(rule.clone()), key: Some(key), tier: tier?, ..CheckBody::default() };
     let resolved = body.resolve(&live)?;
     Ok((rule, resolved.key, resolved.quota))
 }
@@ -544,9 +548,10 @@ async fn inspect_key(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
     path: Result<Path<(String, String)>, PathRejection>,
-    Query(q): Query<TierQuery>,
+    query: Result<Query<TierQuery>, QueryRejection>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let (rule, backend_key, quota) = admin_target(&app, &headers, path, q.tier.as_deref())?;
+    let tier = query.map(|Query(q)| q.tier).map_err(|e| ApiError::bad_request("invalid_query", e.body_text()));
+    let (rule, backend_key, quota) = admin_target(&app, &headers, path, tier)?;
     let state = app.timed(app.limiter.inspect(&backend_key, &quota)).await?;
     Ok(Json(json!({
         "rule": rule,
@@ -564,7 +569,7 @@ async fn reset_key(
     headers: HeaderMap,
     path: Result<Path<(String, String)>, PathRejection>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let (rule, backend_key, _) = admin_target(&app, &headers, path, None)?;
+    let (rule, backend_key, _) = admin_target(&app, &headers, path, Ok(None))?;
     app.timed(app.limiter.reset(&backend_key)).await?;
     Ok(Json(json!({"rule": rule, "key": backend_key, "reset": true})))
 }

@@ -16,6 +16,7 @@
 //! - [`envoy`]: the Envoy rate limit service (gRPC) and envoyproxy/ratelimit's YAML files.
 //! - [`health`]: the gRPC health service, following the backend's readiness.
 //! - [`metrics`]: metric names and the Prometheus recorder.
+//! - [`openapi`](mod@openapi): the HTTP API's OpenAPI document.
 //! - [`validate`](mod@validate): `slidegate validate`, everything `serve` loads, checked offline.
 //! - [`logging`]: text or JSON log lines.
 //! - `bench`: the load generator (with the `bench` feature).
@@ -35,6 +36,7 @@ pub mod logging;
 pub mod metrics;
 #[cfg(test)]
 mod mutate;
+pub mod openapi;
 pub mod redact;
 pub mod server;
 pub mod validate;
