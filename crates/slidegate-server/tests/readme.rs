@@ -7,8 +7,8 @@
 
 mod support;
 
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output};
+use std::time::Duration;
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
@@ -56,22 +56,7 @@ fn at(text: &str, server: &Slidegate) -> String {
 
 /// Runs the real binary with `args`, within a deadline.
 fn slidegate(args: &[String]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_slidegate"))
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start slidegate");
-    let started = Instant::now();
-    while child.try_wait().expect("try_wait").is_none() {
-        if started.elapsed() > Duration::from_secs(60) {
-            let _ = child.kill();
-            panic!("slidegate {args:?} still running after 60 s");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().expect("output")
+    support::run(&args.iter().map(String::as_str).collect::<Vec<_>>(), &[])
 }
 
 #[tokio::test]
@@ -287,4 +272,52 @@ fn the_redis_module_loads_as_written() {
     assert_eq!(loaded, "OK");
     let answered: Vec<i64> = plain.query(&["SLIDEGATE.CHECK", "k", "sliding_log", "5", "10000", "1"]);
     assert_eq!(answered.first(), Some(&1), "{answered:?}");
+}
+
+#[tokio::test]
+async fn the_operations_commands_run_as_written() {
+    let lines = commands(&block(&doc("docs/operations.md"), "## Running it", "sh"));
+    assert_eq!(lines.len(), 2, "{lines:?}");
+
+    // `validate` with the documented rules file and Envoy configuration in place of the names.
+    let rules = RulesFile::new(&block(&doc("docs/service.md"), "## Rules file", "toml"));
+    let dir =
+        std::env::temp_dir().join(format!("slidegate-ops-{}-{}", std::process::id(), slidegate_testkit::free_port()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    std::fs::write(dir.join("edge.yaml"), block(&doc("docs/envoy.md"), "# Envoy's rate limit service", "yaml"))
+        .expect("write");
+    let files = |w: &str| match w {
+        "rules.toml" => rules.arg().to_owned(),
+        "./ratelimit-config" => dir.to_str().expect("utf-8").to_owned(),
+        other => other.to_owned(),
+    };
+    let validate: Vec<String> = lines[0].iter().map(|w| files(w)).collect();
+    assert_eq!(validate[..2], ["slidegate", "validate"]);
+    let out = slidegate(&validate[1..]);
+    let summary = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{summary}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(summary.contains("rules: 4 (api, search, sms, upload)"), "{summary}");
+    assert!(summary.contains("envoy domains: 1 (edge: "), "{summary}");
+    let _ = std::fs::remove_dir_all(&dir);
+
+    // `serve` with its leading VAR=value words as its environment: the gRPC port it names
+    // answers health checks, and the log is JSON.
+    let (env, command): (Vec<&String>, Vec<&String>) = lines[1].iter().partition(|w| w.starts_with("SLIDEGATE_"));
+    assert_eq!(command[..2], ["slidegate", "serve"]);
+    let grpc = format!("127.0.0.1:{}", slidegate_testkit::free_port());
+    let env: Vec<(&str, &str)> = env
+        .iter()
+        .map(|w| w.split_once('=').expect("VAR=value"))
+        .map(|(name, value)| (name, if name == "SLIDEGATE_GRPC" { grpc.as_str() } else { value }))
+        .collect();
+    assert_eq!(env.iter().map(|(n, _)| *n).collect::<Vec<_>>(), ["SLIDEGATE_GRPC", "SLIDEGATE_LOG_FORMAT"]);
+    let memory = RulesFile::new("[[rules]]\nname = \"sms\"\nlimit = 5\nwindow = \"60s\"\n");
+    let args: Vec<String> =
+        command[2..].iter().map(|w| if *w == "rules.toml" { memory.arg().to_owned() } else { (*w).clone() }).collect();
+    let server = Slidegate::serve_with_env(&args.iter().map(String::as_str).collect::<Vec<_>>(), &env);
+    let mut health = tonic_health::pb::health_client::HealthClient::new(support::grpc_channel(&grpc).await);
+    let status = health.check(tonic_health::pb::HealthCheckRequest::default()).await.expect("health").into_inner();
+    assert_eq!(status.status(), tonic_health::pb::health_check_response::ServingStatus::Serving);
+    let log = server.log_text();
+    assert!(log.lines().all(|l| serde_json::from_str::<Value>(l).is_ok()), "{log}");
 }
