@@ -237,7 +237,7 @@ fn refuse(stream: TcpStream) {
 /// An accept that failed: a connection reset before it was accepted is the client's; anything
 /// else (out of file descriptors) is logged and waited out a little, as accepting again at once
 /// would fail again at once.
-async fn accept_failed(e: std::io::Error) {
+pub(crate) async fn accept_failed(e: std::io::Error) {
     use std::io::ErrorKind::{ConnectionAborted, ConnectionRefused, ConnectionReset};
     if matches!(e.kind(), ConnectionAborted | ConnectionRefused | ConnectionReset) {
         return;

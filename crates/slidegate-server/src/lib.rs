@@ -14,6 +14,7 @@
 //! - [`admin`]: the admin token, compared in constant time.
 //! - [`redact`](mod@redact): passwords out of every log line and answer.
 //! - [`envoy`]: the Envoy rate limit service (gRPC) and envoyproxy/ratelimit's YAML files.
+//! - [`grpc`]: the gRPC listener — the HTTP listener's deadlines and connection cap.
 //! - [`health`]: the gRPC health service, following the backend's readiness.
 //! - [`metrics`]: metric names and the Prometheus recorder.
 //! - [`openapi`](mod@openapi): the HTTP API's OpenAPI document.
@@ -29,6 +30,7 @@ pub mod backend;
 pub mod bench;
 pub mod config;
 pub mod envoy;
+pub mod grpc;
 pub mod health;
 pub mod http;
 pub mod inline;

@@ -20,6 +20,8 @@ pub const HTTP_SECONDS: &str = "slidegate_http_request_seconds";
 pub const HTTP_CONNECTIONS: &str = "slidegate_http_connections";
 /// HTTP connections refused because `max_connections` were open.
 pub const HTTP_CONNECTIONS_REFUSED: &str = "slidegate_http_connections_refused_total";
+/// gRPC connections refused because `max_connections` were open.
+pub const GRPC_CONNECTIONS_REFUSED: &str = "slidegate_grpc_connections_refused_total";
 /// The number of active rules.
 pub const RULES: &str = "slidegate_rules";
 /// Reloads by `result` (`ok` / `failed`) and `file` (`rules`: the rules file; `envoy`: the

@@ -137,7 +137,7 @@ pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
         let _ = stop_tx.send(true);
     });
     let grpc_server = match grpc {
-        Some(addr) => Some(serve_grpc(addr, Arc::clone(&app), stopped(stop_rx.clone())).await?),
+        Some(addr) => Some(serve_grpc(addr, Arc::clone(&app), limits, stopped(stop_rx.clone())).await?),
         None => None,
     };
     let watcher = tokio::spawn(watch_config(Arc::clone(&app), seen));
@@ -213,10 +213,12 @@ fn log_start(app: &App, addr: SocketAddr, where_: &str, limits: &HttpLimits) {
     }
 }
 
-/// Binds `addr` and serves the Envoy rate limit service there until `shutdown` completes.
+/// Binds `addr` and serves the Envoy rate limit service there, within `limits`, until
+/// `shutdown` completes.
 async fn serve_grpc(
     addr: SocketAddr,
     app: Arc<App>,
+    limits: HttpLimits,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<tokio::task::JoinHandle<Result<(), tonic::transport::Error>>> {
     let listener = TcpListener::bind(addr).await.with_context(|| format!("binding {addr} (gRPC)"))?;
@@ -225,13 +227,9 @@ async fn serve_grpc(
     let readiness = tokio::spawn(crate::health::follow_readiness(reporter, Arc::clone(&app)));
     let service = RateLimitServiceServer::new(EnvoyRateLimit::new(app))
         .max_decoding_message_size(crate::envoy::MAX_REQUEST_BYTES);
-    let incoming = tonic::transport::server::TcpIncoming::from(listener);
+    let routes = tonic::service::Routes::new(health).add_service(service);
     Ok(tokio::spawn(async move {
-        let served = tonic::transport::Server::builder()
-            .add_service(health)
-            .add_service(service)
-            .serve_with_incoming_shutdown(incoming, shutdown)
-            .await;
+        let served = crate::grpc::serve(listener, routes, limits, shutdown).await;
         readiness.abort();
         served
     }))

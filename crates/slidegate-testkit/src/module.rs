@@ -17,8 +17,8 @@ const MODULE_NAME: &str = "slidegate";
 /// The module (`crates/slidegate-module`) this test binary loads:
 /// `<target>/<profile>/libslidegate_module.so` of the profile the test binary was built with
 /// (where both `cargo build -p slidegate-module` and `cargo test -p slidegate-module` leave
-/// it). `cargo test --workspace` builds it; a narrower `cargo test -p ...` needs
-/// `cargo build -p slidegate-module` first.
+/// it; `cargo test` alone leaves it in `deps/`). `scripts/test.sh` builds it first; a
+/// `cargo test` of your own needs `cargo build -p slidegate-module` (with the same profile) first.
 ///
 /// # Panics
 /// When the module is not built, or is stale: built from another checkout, or older than one

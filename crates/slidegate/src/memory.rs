@@ -237,13 +237,10 @@ impl MemoryBackend {
         let hash = self.inner.hasher.hash_one(key);
         let mut table = lock(&self.inner.shards[self.shard_index(hash)]);
         table.count_op(now);
-        // Only a full shard looks the key up twice: to know whether it needs room.
-        let max = self.inner.keys_per_shard;
-        if table.keys.len() >= max
-            && table.find_mut(hash, key, quota.algorithm()).is_none()
-            && !table.make_room(now, max, 1, &[])
+        if table.keys.len() >= self.inner.keys_per_shard
+            && let Some(refusal) = table.refuse_new_key(now, self.inner.keys_per_shard, hash, key, quota)
         {
-            return table.refusal(now, quota);
+            return refusal;
         }
         let entry = table.get_or_insert(hash, key, quota.algorithm());
         let decision = entry.counter.evaluate(now, quota, cost);
@@ -391,6 +388,16 @@ impl Table {
         true
     }
 
+    /// In a full shard, the refusal of `key` when it is new and no room can be made for it (the
+    /// key is looked up twice then: to know whether it needs room). Out of line, so that the
+    /// decision's common path stays small enough to be inlined whole.
+    #[cold]
+    #[inline(never)]
+    fn refuse_new_key(&mut self, now: u64, max: usize, hash: u64, key: &str, quota: &Quota) -> Option<Decision> {
+        let new = self.find_mut(hash, key, quota.algorithm()).is_none();
+        (new && !self.make_room(now, max, 1, &[])).then(|| self.refusal(now, quota))
+    }
+
     /// The answer to a new key that finds its shard full of keys at their limit: a denial until
     /// room can be made.
     fn refusal(&self, now: u64, quota: &Quota) -> Decision {
@@ -422,13 +429,20 @@ impl Entry {
     fn note(&mut self, now: u64, quota: &Quota, decision: &Decision) {
         let limited_for = match decision.retry_after {
             Some(retry) => retry,
-            None if decision.allowed && decision.remaining == 0 => {
-                self.counter.evaluate(now, quota, 1).retry_after.unwrap_or_default()
-            }
+            None if decision.allowed && decision.remaining == 0 => self.next_permit(now, quota),
             None => return,
         };
         let until = now.saturating_add(u64::try_from(limited_for.as_millis()).unwrap_or(u64::MAX));
         self.limited_until = self.limited_until.max(until);
+    }
+
+    /// When the next permit frees, after an admission that took the last one. Out of line: a
+    /// second call of [`Counter::evaluate`] inside the decision's path would keep the compiler
+    /// from inlining the first.
+    #[cold]
+    #[inline(never)]
+    fn next_permit(&mut self, now: u64, quota: &Quota) -> Duration {
+        self.counter.evaluate(now, quota, 1).retry_after.unwrap_or_default()
     }
 
     /// Records `cost` permits at `now`, after [`Counter::evaluate`] found that they fit.

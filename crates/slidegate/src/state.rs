@@ -281,7 +281,9 @@ impl Log {
         log
     }
 
-    #[inline]
+    // Always inlined: the memory backend runs it once per decision, where a call of its own
+    // would cost a few percent of the decision (BENCHMARKS.md, "What the bounds cost").
+    #[inline(always)]
     fn evaluate(&mut self, now: u64, quota: &Quota, cost: u64) -> Decision {
         let window = quota.window_ms();
         if self.oldest.saturating_add(window) <= now {

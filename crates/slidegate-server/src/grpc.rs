@@ -1,0 +1,155 @@
+//! The gRPC listener (the Envoy rate limit service): the same deadlines and connection cap as
+//! the HTTP listener ([`HttpLimits`]), so a client that opens connections and sends nothing, or
+//! opens many streams and never finishes them, cannot starve Envoy.
+//!
+//! - At most [`HttpLimits::max_connections`] gRPC connections are open (a cap of its own, apart
+//!   from the HTTP port's); one more is closed at once and counted in
+//!   `slidegate_grpc_connections_refused_total`.
+//! - A connection must send the whole HTTP/2 client preface (24 bytes) within
+//!   [`HttpLimits::header_read_timeout`] of being accepted, or it is closed without ever
+//!   reaching the HTTP/2 server; after the handshake, a peer that stops answering HTTP/2 pings
+//!   for [`KEEPALIVE_TIMEOUT`] is closed.
+//! - A connection carries at most [`MAX_STREAMS_PER_CONNECTION`] requests at once, a request's
+//!   headers are at most [`crate::http::MAX_HEAD_BYTES`], its message at most
+//!   [`crate::envoy::MAX_REQUEST_BYTES`], and it is answered within
+//!   [`HttpLimits::request_timeout`] (`CANCELLED` past it).
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::server::{Connected, TcpConnectInfo};
+
+use crate::http::HttpLimits;
+use crate::metrics;
+
+/// Concurrent requests (HTTP/2 streams) per connection: Envoy multiplexes its rate limit calls
+/// over a few connections, each far below this; more streams queue in the client.
+pub const MAX_STREAMS_PER_CONNECTION: u32 = 256;
+
+/// How often an idle connection is pinged, and how long the peer has to answer before the
+/// connection is closed: a vanished peer gives its slot back within a minute.
+pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
+/// See [`KEEPALIVE_INTERVAL`].
+pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The HTTP/2 client preface every gRPC client sends first.
+const PREFACE_LEN: usize = 24;
+
+/// Connections that sent their preface, waiting for the HTTP/2 server to take them. The
+/// server takes each at once; the bound only keeps a stalled server from queuing without end
+/// (the connection cap bounds it too).
+const ACCEPTED_QUEUE: usize = 64;
+
+/// Serves `routes` on `listener` within `limits` until `shutdown` completes.
+pub async fn serve(
+    listener: TcpListener,
+    routes: tonic::service::Routes,
+    limits: HttpLimits,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), tonic::transport::Error> {
+    let (ready, incoming) = mpsc::channel(ACCEPTED_QUEUE);
+    let accepting = tokio::spawn(accept(listener, ready, limits));
+    let served = tonic::transport::Server::builder()
+        .timeout(limits.request_timeout)
+        .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION)
+        .http2_max_header_list_size(u32::try_from(crate::http::MAX_HEAD_BYTES).unwrap_or(u32::MAX))
+        .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
+        .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
+        .add_routes(routes)
+        .serve_with_incoming_shutdown(ReceiverStream::new(incoming), shutdown)
+        .await;
+    accepting.abort();
+    served
+}
+
+/// Accepts connections while the server runs, each given a slot and its preface deadline.
+async fn accept(listener: TcpListener, ready: mpsc::Sender<io::Result<Slotted>>, limits: HttpLimits) {
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    loop {
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                crate::http::accept_failed(e).await;
+                continue;
+            }
+        };
+        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+            ::metrics::counter!(metrics::GRPC_CONNECTIONS_REFUSED).increment(1);
+            continue;
+        };
+        let ready = ready.clone();
+        tokio::spawn(async move {
+            if tokio::time::timeout(limits.header_read_timeout, preface(&stream)).await.is_ok_and(|sent| sent) {
+                let _ = ready.send(Ok(Slotted { stream, _slot: slot })).await;
+            }
+        });
+    }
+}
+
+/// Waits until the first [`PREFACE_LEN`] bytes have arrived (without reading them); false when
+/// the peer closes or fails first.
+async fn preface(stream: &TcpStream) -> bool {
+    let mut buf = [0; PREFACE_LEN];
+    loop {
+        match stream.peek(&mut buf).await {
+            Ok(0) | Err(_) => return false,
+            Ok(n) if n == PREFACE_LEN => return true,
+            // Part of it: peek answers at once while those bytes wait, so wait for more.
+            Ok(_) => tokio::time::sleep(Duration::from_millis(5)).await,
+        }
+    }
+}
+
+/// A connection and its slot under the cap, released when the server drops the connection.
+struct Slotted {
+    stream: TcpStream,
+    _slot: OwnedSemaphorePermit,
+}
+
+impl Connected for Slotted {
+    type ConnectInfo = TcpConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.stream.connect_info()
+    }
+}
+
+impl AsyncRead for Slotted {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Slotted {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+}
