@@ -12,7 +12,7 @@ use tracing::{info, warn};
 use crate::admin::AdminToken;
 use crate::backend::AnyBackend;
 use crate::config::{BackendConfig, Config, ConfigError, INLINE_RULE, Rules};
-use crate::envoy::{EnvoyConfig, EnvoyConfigError};
+use crate::envoy::{EnvoyConfig, EnvoyConfigError, EnvoyOptions};
 use crate::inline::InlineConfig;
 use crate::metrics::{self, DecisionCounters};
 
@@ -59,7 +59,7 @@ pub struct App {
     live: RwLock<Arc<Live>>,
     envoy: RwLock<Arc<EnvoyConfig>>,
     envoy_dir: Option<PathBuf>,
-    envoy_headers: bool,
+    envoy_options: EnvoyOptions,
     config_path: Option<PathBuf>,
     backend_config: BackendConfig,
     backend_seconds: Histogram,
@@ -69,15 +69,15 @@ impl App {
     /// Connects the backend `config` names, loads the Envoy configuration directory (when
     /// given) and builds the state.
     pub async fn start(config: Config, config_path: Option<PathBuf>) -> Result<Self, StartError> {
+        // Install the recorder before the first count, or it would be lost.
+        let _ = metrics::handle();
         let envoy = match &config.envoy_config {
-            Some(dir) => EnvoyConfig::load_dir(dir)?,
+            Some(dir) => load_envoy(dir, config.envoy.merge_domains)?,
             None => EnvoyConfig::default(),
         };
         let backend = AnyBackend::connect(&config.backend).await?;
-        // Install the recorder before the first decision, or its counts would be lost.
-        let _ = metrics::handle();
         ::metrics::gauge!(metrics::RULES).set(config.rules.len() as f64);
-        let (envoy_dir, envoy_headers) = (config.envoy_config.clone(), config.envoy_response_headers);
+        let (envoy_dir, envoy_options) = (config.envoy_config.clone(), config.envoy.clone());
         let backend_config = config.backend.clone();
         Ok(Self {
             backend_seconds: ::metrics::histogram!(metrics::BACKEND_SECONDS, "backend" => backend.name()),
@@ -85,7 +85,7 @@ impl App {
             live: RwLock::new(Arc::new(Live::new(config))),
             envoy: RwLock::new(Arc::new(envoy)),
             envoy_dir,
-            envoy_headers,
+            envoy_options,
             config_path,
             backend_config,
         })
@@ -101,9 +101,9 @@ impl App {
         Arc::clone(&self.envoy.read().unwrap_or_else(PoisonError::into_inner))
     }
 
-    /// Whether gRPC answers carry envoyproxy/ratelimit's `x-ratelimit-*` headers.
-    pub fn envoy_headers(&self) -> bool {
-        self.envoy_headers
+    /// The Envoy service's settings.
+    pub fn envoy_options(&self) -> &EnvoyOptions {
+        &self.envoy_options
     }
 
     /// The Envoy configuration directory, when the service has one.
@@ -115,7 +115,7 @@ impl App {
     /// force. An invalid file changes nothing.
     pub fn reload_envoy(&self) -> Result<usize, EnvoyConfigError> {
         let Some(dir) = &self.envoy_dir else { return Ok(0) };
-        let result = EnvoyConfig::load_dir(dir);
+        let result = load_envoy(dir, self.envoy_options.merge_domains);
         let outcome = if result.is_ok() { "ok" } else { "failed" };
         ::metrics::counter!(metrics::RELOADS, "result" => outcome, "file" => "envoy").increment(1);
         let config = result?;
@@ -161,6 +161,18 @@ impl App {
         info!(path = %path.display(), rules, "rules reloaded");
         Ok(rules)
     }
+}
+
+/// Loads the Envoy configuration directory, counting the load as envoyproxy/ratelimit does and
+/// logging each warning (a field accepted but not read as written).
+fn load_envoy(dir: &std::path::Path, merge_domains: bool) -> Result<EnvoyConfig, EnvoyConfigError> {
+    let result = EnvoyConfig::load_dir(dir, merge_domains);
+    let counter = if result.is_ok() { metrics::ENVOY_CONFIG_LOAD_SUCCESS } else { metrics::ENVOY_CONFIG_LOAD_ERROR };
+    ::metrics::counter!(counter).increment(1);
+    for warning in result.iter().flat_map(EnvoyConfig::warnings) {
+        warn!("envoy configuration: {warning}");
+    }
+    result
 }
 
 /// The log line that says whether the admin routes are served.

@@ -11,6 +11,7 @@
 //! `server` and `inline` (those tables), `value` (checks several tables share).
 
 mod algorithm;
+mod envoy;
 mod inline;
 mod rule;
 mod server;
@@ -25,6 +26,7 @@ use slidegate::{FailurePolicy, RedisEngine};
 use toml::Spanned;
 
 pub use algorithm::{AlgorithmError, AlgorithmField, AlgorithmSpec, DEFAULT_COLD_FRACTION};
+use envoy::envoy_options;
 use inline::InlineSpec;
 use rule::RuleSpec;
 pub use rule::{Rule, Rules};
@@ -32,6 +34,7 @@ use server::ServerSpec;
 use value::failure_policy;
 pub use value::{check_redis_url, parse_duration};
 
+use crate::envoy::EnvoyOptions;
 use crate::http::HttpLimits;
 use crate::inline::InlineConfig;
 
@@ -125,8 +128,8 @@ pub struct Config {
     pub grpc: Option<std::net::SocketAddr>,
     /// A directory of envoyproxy/ratelimit YAML files.
     pub envoy_config: Option<std::path::PathBuf>,
-    /// Add envoyproxy/ratelimit's `x-ratelimit-*` headers to gRPC answers.
-    pub envoy_response_headers: bool,
+    /// The Envoy service's settings (`envoy_*`).
+    pub envoy: EnvoyOptions,
 }
 
 /// The `[backend]` table.
@@ -181,6 +184,15 @@ struct FileSpec {
     grpc: Option<Spanned<String>>,
     envoy_config: Option<Spanned<String>>,
     envoy_response_headers: Option<bool>,
+    envoy_response_headers_style: Option<Spanned<String>>,
+    envoy_limit_header: Option<Spanned<String>>,
+    envoy_remaining_header: Option<Spanned<String>>,
+    envoy_reset_header: Option<Spanned<String>>,
+    envoy_merge_domains: Option<bool>,
+    envoy_shadow_mode: Option<bool>,
+    envoy_quota_mode: Option<bool>,
+    envoy_near_limit_ratio: Option<Spanned<f64>>,
+    envoy_response_dynamic_metadata: Option<bool>,
     #[serde(default)]
     backend: BackendSpec,
     #[serde(default)]
@@ -239,6 +251,7 @@ impl FileSpec {
     /// The whole file, table by table, in the order errors are reported.
     fn validate(self) -> Result<Config, Invalid> {
         let timeout_span = self.backend.timeout.as_ref().map(Spanned::span);
+        let envoy = envoy_options(&self)?;
         let backend = self.backend.validate()?;
         let server = self.server.validate(backend.timeout, timeout_span)?;
         let rules = Rules::from_specs(self.rules)?;
@@ -258,7 +271,7 @@ impl FileSpec {
             rules,
             grpc,
             envoy_config: self.envoy_config.map(|d| d.into_inner().into()),
-            envoy_response_headers: self.envoy_response_headers.unwrap_or(false),
+            envoy,
         })
     }
 }
@@ -572,6 +585,42 @@ algorithms = [\"leaky\"]
             )
             .contains("inline.algorithms: unknown algorithm \"leaky\"")
         );
+    }
+
+    #[test]
+    fn envoy_settings_load_and_report_their_field() {
+        let text = r#"
+envoy_response_headers = true
+envoy_response_headers_style = "ietf"
+envoy_limit_header = "X-RL-Limit"
+envoy_remaining_header = "X-RL-Remaining"
+envoy_reset_header = "X-RL-Reset"
+envoy_merge_domains = true
+envoy_shadow_mode = true
+envoy_quota_mode = true
+envoy_near_limit_ratio = 0.9
+envoy_response_dynamic_metadata = true
+"#;
+        let e = Config::parse(text, "rules.toml").expect("valid").envoy;
+        assert!(e.headers.enabled && e.merge_domains && e.shadow_mode && e.quota_mode && e.dynamic_metadata);
+        assert_eq!(e.headers.style, crate::envoy::HeaderStyle::Ietf);
+        assert_eq!(
+            (e.headers.limit.as_str(), e.headers.reset.as_str(), e.near_limit_ratio),
+            ("X-RL-Limit", "X-RL-Reset", 0.9)
+        );
+        assert_eq!(Config::default().envoy, EnvoyOptions::default());
+        assert_eq!(EnvoyOptions::default().near_limit_ratio, 0.8);
+        assert_eq!(EnvoyOptions::default().headers.remaining, "RateLimit-Remaining");
+        assert_eq!(
+            error("envoy_near_limit_ratio = 1.5\n"),
+            "rules.toml:1:26: envoy_near_limit_ratio: must be between 0 and 1, got 1.5"
+        );
+        assert!(error("envoy_reset_header = \"Reset Me\"\n").starts_with("rules.toml:1:22: envoy_reset_header:"));
+        assert!(
+            error("envoy_response_headers_style = \"fancy\"\n")
+                .contains("envoy_response_headers_style: \"fancy\" is not one of")
+        );
+        assert!(error("envoy_shadow_mode = \"yes\"\n").starts_with("rules.toml:1:21:"));
     }
 
     #[test]

@@ -31,16 +31,33 @@ pub const RELOADS: &str = "slidegate_config_reloads_total";
 pub const DEGRADED: &str = "slidegate_degraded_decisions_total";
 /// 1 while the backend's circuit breaker is open (the backend is not being called).
 pub const CIRCUIT_OPEN: &str = "slidegate_circuit_open";
-/// gRPC (Envoy) hits by domain and descriptor key, as envoyproxy/ratelimit counts them.
-pub const ENVOY_HITS: &str = "slidegate_envoy_hits_total";
-/// gRPC hits over the limit.
-pub const ENVOY_OVER_LIMIT: &str = "slidegate_envoy_over_limit_total";
-/// gRPC hits within the limit with 80% or more of it used.
-pub const ENVOY_NEAR_LIMIT: &str = "slidegate_envoy_near_limit_total";
-/// gRPC hits within the limit.
-pub const ENVOY_WITHIN_LIMIT: &str = "slidegate_envoy_within_limit_total";
-/// gRPC hits over a shadow-mode limit (answered OK).
-pub const ENVOY_SHADOW_MODE: &str = "slidegate_envoy_shadow_mode_total";
+/// Envoy descriptor hits, by `domain`, `key1` and `key2` (the exporter's labels of
+/// envoyproxy/ratelimit's stats key: see `envoy::stats`), under envoyproxy/ratelimit's own
+/// Prometheus names, which its users' dashboards graph.
+pub const RATE_LIMIT_TOTAL_HITS: &str = "ratelimit_service_rate_limit_total_hits";
+/// Envoy descriptor hits over the limit.
+pub const RATE_LIMIT_OVER_LIMIT: &str = "ratelimit_service_rate_limit_over_limit";
+/// Envoy descriptor hits past the near-limit ratio (`--envoy-near-limit-ratio`) of the limit.
+pub const RATE_LIMIT_NEAR_LIMIT: &str = "ratelimit_service_rate_limit_near_limit";
+/// Envoy descriptor hits within the limit.
+pub const RATE_LIMIT_WITHIN_LIMIT: &str = "ratelimit_service_rate_limit_within_limit";
+/// Envoy descriptor hits over a shadow-mode limit (answered OK).
+pub const RATE_LIMIT_SHADOW_MODE: &str = "ratelimit_service_rate_limit_shadow_mode";
+/// Envoy descriptors of a domain no file configures, by `domain` (bounded).
+pub const ENVOY_DOMAIN_NOT_FOUND: &str = "ratelimit_service_rate_limit_domain_not_found";
+/// Envoy configuration directory loads that succeeded (at start and on reload).
+pub const ENVOY_CONFIG_LOAD_SUCCESS: &str = "ratelimit_service_config_load_success";
+/// Envoy configuration directory loads that were refused.
+pub const ENVOY_CONFIG_LOAD_ERROR: &str = "ratelimit_service_config_load_error";
+/// gRPC calls, by `grpc_method` (`ShouldRateLimit`).
+pub const GRPC_REQUESTS: &str = "ratelimit_service_total_requests";
+/// Time of each gRPC call, by `grpc_method`.
+pub const GRPC_SECONDS: &str = "ratelimit_service_response_time_seconds";
+/// gRPC calls answered with an error, by `err_type` (`redis_error`: the backend failed;
+/// `service_error`: the request was malformed).
+pub const GRPC_ERRORS: &str = "ratelimit_service_should_rate_limit_error";
+/// Requests over their limits answered OK because of the global shadow mode.
+pub const ENVOY_GLOBAL_SHADOW_MODE: &str = "ratelimit_service_global_shadow_mode";
 /// gRPC descriptors refused and not decided, by domain and reason (`too_many_descriptors`,
 /// `too_many_entries`, `key_too_long`, `duplicate`, `rejected`).
 pub const ENVOY_INVALID_DESCRIPTORS: &str = "slidegate_envoy_invalid_descriptors_total";
@@ -105,36 +122,6 @@ pub fn handle() -> PrometheusHandle {
             }
         })
         .clone()
-}
-
-/// One Envoy descriptor's `slidegate_envoy_*` counters (domain and descriptor key as labels),
-/// registered once per configured descriptor so that counting is an atomic add.
-#[derive(Debug, Clone)]
-pub struct EnvoyCounters {
-    /// Every hit.
-    pub total: Counter,
-    /// Hits over the limit.
-    pub over: Counter,
-    /// Hits within the limit.
-    pub within: Counter,
-    /// Hits within the limit with 80% or more of it used.
-    pub near: Counter,
-    /// Hits over a shadow-mode limit.
-    pub shadow: Counter,
-}
-
-impl EnvoyCounters {
-    /// The counters of descriptor `key` in `domain`.
-    pub fn new(domain: &str, key: &str) -> Self {
-        let labels = [("domain", domain.to_owned()), ("key", key.to_owned())];
-        Self {
-            total: metrics::counter!(ENVOY_HITS, &labels),
-            over: metrics::counter!(ENVOY_OVER_LIMIT, &labels),
-            within: metrics::counter!(ENVOY_WITHIN_LIMIT, &labels),
-            near: metrics::counter!(ENVOY_NEAR_LIMIT, &labels),
-            shadow: metrics::counter!(ENVOY_SHADOW_MODE, &labels),
-        }
-    }
 }
 
 /// One rule's decision counters, registered once so that counting is an atomic add, not a

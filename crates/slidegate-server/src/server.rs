@@ -12,7 +12,7 @@ use tracing::{error, info};
 
 use crate::app::{App, admin_state};
 use crate::config::{Config, check_redis_url, parse_duration};
-use crate::envoy::EnvoyRateLimit;
+use crate::envoy::{EnvoyOptions, EnvoyRateLimit, HeaderStyle};
 use crate::http::HttpLimits;
 use crate::redact::redact;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
@@ -53,9 +53,42 @@ pub struct ServeOptions {
     /// A directory of envoyproxy/ratelimit YAML files (reloaded when they change).
     #[arg(long, env = "SLIDEGATE_ENVOY_CONFIG")]
     pub envoy_config: Option<PathBuf>,
-    /// Add envoyproxy/ratelimit's x-ratelimit-* headers to gRPC answers.
+    /// Add rate-limit headers to gRPC answers, for Envoy to pass to its clients
+    /// (envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED; `envoy_response_headers`).
     #[arg(long, env = "SLIDEGATE_ENVOY_RESPONSE_HEADERS")]
     pub envoy_response_headers: bool,
+    /// Which headers: `upstream` (envoyproxy/ratelimit's RateLimit-Limit, RateLimit-Remaining,
+    /// RateLimit-Reset) or `ietf` (the IETF draft's RateLimit-Policy and RateLimit).
+    #[arg(long, env = "SLIDEGATE_ENVOY_RESPONSE_HEADERS_STYLE")]
+    pub envoy_response_headers_style: Option<HeaderStyle>,
+    /// The limit header's name (default RateLimit-Limit; LIMIT_LIMIT_HEADER).
+    #[arg(long, env = "SLIDEGATE_ENVOY_LIMIT_HEADER")]
+    pub envoy_limit_header: Option<String>,
+    /// The remaining header's name (default RateLimit-Remaining; LIMIT_REMAINING_HEADER).
+    #[arg(long, env = "SLIDEGATE_ENVOY_REMAINING_HEADER")]
+    pub envoy_remaining_header: Option<String>,
+    /// The reset header's name (default RateLimit-Reset; LIMIT_RESET_HEADER).
+    #[arg(long, env = "SLIDEGATE_ENVOY_RESET_HEADER")]
+    pub envoy_reset_header: Option<String>,
+    /// Merge the descriptors of files that declare the same domain instead of refusing them
+    /// (MERGE_DOMAIN_CONFIG).
+    #[arg(long, env = "SLIDEGATE_ENVOY_MERGE_DOMAINS")]
+    pub envoy_merge_domains: bool,
+    /// Answer OK to every request over its limits, still deciding and counting them
+    /// (SHADOW_MODE).
+    #[arg(long, env = "SLIDEGATE_ENVOY_SHADOW_MODE")]
+    pub envoy_shadow_mode: bool,
+    /// Every descriptor in quota mode: a request is over only when all of them are (QUOTA_MODE).
+    #[arg(long, env = "SLIDEGATE_ENVOY_QUOTA_MODE")]
+    pub envoy_quota_mode: bool,
+    /// The share of a limit past which hits count as near it, 0 to 1 (default 0.8;
+    /// NEAR_LIMIT_RATIO).
+    #[arg(long, env = "SLIDEGATE_ENVOY_NEAR_LIMIT_RATIO")]
+    pub envoy_near_limit_ratio: Option<f64>,
+    /// Answer with the request and the passed limits' `metadata` as dynamic metadata
+    /// (RESPONSE_DYNAMIC_METADATA).
+    #[arg(long, env = "SLIDEGATE_ENVOY_RESPONSE_DYNAMIC_METADATA")]
+    pub envoy_response_dynamic_metadata: bool,
     /// How long a client may take to send a request head (request line and headers), also the
     /// longest idle time between two requests on one connection; then the connection is closed
     /// (default 10s; `[server] header_read_timeout`).
@@ -188,8 +221,33 @@ fn with_flags(mut config: Config, options: &ServeOptions) -> anyhow::Result<Conf
     if let Some(dir) = &options.envoy_config {
         config.envoy_config = Some(dir.clone());
     }
-    config.envoy_response_headers |= options.envoy_response_headers;
+    envoy_flags(&mut config.envoy, options);
+    config.envoy.validate().map_err(|(field, m)| anyhow::anyhow!("--{}: {m}", field.replace('_', "-")))?;
     Ok(config)
+}
+
+/// The Envoy settings under `options`' flags: a flag that is set wins over the file.
+fn envoy_flags(envoy: &mut EnvoyOptions, options: &ServeOptions) {
+    envoy.headers.enabled |= options.envoy_response_headers;
+    envoy.merge_domains |= options.envoy_merge_domains;
+    envoy.shadow_mode |= options.envoy_shadow_mode;
+    envoy.quota_mode |= options.envoy_quota_mode;
+    envoy.dynamic_metadata |= options.envoy_response_dynamic_metadata;
+    if let Some(style) = options.envoy_response_headers_style {
+        envoy.headers.style = style;
+    }
+    for (flag, name) in [
+        (&options.envoy_limit_header, &mut envoy.headers.limit),
+        (&options.envoy_remaining_header, &mut envoy.headers.remaining),
+        (&options.envoy_reset_header, &mut envoy.headers.reset),
+    ] {
+        if let Some(value) = flag {
+            name.clone_from(value);
+        }
+    }
+    if let Some(ratio) = options.envoy_near_limit_ratio {
+        envoy.near_limit_ratio = ratio;
+    }
 }
 
 /// The start's log lines: where, which backend, how many rules, the HTTP limits, the admin

@@ -18,10 +18,15 @@ pub struct ValidateArgs {
     /// `envoy_config`, when it names one).
     #[arg(long, env = "SLIDEGATE_ENVOY_CONFIG")]
     pub envoy_config: Option<PathBuf>,
+    /// Files of one domain merge instead of being refused, as `serve --envoy-merge-domains`
+    /// (otherwise the rules file's `envoy_merge_domains`).
+    #[arg(long, env = "SLIDEGATE_ENVOY_MERGE_DOMAINS")]
+    pub envoy_merge_domains: bool,
 }
 
 /// What `validate` found: the problems (each `file:line:column: …` where the loader knows the
-/// line), or, when there are none, a summary of what `serve` would run.
+/// line), or, when there are none, a summary of what `serve` would run, with the warnings
+/// `serve` would log (a field accepted but not read as written).
 #[derive(Debug, Default)]
 pub struct Report {
     /// One line per problem.
@@ -34,10 +39,12 @@ pub struct Report {
 pub fn validate(args: &ValidateArgs) -> Report {
     let mut report = Report::default();
     let mut envoy_dir = args.envoy_config.clone();
+    let mut merge_domains = args.envoy_merge_domains;
     if let Some(path) = &args.config {
         match Config::load(path) {
             Ok(config) => {
                 envoy_dir = envoy_dir.or_else(|| config.envoy_config.clone());
+                merge_domains |= config.envoy.merge_domains;
                 report.summary.extend(describe(path, &config));
             }
             // A password in the file may be quoted by the error: never print it.
@@ -45,7 +52,7 @@ pub fn validate(args: &ValidateArgs) -> Report {
         }
     }
     if let Some(dir) = &envoy_dir {
-        match EnvoyConfig::load_dir(dir) {
+        match EnvoyConfig::load_dir(dir, merge_domains) {
             Ok(envoy) => report.summary.extend(describe_envoy(dir, &envoy)),
             Err(e) => report.problems.push(e.to_string()),
         }
@@ -119,7 +126,9 @@ fn redacted(urls: &[String]) -> String {
 }
 
 /// The Envoy directory's summary: each domain with its number of descriptors that carry a limit.
-fn describe_envoy(dir: &Path, envoy: &EnvoyConfig) -> [String; 2] {
+fn describe_envoy(dir: &Path, envoy: &EnvoyConfig) -> Vec<String> {
     let domains: Vec<String> = envoy.domains().map(|(name, limits)| format!("{name}: {limits} limits")).collect();
-    [format!("{}: ok", dir.display()), format!("  envoy domains: {}", counted(&domains))]
+    let mut lines = vec![format!("{}: ok", dir.display()), format!("  envoy domains: {}", counted(&domains))];
+    lines.extend(envoy.warnings().iter().map(|w| format!("  warning: {w}")));
+    lines
 }

@@ -78,7 +78,7 @@ fn validate_summarizes_what_serve_would_run_and_exits_0() {
 #[test]
 fn validate_prints_each_problem_with_file_and_line_and_exits_1() {
     let rules = RulesFile::new("[[rules]]\nname = \"sms\"\nlimit = 0\nwindow = \"60s\"\n");
-    let envoy = Dir::new(&[("broken.yaml", "domain: broken\ndescriptors:\n  - key: a\n    colour: red\n")]);
+    let envoy = Dir::new(&[("broken.yaml", "domain: broken\ndescriptors:\n  - key: a\n    value: [unclosed\n")]);
     let out = run(&["validate", "--config", rules.arg(), "--envoy-config", envoy.arg()], &[]);
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
@@ -88,12 +88,27 @@ fn validate_prints_each_problem_with_file_and_line_and_exits_1() {
     assert!(problems[0].starts_with(&format!("{}:3:9: rules[0].limit: ", rules.arg())), "{stderr}");
     let yaml = envoy.0.join("broken.yaml");
     assert!(problems[1].starts_with(yaml.to_str().expect("utf-8")), "{stderr}");
-    assert!(problems[1].contains("unknown field `colour`") && problems[1].contains("line 4"), "{stderr}");
+    assert!(problems[1].contains("at line 5 column 1"), "{stderr}");
 
-    // The same loader, so `serve` stops with the same words.
+    // The same loaders, so `serve` stops with the same words.
     let serve = run(&["serve", "--http", "127.0.0.1:0", "--config", rules.arg()], &[]);
     assert_eq!(serve.status.code(), Some(2));
     assert!(text(&serve.stderr).contains(problems[0]), "{}", text(&serve.stderr));
+    let serve = run(&["serve", "--http", "127.0.0.1:0", "--envoy-config", envoy.arg()], &[]);
+    assert_eq!(serve.status.code(), Some(2));
+    assert!(text(&serve.stderr).contains(problems[1]), "{}", text(&serve.stderr));
+
+    // A problem the Envoy loader finds past the YAML names the file and the descriptor.
+    let unit =
+        "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: fortnight\n      requests_per_unit: 1\n";
+    let envoy = Dir::new(&[("d.yaml", unit)]);
+    let out = run(&["validate", "--envoy-config", envoy.arg()], &[]);
+    assert_eq!(out.status.code(), Some(1));
+    let path = envoy.0.join("d.yaml");
+    assert_eq!(
+        text(&out.stderr).trim(),
+        format!("{}: descriptor 'd.a': invalid rate limit unit 'fortnight'", path.display())
+    );
 }
 
 #[test]
@@ -104,6 +119,15 @@ fn validate_finds_the_envoy_directory_the_rules_file_names_and_needs_a_file() {
     let out = run(&["validate"], &[("SLIDEGATE_CONFIG", rules.arg())]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains("envoy domains: 1 (messaging: 2 limits)"), "{}", text(&out.stdout));
+
+    // Two files of one domain: refused, unless merged as `serve` would merge them.
+    let file = |key: &str| {
+        format!("domain: d\ndescriptors:\n  - key: {key}\n    rate_limit: {{unit: second, requests_per_unit: 1}}\n")
+    };
+    let twice = Dir::new(&[("a.yaml", &file("a")), ("b.yaml", &file("b"))]);
+    assert_eq!(run(&["validate", "--envoy-config", twice.arg()], &[]).status.code(), Some(1));
+    let merged = run(&["validate", "--envoy-config", twice.arg()], &[("SLIDEGATE_ENVOY_MERGE_DOMAINS", "true")]);
+    assert!(text(&merged.stdout).contains("envoy domains: 1 (d: 2 limits)"), "{}", text(&merged.stderr));
 
     let none = run(&["validate"], &[]);
     assert_eq!(none.status.code(), Some(2), "a usage error");

@@ -5,16 +5,12 @@ mod support;
 
 use std::time::Duration;
 
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, rate_limit::Unit};
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
-use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use envoy_types::pb::google::protobuf::UInt64Value;
 use slidegate_server::envoy::{MAX_DESCRIPTORS, MAX_DETAILED_SERIES, MAX_ENTRIES, MAX_REQUEST_BYTES, descriptor_key};
 use slidegate_testkit::RedisServer;
-use support::{RulesFile, Slidegate};
-use tonic::transport::Channel;
+use support::RulesFile;
+use support::envoy::{Descriptor, Envoy, OK, OVER, UNKNOWN, codes, descriptor, on_both_backends, redis_rules, request};
 
 const MESSAGING: &str = include_str!("fixtures/envoy/messaging.yaml");
 
@@ -55,92 +51,6 @@ descriptors:
       algorithm: gcra
 ";
 
-/// A config directory with the given files, and a server serving it over gRPC.
-struct Envoy {
-    server: Slidegate,
-    client: RateLimitServiceClient<Channel>,
-    dir: tempdir::Dir,
-}
-
-mod tempdir {
-    /// A scratch directory removed on drop.
-    pub(crate) struct Dir(pub(crate) std::path::PathBuf);
-    impl Drop for Dir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-}
-
-impl Envoy {
-    async fn start(files: &[(&str, &str)], extra: &[&str]) -> Self {
-        let dir = std::env::temp_dir().join(format!(
-            "slidegate-envoy-{}-{}",
-            std::process::id(),
-            slidegate_testkit::free_port()
-        ));
-        std::fs::create_dir_all(&dir).expect("dir");
-        for (name, text) in files {
-            std::fs::write(dir.join(name), text).expect("write");
-        }
-        let port = slidegate_testkit::free_port();
-        let grpc = format!("127.0.0.1:{port}");
-        let mut args = vec!["--grpc", &grpc, "--envoy-config", dir.to_str().expect("utf-8")];
-        args.extend_from_slice(extra);
-        let server = Slidegate::serve(&args);
-        let client = RateLimitServiceClient::connect(format!("http://{grpc}")).await.expect("connect");
-        Self { server, client, dir: tempdir::Dir(dir) }
-    }
-
-    async fn ask(&mut self, domain: &str, descriptors: &[&[(&str, &str)]], hits: u32) -> RateLimitResponse {
-        self.send(request(domain, descriptors, hits)).await
-    }
-
-    async fn send(&mut self, request: RateLimitRequest) -> RateLimitResponse {
-        self.client.should_rate_limit(request).await.expect("answer").into_inner()
-    }
-
-    async fn metrics(&self) -> String {
-        reqwest::get(self.server.url("/metrics")).await.expect("metrics").text().await.expect("text")
-    }
-}
-
-/// A descriptor's entries, `(key, value)`.
-type Descriptor<'a> = &'a [(&'a str, &'a str)];
-
-fn request(domain: &str, descriptors: &[&[(&str, &str)]], hits: u32) -> RateLimitRequest {
-    RateLimitRequest {
-        domain: domain.to_owned(),
-        descriptors: descriptors.iter().map(|d| descriptor(d)).collect(),
-        hits_addend: hits,
-    }
-}
-
-fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
-    RateLimitDescriptor {
-        entries: entries.iter().map(|(k, v)| Entry { key: (*k).to_owned(), value: (*v).to_owned() }).collect(),
-        ..RateLimitDescriptor::default()
-    }
-}
-
-fn codes(r: &RateLimitResponse) -> (i32, Vec<i32>) {
-    (r.overall_code, r.statuses.iter().map(|s| s.code).collect())
-}
-
-/// Runs `case` against a server on the memory backend, then on a real redis-server.
-async fn on_both_backends(case: impl AsyncFn(&[&str])) {
-    case(&[]).await;
-    let redis = RedisServer::start();
-    let rules = redis_rules(&redis);
-    case(&["--config", rules.arg()]).await;
-}
-
-/// A rules file for `redis` with a deadline no busy machine misses: a missed one would be a
-/// fail-open admission, not the decision a test asserts.
-fn redis_rules(redis: &RedisServer) -> RulesFile {
-    RulesFile::new(&format!("[backend]\nredis = \"{}\"\ntimeout = \"10s\"\n", redis.url()))
-}
-
 #[tokio::test]
 async fn nested_descriptors_get_the_most_specific_limit_with_full_statuses_on_memory_and_redis() {
     on_both_backends(nested_descriptors_get_the_most_specific_limit_with_full_statuses).await;
@@ -160,11 +70,6 @@ async fn an_over_limit_request_charges_none_of_its_descriptors_on_memory_and_red
 async fn malformed_requests_get_envoyproxy_ratelimit_s_answers_on_memory_and_redis() {
     on_both_backends(malformed_requests_get_envoyproxy_ratelimit_s_answers).await;
 }
-
-const OK: i32 = Code::Ok as i32;
-const OVER: i32 = Code::OverLimit as i32;
-/// A refused descriptor's code: not decided.
-const UNKNOWN: i32 = Code::Unknown as i32;
 
 async fn nested_descriptors_get_the_most_specific_limit_with_full_statuses(extra: &[&str]) {
     let mut e = Envoy::start(&[("messaging.yaml", MESSAGING)], extra).await;
@@ -203,7 +108,7 @@ async fn wildcard_unlimited_shadow_replaces_and_hits_addend(extra: &[&str]) {
     let headers: Vec<(&str, &str)> =
         r.response_headers_to_add.iter().map(|h| (h.key.as_str(), h.value.as_str())).collect();
     assert!(
-        headers.contains(&("x-ratelimit-limit", "2, 2;w=60")) && headers.contains(&("x-ratelimit-remaining", "0")),
+        headers.contains(&("RateLimit-Limit", "2")) && headers.contains(&("RateLimit-Remaining", "0")),
         "{headers:?}"
     );
     // Unlimited: always OK, remaining at its maximum; no limit at all: OK, nothing set.
@@ -262,17 +167,26 @@ async fn metrics_and_hot_reload_of_the_config_directory() {
     let number: &[(&str, &str)] = &[("to_number", "1")];
     e.ask("messaging", &[number], 0).await;
     let page = reqwest::get(e.server.url("/metrics")).await.expect("metrics").text().await.expect("text");
-    assert!(page.contains(r#"slidegate_envoy_hits_total{domain="messaging",key="to_number"} 1"#), "{page}");
-    assert!(page.contains(r#"slidegate_envoy_within_limit_total{domain="messaging",key="to_number"} 1"#), "{page}");
+    assert!(
+        page.contains(r#"ratelimit_service_rate_limit_total_hits{domain="messaging",key1="to_number"} 1"#),
+        "{page}"
+    );
+    assert!(
+        page.contains(r#"ratelimit_service_rate_limit_within_limit{domain="messaging",key1="to_number"} 1"#),
+        "{page}"
+    );
     // Under detailed_metric, each value is counted apart; the configured counters go on.
     for user in ["ann", "ann", "bob"] {
         e.ask("detail", &[&[("user", user)]], 0).await;
     }
     e.ask("messaging", &[number], 0).await;
     let page = reqwest::get(e.server.url("/metrics")).await.expect("metrics").text().await.expect("text");
-    assert!(page.contains(r#"slidegate_envoy_hits_total{domain="detail",key="user_ann"} 2"#), "{page}");
-    assert!(page.contains(r#"slidegate_envoy_hits_total{domain="detail",key="user_bob"} 1"#), "{page}");
-    assert!(page.contains(r#"slidegate_envoy_hits_total{domain="messaging",key="to_number"} 2"#), "{page}");
+    assert!(page.contains(r#"ratelimit_service_rate_limit_total_hits{domain="detail",key1="user_ann"} 2"#), "{page}");
+    assert!(page.contains(r#"ratelimit_service_rate_limit_total_hits{domain="detail",key1="user_bob"} 1"#), "{page}");
+    assert!(
+        page.contains(r#"ratelimit_service_rate_limit_total_hits{domain="messaging",key1="to_number"} 2"#),
+        "{page}"
+    );
     // Lower the limit to 1 a day: the next request is over.
     std::fs::write(e.dir.0.join("messaging.yaml"), MESSAGING.replace("requests_per_unit: 100", "requests_per_unit: 1"))
         .expect("write");
@@ -443,8 +357,10 @@ async fn a_bad_descriptor_never_lifts_an_over_limit_one(extra: &[&str]) {
         let line = format!(r#"slidegate_envoy_invalid_descriptors_total{{domain="mixed",reason="{reason}"}} {n}"#);
         assert!(page.lines().any(|l| l == line), "{line} in {page}");
     }
-    let capped =
-        format!(r#"slidegate_envoy_over_limit_total{{domain="mixed",key="header"}} {}"#, slidegate::MAX_LIMIT + 1);
+    let capped = format!(
+        r#"ratelimit_service_rate_limit_over_limit{{domain="mixed",key1="header"}} {}"#,
+        slidegate::MAX_LIMIT + 1
+    );
     assert!(page.lines().any(|l| l == capped), "u64::MAX hits counted as MAX_LIMIT + 1: {page}");
 }
 
@@ -480,10 +396,13 @@ async fn detailed_metric_series_stop_at_the_cap_and_the_rest_share_one_overflow_
         assert_eq!(e.send(r).await.overall_code, OK);
     }
     let page = e.metrics().await;
-    let series = page.lines().filter(|l| l.starts_with(r#"slidegate_envoy_hits_total{domain="capped","#)).count();
+    let series =
+        page.lines().filter(|l| l.starts_with(r#"ratelimit_service_rate_limit_total_hits{domain="capped","#)).count();
     assert_eq!(series, MAX_DETAILED_SERIES + 1, "the cap, and one overflow series");
-    assert!(page.contains(r#"slidegate_envoy_hits_total{domain="capped",key="user_u0"} 1"#));
-    let overflow = format!(r#"slidegate_envoy_hits_total{{domain="capped",key="user._overflow_"}} {past_the_cap}"#);
+    assert!(page.contains(r#"ratelimit_service_rate_limit_total_hits{domain="capped",key1="user_u0"} 1"#));
+    let overflow = format!(
+        r#"ratelimit_service_rate_limit_total_hits{{domain="capped",key1="user",key2="_overflow_"}} {past_the_cap}"#
+    );
     assert!(page.lines().any(|l| l == overflow), "{overflow}");
 }
 

@@ -122,8 +122,8 @@ async fn every_metric_family_follows_the_naming_scheme() {
         "slidegate_circuit_open",
         "slidegate_engine",
         "slidegate_near_cache_keys",
-        "slidegate_envoy_hits_total",
-        "slidegate_envoy_within_limit_total",
+        "ratelimit_service_rate_limit_total_hits",
+        "ratelimit_service_rate_limit_within_limit",
         "slidegate_envoy_invalid_descriptors_total",
     ] {
         assert!(families.iter().any(|(name, _)| *name == expected), "{expected} missing:\n{page}");

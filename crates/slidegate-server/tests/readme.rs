@@ -244,6 +244,67 @@ async fn the_envoy_configuration_and_command_work_as_written() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+#[tokio::test]
+async fn the_envoy_migration_commands_run_as_written() {
+    let text = doc("docs/envoy.md");
+    let edge = block(&text, "# Envoy's rate limit service", "yaml");
+    let sh = block(&text, "## Migrating from envoyproxy/ratelimit", "sh");
+    let lines = commands(&sh);
+    assert_eq!(lines.len(), 2, "the environment form and the flag form: {lines:?}");
+    // Each upstream variable the comment sets has its row in the table.
+    for var in ["SHADOW_MODE", "NEAR_LIMIT_RATIO", "LIMIT_RESPONSE_HEADERS_ENABLED", "REDIS_URL", "RUNTIME_ROOT"] {
+        assert!(sh.contains(&format!("{var}=")), "{var} in the comment");
+        assert!(
+            text.lines().any(|l| l.starts_with("| ") && l.contains(&format!("`{var}")) && l.contains("`--")),
+            "{var} row"
+        );
+    }
+    let redis = RedisServer::start();
+    let dir = std::env::temp_dir().join(format!(
+        "slidegate-migrate-{}-{}",
+        std::process::id(),
+        slidegate_testkit::free_port()
+    ));
+    std::fs::create_dir_all(&dir).expect("dir");
+    std::fs::write(dir.join("edge.yaml"), &edge).expect("write");
+    for line in lines {
+        // `VAR=value … slidegate serve <flags>`, with this test's directory, port and Redis.
+        let start = line.iter().position(|w| w == "slidegate").expect("slidegate");
+        let env: Vec<(&str, &str)> = line[..start].iter().map(|w| w.split_once('=').expect("VAR=value")).collect();
+        assert_eq!(line[start + 1], "serve", "{line:?}");
+        let grpc = format!("127.0.0.1:{}", slidegate_testkit::free_port());
+        let args: Vec<String> = line[start + 2..]
+            .iter()
+            .map(|w| match w.as_str() {
+                "/srv/runtime_data/current/ratelimit/config" => dir.to_str().expect("utf-8").to_owned(),
+                "127.0.0.1:8081" => grpc.clone(),
+                "redis://127.0.0.1:6379" => redis.url(),
+                other => other.to_owned(),
+            })
+            .collect();
+        let server = Slidegate::serve_with_env(&args.iter().map(String::as_str).collect::<Vec<_>>(), &env);
+        let mut client = RateLimitServiceClient::connect(format!("http://{grpc}")).await.expect("connect");
+        // 50.0.0.5 is blocked (0 a second): in shadow mode the answer is OK, its status over,
+        // and the headers are upstream's.
+        let request = RateLimitRequest {
+            domain: "edge".into(),
+            descriptors: vec![RateLimitDescriptor {
+                entries: vec![Entry { key: "remote_address".into(), value: "50.0.0.5".into() }],
+                ..RateLimitDescriptor::default()
+            }],
+            hits_addend: 1,
+        };
+        let answer = client.should_rate_limit(request).await.expect("answer").into_inner();
+        assert_eq!(answer.overall_code, Code::Ok as i32, "{line:?}: {answer:?}");
+        assert_eq!(answer.statuses[0].code, Code::OverLimit as i32, "{line:?}");
+        let names: Vec<&str> = answer.response_headers_to_add.iter().map(|h| h.key.as_str()).collect();
+        assert_eq!(names, ["RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"], "{line:?}");
+        let page = reqwest::get(server.url("/metrics")).await.expect("metrics").text().await.expect("text");
+        assert!(page.lines().any(|l| l == "ratelimit_service_global_shadow_mode 1"), "{line:?}: {page}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn the_redis_module_loads_as_written() {
     let text = doc("docs/redis.md");

@@ -28,7 +28,7 @@
 //! A key is *at its limit* from a denial until its `retry_after`, and from an admission that
 //! leaves nothing remaining until the next permit frees.
 
-use std::hash::{BuildHasher, RandomState};
+use std::hash::{BuildHasher, Hasher, RandomState};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -231,10 +231,19 @@ impl MemoryBackend {
         }
     }
 
+    /// `key`'s hash: SipHash with this process' random keys (callers choose keys, so the table
+    /// must not let them pick collisions), over the key's bytes alone — one key per hash, so the
+    /// terminator a `str`'s `Hash` adds for composite keys is not needed.
+    fn hash(&self, key: &str) -> u64 {
+        let mut hasher = self.inner.hasher.build_hasher();
+        hasher.write(key.as_bytes());
+        hasher.finish()
+    }
+
     /// Decides synchronously: the whole check is CPU work under one shard lock.
     pub fn check_now(&self, key: &str, quota: &Quota, cost: u64) -> Decision {
         let now = self.inner.clock.now_ms();
-        let hash = self.inner.hasher.hash_one(key);
+        let hash = self.hash(key);
         let mut table = lock(&self.inner.shards[self.shard_index(hash)]);
         table.count_op(now);
         if table.keys.len() >= self.inner.keys_per_shard
@@ -256,7 +265,7 @@ impl MemoryBackend {
     /// they recorded. Keys must be distinct ([`crate::Limiter::check_all`] checks).
     pub fn check_all_now(&self, checks: &[Check<'_>]) -> MultiDecision {
         let now = self.inner.clock.now_ms();
-        let hashes: Vec<u64> = checks.iter().map(|c| self.inner.hasher.hash_one(c.key)).collect();
+        let hashes: Vec<u64> = checks.iter().map(|c| self.hash(c.key)).collect();
         let mut shard_ids: Vec<usize> = hashes.iter().map(|&h| self.shard_index(h)).collect();
         shard_ids.sort_unstable();
         shard_ids.dedup();
@@ -323,7 +332,7 @@ impl MemoryBackend {
 
     fn with_key<T>(&self, key: &str, algorithm: Algorithm, f: impl FnOnce(Option<&mut Entry>, u64) -> T) -> T {
         let now = self.inner.clock.now_ms();
-        let hash = self.inner.hasher.hash_one(key);
+        let hash = self.hash(key);
         let mut table = lock(&self.inner.shards[self.shard_index(hash)]);
         f(table.find_mut(hash, key, algorithm), now)
     }
@@ -468,7 +477,7 @@ impl Backend for MemoryBackend {
     }
 
     async fn reset(&self, key: &str) -> Result<(), Error> {
-        let hash = self.inner.hasher.hash_one(key);
+        let hash = self.hash(key);
         let mut table = lock(&self.inner.shards[self.shard_index(hash)]);
         // One entry per algorithm that counted the key.
         while let Ok(entry) = table.keys.find_entry(hash, |e| e.key.is(key)) {

@@ -1,17 +1,23 @@
-//! envoyproxy/ratelimit's configuration files, loaded as they are: a `domain` and a tree of
-//! `descriptors` (`key`, optional `value`, `rate_limit`, nested `descriptors`), with
-//! `unlimited`, `shadow_mode`, `replaces`, `detailed_metric` and trailing-`*` wildcard values.
-//! One extension: `rate_limit.algorithm` (default `sliding_log`, exact), which envoyproxy's own
-//! service would not know.
+//! envoyproxy/ratelimit's configuration files, loaded as it loads them: a `domain` and a tree of
+//! `descriptors` (`key`, optional `value`, `rate_limit`, nested `descriptors`), with every field
+//! its loader takes (`unlimited`, `name`, `replaces`, `shadow_mode`, `quota_mode`,
+//! `detailed_metric`, `value_to_metric`, `share_threshold`, `metadata`) and every check it makes;
+//! wildcard values with a `*` anywhere. One extension: `rate_limit.algorithm` (default
+//! `sliding_log`, exact), which envoyproxy's own service would refuse.
+//!
+//! Reading a file is [`super::spec`]; here the tree is built, checked, merged and searched.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
+use std::sync::OnceLock;
 use std::time::Duration;
 
-use serde::Deserialize;
-use slidegate::{Algorithm, Quota};
+use envoy_types::pb::google::protobuf::Struct;
+use slidegate::{Algorithm, MAX_LIMIT, MAX_LOG_LIMIT, Quota};
 
-use super::stats::DetailedCounters;
+use super::spec::{self, DescriptorSpec, RateLimitSpec};
+use super::stats::{Counters, Series};
+use super::wildcard::Pattern;
 
 /// A configuration directory that cannot be used, with the file and why.
 #[derive(Debug, thiserror::Error)]
@@ -19,49 +25,8 @@ use super::stats::DetailedCounters;
 pub struct EnvoyConfigError {
     /// The file (or directory).
     pub path: String,
-    /// What is wrong.
+    /// What is wrong: for a descriptor, `descriptor '<domain>.<key>_<value>…': <reason>`.
     pub message: String,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileSpec {
-    domain: String,
-    #[serde(default)]
-    descriptors: Vec<DescriptorSpec>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct DescriptorSpec {
-    key: String,
-    value: Option<String>,
-    rate_limit: Option<RateLimitSpec>,
-    #[serde(default)]
-    descriptors: Vec<DescriptorSpec>,
-    #[serde(default)]
-    shadow_mode: bool,
-    #[serde(default)]
-    detailed_metric: bool,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RateLimitSpec {
-    name: Option<String>,
-    #[serde(default)]
-    replaces: Vec<ReplacesSpec>,
-    unit: Option<String>,
-    requests_per_unit: Option<u64>,
-    #[serde(default)]
-    unlimited: bool,
-    algorithm: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ReplacesSpec {
-    name: String,
 }
 
 /// A time unit of envoyproxy/ratelimit, with the window it stands for.
@@ -84,15 +49,16 @@ pub enum Unit {
 }
 
 impl Unit {
+    /// The unit named `s` in any case, as the protobuf enum names it (`UNKNOWN` is none).
     fn parse(s: &str) -> Option<Self> {
-        Some(match s.to_ascii_lowercase().as_str() {
-            "second" => Self::Second,
-            "minute" => Self::Minute,
-            "hour" => Self::Hour,
-            "day" => Self::Day,
-            "week" => Self::Week,
-            "month" => Self::Month,
-            "year" => Self::Year,
+        Some(match s.to_ascii_uppercase().as_str() {
+            "SECOND" => Self::Second,
+            "MINUTE" => Self::Minute,
+            "HOUR" => Self::Hour,
+            "DAY" => Self::Day,
+            "WEEK" => Self::Week,
+            "MONTH" => Self::Month,
+            "YEAR" => Self::Year,
             _ => return None,
         })
     }
@@ -114,18 +80,64 @@ impl Unit {
 /// A descriptor's limit.
 #[derive(Debug, Clone)]
 pub struct Limit {
-    /// `requests_per_unit` per `unit`; `None` when `requests_per_unit` is 0 (everything over).
+    /// `requests_per_unit` per `unit`; `None` when unlimited or `requests_per_unit` is 0
+    /// (everything over).
     pub quota: Option<Quota>,
     /// As configured.
     pub requests_per_unit: u64,
     /// As configured.
     pub unit: Unit,
-    /// Never limited (still counted in metrics).
+    /// Never limited.
     pub unlimited: bool,
     /// The limit's name, for `replaces`.
     pub name: Option<String>,
     /// Names of limits this one replaces when both apply to one request.
     pub replaces: Vec<String>,
+}
+
+impl Limit {
+    /// `requests_per_unit` per `unit`, counted by `algorithm` or, when none is named, by the
+    /// sliding log up to [`MAX_LOG_LIMIT`] and the sliding window counter above it (capped at
+    /// [`MAX_LIMIT`]). Also a warning when the limit is not counted as written.
+    pub fn counted(
+        requests_per_unit: u64,
+        unit: Unit,
+        algorithm: Option<&str>,
+    ) -> Result<(Self, Option<String>), String> {
+        let mut warning = None;
+        let quota = match (requests_per_unit, algorithm) {
+            (0, _) => None,
+            (n, Some(name)) => {
+                let algorithm: Algorithm = name.parse().map_err(|e| format!("{e}"))?;
+                Some(
+                    Quota::new(n, unit.window())
+                        .and_then(|q| q.with_algorithm(algorithm))
+                        .map_err(|e| e.to_string())?,
+                )
+            }
+            (n, None) => {
+                let algorithm = if n <= MAX_LOG_LIMIT {
+                    Algorithm::SlidingLog
+                } else {
+                    "sliding_window".parse().map_err(|e| format!("{e}"))?
+                };
+                if n > MAX_LOG_LIMIT {
+                    warning = Some(format!(
+                        "requests_per_unit {n} is above the sliding log's bound ({MAX_LOG_LIMIT}): counted with the \
+                         sliding window counter{} (name an `algorithm` to choose)",
+                        if n > MAX_LIMIT { format!(", capped at {MAX_LIMIT}") } else { String::new() }
+                    ));
+                }
+                Some(
+                    Quota::new(n.min(MAX_LIMIT), unit.window())
+                        .and_then(|q| q.with_algorithm(algorithm))
+                        .map_err(|e| e.to_string())?,
+                )
+            }
+        };
+        let limit = Self { quota, requests_per_unit, unit, unlimited: false, name: None, replaces: Vec::new() };
+        Ok((limit, warning))
+    }
 }
 
 /// One node of a domain's descriptor tree.
@@ -135,14 +147,26 @@ pub struct Node {
     pub limit: Option<Limit>,
     /// Decide and count, but answer OK.
     pub shadow_mode: bool,
-    /// Metrics by the request's own values instead of the configured path.
+    /// Over this limit, the request is over only when every quota-mode descriptor of it is.
+    pub quota_mode: bool,
+    /// Stats by the request's own values.
     pub detailed_metric: bool,
-    /// The configured path (`key_value.key`), for metrics.
+    /// Stats with the request's value at this level (`key_<value>` for a bare key, the value
+    /// for a wildcard).
+    value_to_metric: bool,
+    /// All values matching this wildcard share one counter.
+    share_threshold: bool,
+    /// Answered in the response's dynamic metadata when this limit passes.
+    pub metadata: Option<Struct>,
+    /// The configured path (`<domain>.<key>_<value>.<key>…`), upstream's stats key.
     pub stat_key: String,
-    /// Its counters, registered at its first hit (unless `detailed_metric`).
-    pub counters: std::sync::OnceLock<crate::metrics::EnvoyCounters>,
-    /// Its counters by the request's values (under `detailed_metric`), bounded.
-    pub detailed: DetailedCounters,
+    /// Whether the stats key is built from the request (`detailed_metric`, or
+    /// `value_to_metric` here or above).
+    dynamic_stats: bool,
+    /// Its counters, registered at its first hit.
+    pub counters: OnceLock<Counters>,
+    /// Its counters by request-built stats keys, bounded.
+    pub dynamic: Series,
     children: Level,
 }
 
@@ -150,36 +174,92 @@ pub struct Node {
 /// `key_value` string: a value holding `_` cannot reach another key's node.
 #[derive(Debug, Default)]
 struct Level {
-    /// `key` → `value` → node.
+    /// `key` → `value` → node, wildcard values (by their text) included.
     exact: HashMap<String, HashMap<String, Node>>,
-    /// `(key, value prefix)` (a value ending in `*`, without it) → node, in file order.
-    wildcard: Vec<(String, String, Node)>,
+    /// `(key, value)` of each wildcard value, in file order, with its pattern.
+    wildcards: Vec<(String, String, Pattern)>,
     /// `key` (no value: any value, each counted apart) → node.
     any: HashMap<String, Node>,
+    /// Upstream's `key` or `key_value` of each node, which it refuses to see twice.
+    composite: HashSet<String>,
+}
+
+impl Level {
+    /// The node a request entry reaches, and how: its value, a wildcard (the pattern's text),
+    /// or the bare key.
+    fn get(&self, key: &str, value: &str) -> Option<(&Node, Reached<'_>)> {
+        let values = self.exact.get(key);
+        if let Some(node) = values.and_then(|v| v.get(value)) {
+            return Some((node, Reached::Value));
+        }
+        for (k, text, pattern) in &self.wildcards {
+            if k == key && pattern.matches(value) {
+                // A wildcard's node is in `exact` under its text: they are added together.
+                return values.and_then(|v| v.get(text)).map(|node| (node, Reached::Wildcard(text)));
+            }
+        }
+        self.any.get(key).map(|node| (node, Reached::Key))
+    }
+
+    fn is_empty(&self) -> bool {
+        self.exact.is_empty() && self.any.is_empty()
+    }
+}
+
+/// How a request entry reached a node.
+#[derive(Debug, Clone, Copy)]
+enum Reached<'a> {
+    Value,
+    Wildcard(&'a str),
+    Key,
+}
+
+/// A request descriptor's limit, as found.
+#[derive(Debug)]
+pub struct Found<'a> {
+    /// The node whose limit applies.
+    pub node: &'a Node,
+    /// The limit.
+    pub limit: &'a Limit,
+    /// Per entry, the wildcard whose values share one counter (`share_threshold`), if any.
+    pub shared: Vec<Option<&'a str>>,
+    /// The stats key, when built from the request rather than the node's own.
+    pub stats_key: Option<String>,
+}
+
+/// One domain: its tree, and the stats of limits that requests bring (`limit` overrides).
+#[derive(Debug, Default)]
+struct Domain {
+    level: Level,
+    overrides: Series,
 }
 
 impl Level {
     /// The nodes with a limit, at this level and below.
     fn limits(&self) -> usize {
+        // Wildcard values' nodes are among the exact ones (by their text).
         let exact = self.exact.values().flat_map(HashMap::values);
-        let wildcard = self.wildcard.iter().map(|(_, _, node)| node);
-        exact
-            .chain(wildcard)
-            .chain(self.any.values())
-            .map(|node| usize::from(node.limit.is_some()) + node.children.limits())
-            .sum()
+        exact.chain(self.any.values()).map(|node| usize::from(node.limit.is_some()) + node.children.limits()).sum()
     }
 }
 
 /// Every domain's descriptor tree.
 #[derive(Debug, Default)]
 pub struct EnvoyConfig {
-    domains: HashMap<String, Level>,
+    domains: HashMap<String, Domain>,
+    merge_domains: bool,
+    warnings: Vec<String>,
 }
 
 impl EnvoyConfig {
-    /// Loads every `*.yaml` / `*.yml` file of `dir` (one domain each).
-    pub fn load_dir(dir: &Path) -> Result<Self, EnvoyConfigError> {
+    /// An empty configuration in which files of one domain merge (`true`, upstream's
+    /// `MERGE_DOMAIN_CONFIG`) or are refused.
+    pub fn new(merge_domains: bool) -> Self {
+        Self { merge_domains, ..Self::default() }
+    }
+
+    /// Loads every `*.yaml` / `*.yml` file of `dir`, in name order.
+    pub fn load_dir(dir: &Path, merge_domains: bool) -> Result<Self, EnvoyConfigError> {
         let err = |path: &Path, message: String| EnvoyConfigError { path: path.display().to_string(), message };
         let mut files: Vec<_> = std::fs::read_dir(dir)
             .map_err(|e| err(dir, e.to_string()))?
@@ -188,53 +268,89 @@ impl EnvoyConfig {
             .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
             .collect();
         files.sort();
-        let mut config = Self::default();
+        let mut config = Self::new(merge_domains);
         for file in files {
             let text = std::fs::read_to_string(&file).map_err(|e| err(&file, e.to_string()))?;
-            config.add(&text).map_err(|m| err(&file, m))?;
+            config.add_file(&file.display().to_string(), &text).map_err(|m| err(&file, m))?;
         }
         Ok(config)
     }
 
     /// Adds one file's domain.
     pub fn add(&mut self, yaml: &str) -> Result<(), String> {
-        if bracket_depth(yaml) > MAX_FLOW_NESTING {
-            return Err(format!("brackets nested deeper than {MAX_FLOW_NESTING}"));
+        self.add_file("", yaml)
+    }
+
+    /// Adds the domain of the file `name` (for its warnings).
+    pub fn add_file(&mut self, name: &str, yaml: &str) -> Result<(), String> {
+        let mut warnings = Vec::new();
+        let file = spec::parse(yaml, &mut warnings)?;
+        if file.domain.is_empty() {
+            return Err("config file cannot have empty domain".into());
         }
-        let spec: FileSpec = serde_yaml_ng::from_str(yaml).map_err(|e| e.to_string())?;
-        if spec.domain.is_empty() {
-            return Err("domain must not be empty".into());
+        let merging = self.domains.contains_key(&file.domain);
+        if merging && !self.merge_domains {
+            return Err(format!(
+                "duplicate domain '{}' in config file (merging is off: --envoy-merge-domains)",
+                file.domain
+            ));
         }
-        if self.domains.contains_key(&spec.domain) {
-            return Err(format!("duplicate domain {:?}", spec.domain));
+        let domain = self.domains.entry(file.domain.clone()).or_default();
+        let built = build(&mut domain.level, file.descriptors, &file.domain, false, &mut warnings);
+        if built.is_err() && !merging {
+            self.domains.remove(&file.domain);
         }
-        let level = build_level(spec.descriptors, "")?;
-        self.domains.insert(spec.domain, level);
+        built?;
+        let named = |w: String| if name.is_empty() { w } else { format!("{name}: {w}") };
+        self.warnings.extend(warnings.into_iter().map(named));
         Ok(())
     }
 
-    /// The node of the limit that applies to a descriptor (`(key, value)` entries) of `domain`,
-    /// as envoyproxy/ratelimit finds it: entry by entry, `key_value` first, then a wildcard
-    /// value, then the bare `key`; a limit applies only when it is reached at the last entry.
+    /// What was accepted but is not read as written, file by file.
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    /// The node of the limit that applies to a descriptor (`(key, value)` entries) of `domain`.
     pub fn find(&self, domain: &str, entries: &[(&str, &str)]) -> Option<&Node> {
-        let mut level = self.domains.get(domain)?;
+        self.lookup(domain, entries).map(|f| f.node)
+    }
+
+    /// The limit that applies to a descriptor of `domain`, as envoyproxy/ratelimit finds it:
+    /// entry by entry, the entry's value first, then the first wildcard it matches, then the
+    /// bare key; a limit applies only when it is reached at the last entry.
+    pub fn lookup(&self, domain: &str, entries: &[(&str, &str)]) -> Option<Found<'_>> {
+        let mut level = &self.domains.get(domain)?.level;
+        let mut path: Vec<(&Node, Reached<'_>)> = Vec::with_capacity(entries.len());
         for (i, (key, value)) in entries.iter().enumerate() {
-            let node = level
-                .exact
-                .get(*key)
-                .and_then(|values| values.get(*value))
-                .or_else(|| {
-                    let wildcard =
-                        |(k, prefix, _): &&(String, String, Node)| k == key && value.starts_with(prefix.as_str());
-                    level.wildcard.iter().find(wildcard).map(|(_, _, n)| n)
-                })
-                .or_else(|| level.any.get(*key))?;
-            if i + 1 == entries.len() {
-                return node.limit.is_some().then_some(node);
+            let (node, reached) = level.get(key, value)?;
+            path.push((node, reached));
+            if i + 1 < entries.len() {
+                if node.children.is_empty() {
+                    return None;
+                }
+                level = &node.children;
             }
-            level = &node.children;
         }
-        None
+        let &(node, _) = path.last()?;
+        let limit = node.limit.as_ref()?;
+        let shared: Vec<Option<&str>> = path
+            .iter()
+            .map(|(n, r)| match r {
+                Reached::Wildcard(text) if n.share_threshold => Some(*text),
+                _ => None,
+            })
+            .collect();
+        let shared = if shared.iter().any(Option::is_some) { shared } else { Vec::new() };
+        let stats_key = node.dynamic_stats.then(|| dynamic_stats_key(domain, entries, &path, &shared));
+        Some(Found { node, limit, shared, stats_key })
+    }
+
+    /// The counters of a limit that `domain`'s request brought, by the request's stats key
+    /// (bounded: see [`Series`]).
+    pub fn override_counters(&self, domain: &str, stats_key: &str) -> Option<Counters> {
+        let overflow = || format!("{domain}.{}", super::stats::OVERFLOW_SUFFIX);
+        self.domains.get(domain).map(|d| d.overrides.get(stats_key, overflow))
     }
 
     /// Whether `domain` is configured.
@@ -245,7 +361,7 @@ impl EnvoyConfig {
     /// Each domain's name and number of descriptors that carry a `rate_limit`, by name.
     pub fn domains(&self) -> impl Iterator<Item = (&str, usize)> {
         let mut domains: Vec<(&str, usize)> =
-            self.domains.iter().map(|(name, level)| (name.as_str(), level.limits())).collect();
+            self.domains.iter().map(|(name, domain)| (name.as_str(), domain.level.limits())).collect();
         domains.sort_unstable();
         domains.into_iter()
     }
@@ -261,167 +377,145 @@ impl EnvoyConfig {
     }
 }
 
-/// The deepest a file may nest `[` and `{`: the YAML parser's time grows with the square of
-/// the nesting (each token re-examines every open level), so 4,000 levels (100 KB) took seconds;
-/// the deserializer refuses more than 128 levels of any kind anyway, but only after parsing.
-pub const MAX_FLOW_NESTING: usize = 128;
-
-/// How deep `[` and `{` nest in `text`, counting every bracket (also in strings and comments),
-/// which errs on the deep side for brackets the parser sees (closing ones inside strings aside).
-fn bracket_depth(text: &str) -> usize {
-    let (mut depth, mut deepest) = (0usize, 0);
-    for b in text.bytes() {
-        match b {
-            b'[' | b'{' => {
-                depth += 1;
-                deepest = deepest.max(depth);
+/// The stats key upstream builds from a request: `detailed_metric` writes every entry's
+/// `key_value` (a shared wildcard's pattern in place of the value); otherwise each level writes
+/// its key, then the value it matched (the pattern for a wildcard, the request's under
+/// `value_to_metric`).
+fn dynamic_stats_key(
+    domain: &str,
+    entries: &[(&str, &str)],
+    path: &[(&Node, Reached<'_>)],
+    shared: &[Option<&str>],
+) -> String {
+    let detailed = path.last().is_some_and(|(n, _)| n.detailed_metric);
+    let mut key = String::from(domain);
+    for (i, ((k, v), (node, reached))) in entries.iter().zip(path).enumerate() {
+        let pattern = shared.get(i).copied().flatten();
+        let value = match (detailed, reached) {
+            // Upstream writes `key_` for an empty value here, and only here.
+            (true, _) if shared.is_empty() => {
+                key.push_str(&format!(".{k}_{v}"));
+                continue;
             }
-            b']' | b'}' => depth = depth.saturating_sub(1),
-            _ => {}
+            (true, _) => pattern.unwrap_or(v),
+            (false, Reached::Wildcard(text)) if node.share_threshold || !node.value_to_metric => text,
+            (false, Reached::Key) if !node.value_to_metric => "",
+            (false, _) => v,
+        };
+        key.push('.');
+        key.push_str(k);
+        if !value.is_empty() {
+            key.push('_');
+            key.push_str(value);
         }
     }
-    deepest
+    key
 }
 
-fn build_level(specs: Vec<DescriptorSpec>, parent: &str) -> Result<Level, String> {
-    let mut level = Level::default();
+/// Adds `specs` to `level`, the descriptors under `parent` (upstream's composite key, starting
+/// with the domain); `dynamic` when a level above has `value_to_metric`.
+fn build(
+    level: &mut Level,
+    specs: Vec<DescriptorSpec>,
+    parent: &str,
+    dynamic: bool,
+    warnings: &mut Vec<String>,
+) -> Result<(), String> {
     for d in specs {
-        if d.key.is_empty() {
-            return Err("descriptor key must not be empty".into());
+        let composite = if d.value.is_empty() { d.key.clone() } else { format!("{}_{}", d.key, d.value) };
+        let stat_key = format!("{parent}.{composite}");
+        let bad = |m: &str| format!("descriptor '{stat_key}': {m}");
+        if !level.composite.insert(composite.clone()) {
+            return Err(format!("duplicate descriptor composite key '{stat_key}'"));
         }
-        let segment = match &d.value {
-            Some(v) => format!("{}_{v}", d.key),
-            None => d.key.clone(),
+        if d.key.contains('*') {
+            warnings.push(format!("descriptor '{stat_key}': a `*` in a key is matched as itself, not as a wildcard"));
+        }
+        if d.share_threshold && !composite.contains('*') {
+            return Err(bad(&format!(
+                "share_threshold can only be used with wildcard values (containing '*'), but found key '{composite}'"
+            )));
+        }
+        let limit = match d.rate_limit {
+            Some(r) => {
+                let (limit, warning) = limit(r).map_err(|m| bad(&m))?;
+                warnings.extend(warning.map(|w| bad(&w)));
+                Some(limit)
+            }
+            None => None,
         };
-        let stat_key = if parent.is_empty() { segment.clone() } else { format!("{parent}.{segment}") };
-        let limit = d.rate_limit.map(|r| build_limit(r, &stat_key)).transpose()?;
-        let node = Node {
+        let dynamic_here = dynamic || d.value_to_metric;
+        let mut node = Node {
             limit,
             shadow_mode: d.shadow_mode,
+            quota_mode: d.quota_mode,
             detailed_metric: d.detailed_metric,
-            children: build_level(d.descriptors, &stat_key)?,
-            stat_key,
-            counters: std::sync::OnceLock::new(),
-            detailed: DetailedCounters::default(),
+            value_to_metric: d.value_to_metric,
+            share_threshold: d.share_threshold,
+            metadata: d.metadata,
+            dynamic_stats: dynamic_here || d.detailed_metric,
+            stat_key: stat_key.clone(),
+            ..Node::default()
         };
-        let duplicate = match d.value {
-            Some(v) if v.ends_with('*') => {
-                let prefix = v.trim_end_matches('*').to_owned();
-                level.wildcard.push((d.key, prefix, node));
-                false
-            }
-            Some(v) => level.exact.entry(d.key).or_default().insert(v, node).is_some(),
-            None => level.any.insert(d.key, node).is_some(),
-        };
-        if duplicate {
-            return Err(format!("duplicate descriptor {segment:?}"));
+        build(&mut node.children, d.descriptors, &stat_key, dynamic_here, warnings)?;
+        if d.value.is_empty() {
+            level.any.insert(d.key, node);
+            continue;
         }
+        if let Some(pattern) = Pattern::new(&d.value) {
+            level.wildcards.push((d.key.clone(), d.value.clone(), pattern));
+        }
+        level.exact.entry(d.key).or_default().insert(d.value, node);
     }
-    Ok(level)
+    Ok(())
 }
 
-fn build_limit(r: RateLimitSpec, at: &str) -> Result<Limit, String> {
-    let bad = |m: String| format!("descriptor {at:?}: {m}");
-    let unit_name = r.unit.as_deref().unwrap_or(if r.unlimited { "second" } else { "" });
-    let unit = Unit::parse(unit_name)
-        .ok_or_else(|| bad(format!("unit {unit_name:?} is not one of second, minute, hour, day, week, month, year")))?;
-    let requests_per_unit = match (r.requests_per_unit, r.unlimited) {
-        (Some(n), _) => n,
-        (None, true) => 0,
-        (None, false) => return Err(bad("rate_limit needs requests_per_unit (or unlimited: true)".into())),
-    };
-    let quota = if r.unlimited || requests_per_unit == 0 {
-        None
+/// A `rate_limit`, checked as upstream checks it, and a warning when it is not counted as written.
+fn limit(r: RateLimitSpec) -> Result<(Limit, Option<String>), String> {
+    let unit = Unit::parse(&r.unit);
+    if r.unlimited && unit.is_some() {
+        return Err("should not specify rate limit unit when unlimited".into());
+    }
+    for replaced in &r.replaces {
+        if replaced.is_empty() {
+            return Err("should not have an empty replaces entry".into());
+        }
+        if *replaced == r.name {
+            return Err("replaces should not contain name of same descriptor".into());
+        }
+    }
+    let (mut limit, warning) = if r.unlimited {
+        let limit = Limit {
+            quota: None,
+            requests_per_unit: 0,
+            unit: Unit::Second,
+            unlimited: true,
+            name: None,
+            replaces: Vec::new(),
+        };
+        (limit, None)
     } else {
-        let algorithm: Algorithm =
-            r.algorithm.as_deref().unwrap_or("sliding_log").parse().map_err(|e| bad(format!("{e}")))?;
-        let q = Quota::new(requests_per_unit, unit.window()).and_then(|q| q.with_algorithm(algorithm));
-        Some(q.map_err(|e| bad(e.to_string()))?)
+        let unit = unit.ok_or_else(|| format!("invalid rate limit unit '{}'", r.unit))?;
+        Limit::counted(u64::from(r.requests_per_unit), unit, r.algorithm.as_deref())?
     };
-    Ok(Limit {
-        quota,
-        requests_per_unit,
-        unit,
-        unlimited: r.unlimited,
-        name: r.name,
-        replaces: r.replaces.into_iter().map(|x| x.name).collect(),
-    })
+    limit.name = (!r.name.is_empty()).then_some(r.name);
+    limit.replaces = r.replaces;
+    Ok((limit, warning))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// The examples of envoyproxy/ratelimit's README, typed in from its text.
-    const MONGO: &str = "
-domain: mongo_cps
-descriptors:
-  - key: database
-    value: users
-    rate_limit:
-      unit: second
-      requests_per_unit: 500
+    const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/envoy");
 
-  - key: database
-    value: default
-    rate_limit:
-      unit: second
-      requests_per_unit: 500
-";
+    fn fixture(path: &str) -> String {
+        std::fs::read_to_string(format!("{FIXTURES}/{path}")).expect(path)
+    }
 
-    const MESSAGING: &str = include_str!("../../tests/fixtures/envoy/messaging.yaml");
-
-    const EDGE: &str = "
-domain: edge_proxy_per_ip
-descriptors:
-  - key: remote_address
-    rate_limit:
-      unit: second
-      requests_per_unit: 10
-
-  # Black list IP
-  - key: remote_address
-    value: 50.0.0.5
-    rate_limit:
-      unit: second
-      requests_per_unit: 0
-";
-
-    const WILDCARD_AND_UNLIMITED: &str = "
-domain: wildcard
-descriptors:
-  - key: path
-    value: /foo*
-    rate_limit:
-      unit: minute
-      requests_per_unit: 20
-  - key: path
-    value: /health
-    rate_limit:
-      unlimited: true
-  - key: client_id
-    value: noisy
-    shadow_mode: true
-    detailed_metric: true
-    rate_limit:
-      name: noisy
-      unit: hour
-      requests_per_unit: 10
-      algorithm: gcra
-  - key: client_id
-    rate_limit:
-      name: clients
-      replaces:
-        - name: noisy
-      unit: hour
-      requests_per_unit: 100
-";
-
-    fn config() -> EnvoyConfig {
+    fn every_field() -> EnvoyConfig {
         let mut c = EnvoyConfig::default();
-        for yaml in [MONGO, MESSAGING, EDGE, WILDCARD_AND_UNLIMITED] {
-            c.add(yaml).expect("valid");
-        }
+        c.add_file("every_field.yaml", &fixture("every_field.yaml")).expect("loads");
         c
     }
 
@@ -430,41 +524,97 @@ descriptors:
             .and_then(|n| n.limit.as_ref().map(|l| (l.requests_per_unit, l.unit, n.stat_key.clone())))
     }
 
-    #[test]
-    fn the_readme_examples_produce_their_limits() {
-        let c = config();
-        assert_eq!(c.len(), 4);
-        assert_eq!(
-            limit(&c, "mongo_cps", &[("database", "users")]),
-            Some((500, Unit::Second, "database_users".into()))
-        );
-        assert_eq!(limit(&c, "mongo_cps", &[("database", "other")]), None, "no limit for unknown values");
-        let marketing = [("message_type", "marketing"), ("to_number", "2061111111")];
-        assert_eq!(limit(&c, "messaging", &marketing), Some((5, Unit::Day, "message_type_marketing.to_number".into())));
-        assert_eq!(limit(&c, "messaging", &[("to_number", "2061111111")]), Some((100, Unit::Day, "to_number".into())));
-        assert_eq!(limit(&c, "messaging", &[("message_type", "marketing")]), None, "a limit applies at the last entry");
-        assert_eq!(limit(&c, "edge_proxy_per_ip", &[("remote_address", "10.0.0.1")]).map(|l| l.0), Some(10));
-        let blocked = c.find("edge_proxy_per_ip", &[("remote_address", "50.0.0.5")]).and_then(|n| n.limit.as_ref());
-        assert!(
-            blocked.is_some_and(|l| l.requests_per_unit == 0 && l.quota.is_none()),
-            "a value is more specific than any value"
-        );
-        assert_eq!(limit(&c, "nope", &[("database", "users")]), None);
+    fn stats_key(c: &EnvoyConfig, domain: &str, entries: &[(&str, &str)]) -> String {
+        let found = c.lookup(domain, entries).expect("a limit");
+        found.stats_key.unwrap_or_else(|| found.node.stat_key.clone())
     }
 
     #[test]
-    fn wildcards_unlimited_shadow_and_replaces_load() {
-        let c = config();
-        assert_eq!(limit(&c, "wildcard", &[("path", "/foo/bar")]).map(|l| l.0), Some(20));
-        assert_eq!(limit(&c, "wildcard", &[("path", "/bar")]), None);
-        let health = c.find("wildcard", &[("path", "/health")]).and_then(|n| n.limit.as_ref()).expect("limit");
-        assert!(health.unlimited && health.quota.is_none());
-        let noisy = c.find("wildcard", &[("client_id", "noisy")]).expect("node");
-        assert!(noisy.shadow_mode && noisy.detailed_metric);
-        let q = noisy.limit.as_ref().and_then(|l| l.quota).expect("quota");
-        assert_eq!((q.limit(), q.algorithm().as_str()), (10, "gcra"));
-        let clients = c.find("wildcard", &[("client_id", "x")]).and_then(|n| n.limit.as_ref()).expect("limit");
-        assert_eq!(clients.replaces, ["noisy"]);
+    fn every_file_upstream_refuses_is_refused_naming_the_place_and_the_reason() {
+        let mut checked = 0;
+        for entry in std::fs::read_dir(format!("{FIXTURES}/refused")).expect("fixtures") {
+            let path = entry.expect("entry").path();
+            let text = std::fs::read_to_string(&path).expect("read");
+            let expected =
+                text.lines().next().and_then(|l| l.strip_prefix("# refused: ")).expect("a `# refused:` line");
+            let dir = std::env::temp_dir().join(format!("slidegate-refused-{}-{checked}", std::process::id()));
+            std::fs::create_dir_all(&dir).expect("dir");
+            std::fs::copy(&path, dir.join("file.yaml")).expect("copy");
+            let err = EnvoyConfig::load_dir(&dir, false).expect_err(&path.display().to_string());
+            std::fs::remove_dir_all(&dir).expect("clean");
+            assert!(err.path.ends_with("file.yaml"), "{err}");
+            assert!(
+                err.message.starts_with(expected),
+                "{}: {} does not start with {expected}",
+                path.display(),
+                err.message
+            );
+            checked += 1;
+        }
+        assert!(checked >= 18, "{checked} fixtures");
+    }
+
+    #[test]
+    fn every_field_loads_with_a_warning_for_what_is_not_read_as_written() {
+        let c = every_field();
+        assert_eq!(c.warnings().len(), 2, "{:?}", c.warnings());
+        assert!(
+            c.warnings()[0].starts_with("every_field.yaml: `unit` has no meaning at 'api.region'"),
+            "{:?}",
+            c.warnings()
+        );
+        assert!(c.warnings()[1].contains("'api.bulk': requests_per_unit 5000000 is above the sliding log's bound"));
+        let bulk = c.find("api", &[("bulk", "x")]).and_then(|n| n.limit.as_ref()).and_then(|l| l.quota).expect("quota");
+        assert_eq!((bulk.limit(), bulk.algorithm()), (5_000_000, "sliding_window".parse().expect("algorithm")));
+        let region =
+            c.find("api", &[("region", "eu")]).and_then(|n| n.limit.as_ref()).and_then(|l| l.quota).expect("quota");
+        assert_eq!(region.algorithm().as_str(), "gcra");
+        let tenant = c.find("api", &[("tenant", "acme")]).expect("tenant");
+        assert!(
+            tenant.metadata.as_ref().is_some_and(|m| m.fields.contains_key("owner") && m.fields.contains_key("tags"))
+        );
+        assert!(c.find("api", &[("plan_quota", "p")]).is_some_and(|n| n.quota_mode));
+        assert!(c.find("api", &[("trial", "t")]).is_some_and(|n| n.shadow_mode));
+        let plan = c.find("api", &[("plan", "gold")]).and_then(|n| n.limit.as_ref()).expect("plan");
+        assert_eq!((plan.name.as_deref(), plan.replaces.as_slice()), (Some("plan"), ["trial".to_owned()].as_slice()));
+        assert!(c.find("api", &[("health", "x")]).and_then(|n| n.limit.as_ref()).is_some_and(|l| l.unlimited));
+        assert_eq!(limit(&c, "api", &[("status", "500")]).map(|l| l.0), Some(10), "a number is its text");
+    }
+
+    #[test]
+    fn wildcards_match_anywhere_and_an_exact_value_wins() {
+        let c = every_field();
+        let path = |v: &str| limit(&c, "api", &[("path", v)]).map(|l| (l.0, l.2));
+        assert_eq!(path("/v1/admin/orders"), Some((1, "api.path_/v1/admin/orders".into())), "exact wins");
+        assert_eq!(path("/v1/shop/orders"), Some((4, "api.path_/v1/*/orders*".into())));
+        assert_eq!(path("/v1//orders"), Some((4, "api.path_/v1/*/orders*".into())), "an empty match");
+        assert_eq!(path("/v1/a/b/orders/42"), Some((4, "api.path_/v1/*/orders*".into())));
+        assert_eq!(path("/v2/shop/orders"), None);
+        assert_eq!(path("/v1/orders"), None, "both runs are needed, apart");
+        // Upstream's own wildcard cases and stats keys.
+        let mut u = EnvoyConfig::default();
+        u.add(
+            "domain: test-domain
+descriptors:
+  - {key: wild, value: foo*, rate_limit: {unit: minute, requests_per_unit: 20}}
+  - {key: midWild, value: bar*b, rate_limit: {unit: minute, requests_per_unit: 20}}
+  - {key: multiWild, value: foo*bar*baz, rate_limit: {unit: minute, requests_per_unit: 10}}
+  - key: nestedWild
+    value: val1
+    descriptors:
+      - {key: wild, value: goo*, rate_limit: {unit: minute, requests_per_unit: 20}}
+",
+        )
+        .expect("loads");
+        assert_eq!(stats_key(&u, "test-domain", &[("wild", "foo1")]), "test-domain.wild_foo*");
+        assert_eq!(stats_key(&u, "test-domain", &[("wild", "foo2")]), "test-domain.wild_foo*");
+        assert_eq!(stats_key(&u, "test-domain", &[("midWild", "barXb")]), "test-domain.midWild_bar*b");
+        assert!(u.find("test-domain", &[("midWild", "barX")]).is_none());
+        assert_eq!(stats_key(&u, "test-domain", &[("multiWild", "foo1bar2baz")]), "test-domain.multiWild_foo*bar*baz");
+        assert_eq!(
+            stats_key(&u, "test-domain", &[("nestedWild", "val1"), ("wild", "goo2")]),
+            "test-domain.nestedWild_val1.wild_goo*"
+        );
     }
 
     #[test]
@@ -480,18 +630,73 @@ descriptors:
     }
 
     #[test]
-    fn bad_files_say_what_is_wrong() {
-        let err = |yaml: &str| EnvoyConfig::default().add(yaml).expect_err("invalid");
-        assert!(err("domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: fortnight\n      requests_per_unit: 1\n").contains("fortnight"));
-        assert!(
-            err("domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n")
-                .contains("requests_per_unit")
+    fn a_limit_applies_at_the_descriptor_s_last_entry_only() {
+        let mut c = EnvoyConfig::default();
+        c.add(&fixture("messaging.yaml")).expect("loads");
+        let marketing = [("message_type", "marketing"), ("to_number", "2061111111")];
+        assert_eq!(
+            limit(&c, "messaging", &marketing),
+            Some((5, Unit::Day, "messaging.message_type_marketing.to_number".into()))
         );
-        assert!(err("domain: d\ndescriptors:\n  - key: k\n    colour: red\n").contains("colour"));
-        assert!(err("domain: \"\"\n").contains("domain"));
-        assert!(err("domain: d\ndescriptors:\n  - key: k\n  - key: k\n").contains("duplicate"));
-        let mut c = config();
-        assert!(c.add(MONGO).is_err_and(|e| e.contains("duplicate domain")));
+        assert_eq!(limit(&c, "messaging", &[("to_number", "1")]).map(|l| l.0), Some(100));
+        assert_eq!(limit(&c, "messaging", &[("message_type", "marketing")]), None);
+        assert_eq!(limit(&c, "messaging", &[("to_number", "1"), ("extra", "x")]), None, "deeper than the tree");
+    }
+
+    #[test]
+    fn stats_keys_follow_value_to_metric_detailed_metric_and_share_threshold() {
+        let mut c = EnvoyConfig::default();
+        c.add(
+            "domain: d
+descriptors:
+  - key: route
+    value_to_metric: true
+    descriptors:
+      - key: http_method
+        value_to_metric: true
+        descriptors:
+          - {key: subject_id, rate_limit: {unit: minute, requests_per_unit: 60}}
+  - key: k1
+    value_to_metric: true
+    descriptors:
+      - {key: k2, rate_limit: {unit: second, requests_per_unit: 1}}
+  - key: svc
+    value: svc/*
+    share_threshold: true
+    descriptors:
+      - {key: endpoint, detailed_metric: true, rate_limit: {unit: minute, requests_per_unit: 80}}
+  - {key: user, detailed_metric: true, rate_limit: {unit: minute, requests_per_unit: 5}}
+  - {key: w, value: a*, value_to_metric: true, rate_limit: {unit: minute, requests_per_unit: 5}}
+",
+        )
+        .expect("loads");
+        let route = [("route", "draw"), ("http_method", "GET"), ("subject_id", "123")];
+        assert_eq!(stats_key(&c, "d", &route), "d.route_draw.http_method_GET.subject_id");
+        assert_eq!(stats_key(&c, "d", &[("k1", "A"), ("k2", "foo")]), "d.k1_A.k2");
+        assert_eq!(stats_key(&c, "d", &[("svc", "svc/a"), ("endpoint", "/x")]), "d.svc_svc/*.endpoint_/x");
+        assert_eq!(stats_key(&c, "d", &[("user", "ann")]), "d.user_ann");
+        assert_eq!(stats_key(&c, "d", &[("user", "")]), "d.user_", "upstream writes key_ for an empty value");
+        assert_eq!(stats_key(&c, "d", &[("w", "abc")]), "d.w_abc");
+        let found = c.lookup("d", &[("svc", "svc/a"), ("endpoint", "/x")]).expect("found");
+        assert_eq!(found.shared, [Some("svc/*"), None]);
+        assert!(c.lookup("d", &[("w", "abc")]).expect("found").shared.is_empty());
+    }
+
+    #[test]
+    fn files_of_one_domain_merge_only_when_asked() {
+        let dir = format!("{FIXTURES}/merge");
+        let refused = EnvoyConfig::load_dir(Path::new(&dir), false).expect_err("two files, one domain");
+        assert!(refused.path.ends_with("shop_users.yaml"), "{refused}");
+        assert!(refused.message.starts_with("duplicate domain 'shop' in config file"), "{refused}");
+        let merged = EnvoyConfig::load_dir(Path::new(&dir), true).expect("merged");
+        assert_eq!(merged.len(), 1);
+        assert_eq!(limit(&merged, "shop", &[("user", "ada")]).map(|l| l.0), Some(2));
+        assert_eq!(limit(&merged, "shop", &[("path", "/cart/1")]).map(|l| l.0), Some(3));
+        // A descriptor both files declare is refused even when merging.
+        let mut c = EnvoyConfig::new(true);
+        c.add(&fixture("merge/shop_users.yaml")).expect("first");
+        let again = c.add(&fixture("merge/shop_users.yaml")).expect_err("twice");
+        assert_eq!(again, "duplicate descriptor composite key 'shop.user'");
     }
 }
 
@@ -505,7 +710,7 @@ mod fuzz {
 
     use super::EnvoyConfig;
 
-    const VALID: [&str; 2] = [
+    const VALID: [&str; 3] = [
         "
 domain: mongo_cps
 descriptors:
@@ -516,8 +721,10 @@ descriptors:
       requests_per_unit: 500
       algorithm: gcra
   - key: database
-    value: default*
+    value: def*ault*
     shadow_mode: true
+    share_threshold: true
+    metadata: {a: [1, {b: 2.5}]}
     rate_limit:
       name: db
       replaces: [{name: other}]
@@ -525,6 +732,7 @@ descriptors:
       requests_per_unit: 50
 ",
         include_str!("../../tests/fixtures/envoy/messaging.yaml"),
+        include_str!("../../tests/fixtures/envoy/every_field.yaml"),
     ];
 
     /// Loads `yaml`, which must add a domain or be refused with a message, within a second.
@@ -586,8 +794,8 @@ descriptors:
             "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: -1}\n".into(),
             "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: .nan}\n".into(),
             "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: .inf}\n".into(),
-            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1000000001}\n".into(),
             "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n".into(),
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: unknown, requests_per_unit: 1}\n".into(),
             // Duplicate keys and descriptors, empty names, long and non-ASCII strings, tags.
             "domain: d\ndomain: e\n".into(),
             "domain: d\ndescriptors:\n  - key: k\n    key: j\n".into(),
@@ -596,6 +804,7 @@ descriptors:
             "domain: d\ndescriptors:\n  - key: \"\"\n".into(),
             format!("domain: d\ndescriptors:\n  - key: {long}\n    unknown: 1\n"),
             "domain: d\ndescriptors: !!map {}\n".into(),
+            "domain: d\ndescriptors:\n  - key: k\n    metadata: {a: !custom 1}\n".into(),
             "--- \ndomain: d\n--- \ndomain: e\n".into(),
             "\u{feff}domain: ☃\ndescriptors:\n  - {key: ключ, value: \"\\0\", rate_limit: {unit: second}}\n".into(),
         ];

@@ -23,7 +23,21 @@ use std::fmt::Write as _;
 /// assert_eq!(descriptor_key("edge", &[("user", "alice")]), "4:edge:{4:user=5:alice}");
 /// ```
 pub fn descriptor_key(domain: &str, entries: &[(&str, &str)]) -> String {
-    let mut key = String::with_capacity(encoded_len(domain, entries));
+    shared_descriptor_key(domain, entries, &[])
+}
+
+/// [`descriptor_key`] for a descriptor whose entry `i` matched a `share_threshold` wildcard
+/// (`shared[i]`, the pattern's text): all values matching it share one key, where the value's
+/// place holds `*` and the pattern, `*<len>:<pattern>`. A value's part always starts with a
+/// digit, so no value — not even one spelt like the pattern — reaches a shared key.
+///
+/// ```
+/// use slidegate_server::envoy::key::shared_descriptor_key;
+///
+/// assert_eq!(shared_descriptor_key("d", &[("path", "/a/b")], &[Some("/a/*")]), "1:d:{4:path=*4:/a/*}");
+/// ```
+pub fn shared_descriptor_key(domain: &str, entries: &[(&str, &str)], shared: &[Option<&str>]) -> String {
+    let mut key = String::with_capacity(encoded_len(domain, entries) + 1);
     push_part(&mut key, domain);
     key.push_str(":{");
     for (i, (k, v)) in entries.iter().enumerate() {
@@ -32,7 +46,13 @@ pub fn descriptor_key(domain: &str, entries: &[(&str, &str)]) -> String {
         }
         push_part(&mut key, k);
         key.push('=');
-        push_part(&mut key, v);
+        match shared.get(i).copied().flatten() {
+            Some(pattern) => {
+                key.push('*');
+                push_part(&mut key, pattern);
+            }
+            None => push_part(&mut key, v),
+        }
     }
     key.push('}');
     key
@@ -92,6 +112,8 @@ mod tests {
             ("edge:{4", &[("user", "alice")]),
             ("edg", &[("e", "user")]),
         ];
+        let shared = shared_descriptor_key("edge", &[("user", "alice.path_/x")], &[Some("alice*")]);
+        assert!(lists.iter().all(|(d, e)| descriptor_key(d, e) != shared), "{shared}");
         for (i, (d1, e1)) in lists.iter().enumerate() {
             for (d2, e2) in &lists[i + 1..] {
                 assert_ne!(descriptor_key(d1, e1), descriptor_key(d2, e2), "{d1} {e1:?} / {d2} {e2:?}");

@@ -1,14 +1,30 @@
 //! The Envoy rate limit service: `envoy.service.ratelimit.v3.RateLimitService` over gRPC,
 //! configured with envoyproxy/ratelimit's YAML files, deciding with slidegate's exact limits.
+//!
+//! - [`config`]: the descriptor trees of the configuration directory, and finding a limit;
+//!   `spec` reads one file as upstream reads it, [`wildcard`] matches `*` values.
+//! - [`service`]: the gRPC service — a request's descriptors matched, decided (`decide`) and
+//!   answered, with [`headers`] and dynamic [`metadata`].
+//! - [`options`]: the settings (upstream's environment variables).
+//! - [`stats`]: the per-descriptor counters under upstream's Prometheus names.
+//! - [`bounds`], [`key`]: what a request may size, and the backend key of a descriptor.
 
 pub mod bounds;
 pub mod config;
+mod decide;
+pub mod headers;
 pub mod key;
+pub mod metadata;
+pub mod options;
 pub mod service;
+mod spec;
 pub mod stats;
+pub mod wildcard;
 
 pub use bounds::{MAX_DESCRIPTORS, MAX_ENTRIES, MAX_REQUEST_BYTES};
 pub use config::{EnvoyConfig, EnvoyConfigError};
 pub use key::descriptor_key;
+pub use options::{EnvoyOptions, HeaderStyle};
 pub use service::EnvoyRateLimit;
-pub use stats::MAX_DETAILED_SERIES;
+pub use spec::MAX_FLOW_NESTING;
+pub use stats::{MAX_DETAILED_SERIES, MAX_UNKNOWN_DOMAINS};

@@ -1,72 +1,53 @@
 //! `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit` over the service's limiter.
 
+use std::borrow::Cow;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use envoy_types::pb::envoy::config::core::v3::HeaderValue;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
     Code, DescriptorStatus, RateLimit as CurrentLimit, rate_limit::Unit as PbUnit,
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::envoy::r#type::v3::RateLimitUnit;
 use envoy_types::pb::google::protobuf::Duration as PbDuration;
-use slidegate::{Check, Decision, Error};
+use metrics::{Counter, Histogram};
 use tonic::{Request, Response, Status};
 
 use super::bounds::{self, Invalid, MAX_DESCRIPTORS};
-use super::config::{EnvoyConfig, Limit, Node, Unit};
-use super::key::descriptor_key;
-use super::stats::count_invalid;
+use super::config::{EnvoyConfig, Limit, Unit};
+use super::decide::{Applied, Item, Outcome, Slot, quotas_all_over};
+use super::headers::{Limited, response_headers};
+use super::key::{descriptor_key, shared_descriptor_key};
+use super::metadata::dynamic_metadata;
+use super::options::EnvoyOptions;
+use super::stats::{Counters, Hit, OVERFLOW_SUFFIX, count_domain_not_found, count_invalid};
 use crate::app::App;
-use crate::metrics::EnvoyCounters;
+use crate::metrics::{ENVOY_GLOBAL_SHADOW_MODE, GRPC_ERRORS, GRPC_REQUESTS, GRPC_SECONDS};
 
 /// The gRPC service: one per server, sharing the HTTP API's limiter, backend and metrics.
 #[derive(Debug, Clone)]
 pub struct EnvoyRateLimit {
-    app: Arc<App>,
+    pub(super) app: Arc<App>,
+    calls: Counter,
+    seconds: Histogram,
+    service_errors: Counter,
+    backend_errors: Counter,
 }
 
 impl EnvoyRateLimit {
     /// The service over `app`.
     pub fn new(app: Arc<App>) -> Self {
-        Self { app }
+        const METHOD: &str = "ShouldRateLimit";
+        Self {
+            app,
+            calls: metrics::counter!(GRPC_REQUESTS, "grpc_method" => METHOD),
+            seconds: metrics::histogram!(GRPC_SECONDS, "grpc_method" => METHOD),
+            service_errors: metrics::counter!(GRPC_ERRORS, "err_type" => "service_error"),
+            backend_errors: metrics::counter!(GRPC_ERRORS, "err_type" => "redis_error"),
+        }
     }
-}
-
-/// One decidable descriptor of a request, as matched against the configuration.
-struct Item<'a> {
-    node: Option<&'a Node>,
-    entries: Vec<(&'a str, &'a str)>,
-    /// The backend key ([`descriptor_key`]).
-    key: String,
-    cost: u64,
-}
-
-/// A descriptor of a request: decidable, or refused (then not decided, and answered `UNKNOWN`).
-type Slot<'a> = Result<Item<'a>, Invalid>;
-
-impl Item<'_> {
-    fn limit(&self) -> Option<&Limit> {
-        self.node.and_then(|n| n.limit.as_ref())
-    }
-
-    fn shadow(&self) -> bool {
-        self.node.is_some_and(|n| n.shadow_mode)
-    }
-}
-
-/// How one descriptor came out.
-enum Outcome {
-    /// Refused: not decided.
-    Invalid(Invalid),
-    /// No limit applies (none configured, or replaced).
-    NoLimit,
-    /// `unlimited: true`.
-    Unlimited,
-    /// Over before asking the backend: `requests_per_unit: 0`, or more hits than could ever fit.
-    Refused,
-    /// The backend's decision.
-    Decided(Decision),
 }
 
 #[tonic::async_trait]
@@ -75,7 +56,20 @@ impl RateLimitService for EnvoyRateLimit {
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
-        let request = request.into_inner();
+        let started = Instant::now();
+        let answer = self.answer(&request.into_inner()).await;
+        self.calls.increment(1);
+        self.seconds.record(started.elapsed().as_secs_f64());
+        if let Err(status) = &answer {
+            let backend = status.code() == tonic::Code::Unavailable;
+            if backend { &self.backend_errors } else { &self.service_errors }.increment(1);
+        }
+        answer.map(Response::new)
+    }
+}
+
+impl EnvoyRateLimit {
+    async fn answer(&self, request: &RateLimitRequest) -> Result<RateLimitResponse, Status> {
         // The same answers envoyproxy/ratelimit gives to malformed requests.
         if request.domain.is_empty() {
             return Err(Status::unknown("rate limit domain must not be empty"));
@@ -83,32 +77,21 @@ impl RateLimitService for EnvoyRateLimit {
         if request.descriptors.is_empty() {
             return Err(Status::unknown("rate limit descriptor list must not be empty"));
         }
-        let config = self.app.envoy();
+        let (config, options) = (self.app.envoy(), self.app.envoy_options());
         let domain = request.domain.as_str();
         if !config.contains_domain(domain) {
-            return Ok(Response::new(nothing_limited(request.descriptors.len())));
+            count_domain_not_found(domain, request.descriptors.len());
+            return Ok(nothing_limited(request.descriptors.len()));
         }
-        let slots = slots(&config, &request);
+        let slots = slots(&config, request, options);
         refuse(domain, request.descriptors.len(), &slots)?;
-        let outcomes = self.decide(&slots).await?;
-        let (over, mut statuses, tightest) = answer(domain, &slots, &outcomes);
-        // The descriptors after MAX_DESCRIPTORS: not decided. (`Code::Unknown` is 0, the default.)
-        statuses.resize(request.descriptors.len(), DescriptorStatus::default());
-        let response_headers_to_add = match (self.app.envoy_headers(), tightest) {
-            (true, Some((l, d))) => rate_limit_headers(l, d),
-            _ => Vec::new(),
-        };
-        Ok(Response::new(RateLimitResponse {
-            overall_code: if over { Code::OverLimit } else { Code::Ok } as i32,
-            statuses,
-            response_headers_to_add,
-            ..RateLimitResponse::default()
-        }))
+        let outcomes = self.decide(&slots, options.quota_mode).await?;
+        Ok(respond(request, &slots, &outcomes, options))
     }
 }
 
 /// The answer to a request of an unknown domain, which limits nothing (and whose name is
-/// never a metric label).
+/// never a label of the per-descriptor counters).
 fn nothing_limited(descriptors: usize) -> RateLimitResponse {
     let ok = DescriptorStatus { code: Code::Ok as i32, ..DescriptorStatus::default() };
     RateLimitResponse { overall_code: Code::Ok as i32, statuses: vec![ok; descriptors], ..Default::default() }
@@ -133,7 +116,7 @@ fn refuse(domain: &str, total: usize, slots: &[Slot<'_>]) -> Result<(), Status> 
 
 /// The request's first [`MAX_DESCRIPTORS`] descriptors, sized, matched and keyed; repeats of an
 /// earlier descriptor refused; `replaces` applied.
-fn slots<'a>(config: &'a EnvoyConfig, request: &'a RateLimitRequest) -> Vec<Slot<'a>> {
+fn slots<'a>(config: &'a EnvoyConfig, request: &'a RateLimitRequest, options: &EnvoyOptions) -> Vec<Slot<'a>> {
     let domain = request.domain.as_str();
     let mut slots: Vec<Slot<'a>> = Vec::with_capacity(request.descriptors.len().min(MAX_DESCRIPTORS));
     for d in request.descriptors.iter().take(MAX_DESCRIPTORS) {
@@ -141,12 +124,13 @@ fn slots<'a>(config: &'a EnvoyConfig, request: &'a RateLimitRequest) -> Vec<Slot
             if slots.iter().flatten().any(|earlier| earlier.entries == entries) {
                 return Err(Invalid::Duplicate);
             }
-            let hits = d.hits_addend.as_ref().map_or(u64::from(request.hits_addend), |h| h.value);
-            // 0 is "not set" (1 hit). Any cost over MAX_LIMIT is refused as over every limit
-            // alike; capped there, it cannot wrap the hit counters either.
-            let cost = hits.clamp(1, slidegate::MAX_LIMIT + 1);
-            let key = descriptor_key(domain, &entries);
-            Ok(Item { node: config.find(domain, &entries), entries, key, cost })
+            // A descriptor's own hits_addend, 0 included (a check that counts nothing); else the
+            // request's, where 0 means "not set": 1. Any count over MAX_LIMIT is over every
+            // limit alike; capped there, it cannot wrap the counters either.
+            let hits = d.hits_addend.as_ref().map_or(u64::from(request.hits_addend).max(1), |h| h.value);
+            let hits = hits.min(slidegate::MAX_LIMIT + 1);
+            let (applied, key) = apply(config, domain, d, &entries, options)?;
+            Ok(Item { entries, key, hits, applied })
         });
         slots.push(slot);
     }
@@ -156,25 +140,99 @@ fn slots<'a>(config: &'a EnvoyConfig, request: &'a RateLimitRequest) -> Vec<Slot
         slots.iter().flatten().filter_map(Item::limit).flat_map(|l| l.replaces.iter().cloned()).collect();
     for item in slots.iter_mut().flatten() {
         if item.limit().and_then(|l| l.name.as_ref()).is_some_and(|n| replaced.contains(n)) {
-            item.node = None;
+            item.applied = None;
         }
     }
     slots
 }
 
-/// The tightest decided limit of a request, for the `x-ratelimit-*` headers.
-type Tightest<'a> = Option<(&'a Limit, &'a Decision)>;
-
-/// Each descriptor's status, counted in the metrics; whether any enforced one is over; and the
-/// tightest limit.
-fn answer<'a>(
+/// The limit that applies to descriptor `d` (the one it brings, else the configured one) and
+/// its backend key.
+fn apply<'a>(
+    config: &'a EnvoyConfig,
     domain: &str,
-    slots: &'a [Slot<'a>],
-    outcomes: &'a [Outcome],
-) -> (bool, Vec<DescriptorStatus>, Tightest<'a>) {
-    let mut statuses = Vec::with_capacity(slots.len());
-    let mut over = false;
-    let mut tightest: Tightest<'a> = None;
+    d: &RateLimitDescriptor,
+    entries: &[(&str, &str)],
+    options: &EnvoyOptions,
+) -> Result<(Option<Applied<'a>>, String), Invalid> {
+    if let Some(brought) = &d.limit {
+        // As upstream: the request's own limit, not shadow, unnamed, counted under the request's
+        // stats key.
+        let unit = override_unit(brought.unit).ok_or(Invalid::Rejected)?;
+        let (limit, _) =
+            Limit::counted(u64::from(brought.requests_per_unit), unit, None).map_err(|_| Invalid::Rejected)?;
+        let stats_key = upstream_key(domain, entries);
+        let applied = Applied {
+            limit: Cow::Owned(limit),
+            node: None,
+            counters: config.override_counters(domain, &stats_key),
+            label: Cow::Owned(stats_key),
+            shadow: false,
+            quota: options.quota_mode,
+        };
+        return Ok((Some(applied), descriptor_key(domain, entries)));
+    }
+    let Some(found) = config.lookup(domain, entries) else { return Ok((None, descriptor_key(domain, entries))) };
+    let node = found.node;
+    let counters = match (&found.stats_key, found.limit.unlimited) {
+        (_, true) => None,
+        (Some(key), false) => Some(node.dynamic.get(key, || format!("{}.{OVERFLOW_SUFFIX}", node.stat_key))),
+        (None, false) => Some(node.counters.get_or_init(|| Counters::new(&node.stat_key)).clone()),
+    };
+    let key = if found.shared.is_empty() {
+        descriptor_key(domain, entries)
+    } else {
+        shared_descriptor_key(domain, entries, &found.shared)
+    };
+    let applied = Applied {
+        limit: Cow::Borrowed(found.limit),
+        node: Some(node),
+        counters,
+        label: found.limit.name.as_deref().map_or(Cow::Borrowed(node.stat_key.as_str()), Cow::Borrowed),
+        shadow: node.shadow_mode,
+        quota: node.quota_mode || options.quota_mode,
+    };
+    Ok((Some(applied), key))
+}
+
+/// Upstream's stats key of a request's descriptor: `<domain>.<key>_<value>.<key>…`.
+fn upstream_key(domain: &str, entries: &[(&str, &str)]) -> String {
+    let mut key = String::from(domain);
+    for (k, v) in entries {
+        key.push('.');
+        key.push_str(k);
+        if !v.is_empty() {
+            key.push('_');
+            key.push_str(v);
+        }
+    }
+    key
+}
+
+/// The unit of a request's `limit` (`UNKNOWN` and unknown numbers are none).
+fn override_unit(unit: i32) -> Option<Unit> {
+    Some(match RateLimitUnit::try_from(unit).ok()? {
+        RateLimitUnit::Second => Unit::Second,
+        RateLimitUnit::Minute => Unit::Minute,
+        RateLimitUnit::Hour => Unit::Hour,
+        RateLimitUnit::Day => Unit::Day,
+        RateLimitUnit::Month => Unit::Month,
+        RateLimitUnit::Year => Unit::Year,
+        RateLimitUnit::Unknown => return None,
+    })
+}
+
+/// The answer: each descriptor's status (counted), the overall code, and the headers and
+/// dynamic metadata the options ask for.
+fn respond(
+    request: &RateLimitRequest,
+    slots: &[Slot<'_>],
+    outcomes: &[Outcome],
+    options: &EnvoyOptions,
+) -> RateLimitResponse {
+    let domain = request.domain.as_str();
+    let mut statuses = Vec::with_capacity(request.descriptors.len());
+    let mut over_rate = false;
     for (slot, outcome) in slots.iter().zip(outcomes) {
         let item = match (slot, outcome) {
             // Refused before deciding (counted then), or by the limiter.
@@ -190,31 +248,69 @@ fn answer<'a>(
             (Ok(item), _) => item,
         };
         let limit = item.limit();
-        if let (Outcome::Decided(d), Some(l)) = (outcome, limit)
-            && tightest.is_none_or(|(_, t)| d.remaining < t.remaining)
-        {
-            tightest = Some((l, d));
-        }
         let (within, remaining, reset) = standing(outcome, limit);
-        let shadow = item.shadow();
-        over |= !within && !shadow;
-        if let (Some(node), Some(limit)) = (item.node, limit) {
-            count(domain, node, item, limit, within, shadow, remaining);
+        let (shadow, quota) = item.applied.as_ref().map_or((false, false), |a| (a.shadow, a.quota));
+        over_rate |= !within && !shadow && !quota;
+        if let Some(counters) = item.applied.as_ref().and_then(|a| a.counters.as_ref()) {
+            count(counters, item, outcome, within, shadow, options.near_limit_ratio);
         }
         statuses.push(descriptor_status(limit, within || shadow, remaining, reset));
     }
-    (over, statuses, tightest)
+    let mut over = over_rate || quotas_all_over(slots, outcomes.iter().map(Some), options.quota_mode);
+    if over && options.shadow_mode {
+        over = false;
+        metrics::counter!(ENVOY_GLOBAL_SHADOW_MODE).increment(1);
+    }
+    let response_headers_to_add = if options.headers.enabled {
+        let limited = limited(slots, &statuses);
+        response_headers(&options.headers, &limited)
+    } else {
+        Vec::new()
+    };
+    let dynamic_metadata = options.dynamic_metadata.then(|| {
+        let passed = slots.iter().zip(&statuses).filter_map(|(slot, status)| {
+            let applied = slot.as_ref().ok()?.applied.as_ref()?;
+            let ok = status.code == Code::Ok as i32 && !applied.limit.unlimited;
+            applied.node.and_then(|n| n.metadata.as_ref()).filter(|_| ok)
+        });
+        dynamic_metadata(request, passed)
+    });
+    // The descriptors after MAX_DESCRIPTORS: not decided. (`Code::Unknown` is 0, the default.)
+    statuses.resize(request.descriptors.len(), DescriptorStatus::default());
+    RateLimitResponse {
+        overall_code: if over { Code::OverLimit } else { Code::Ok } as i32,
+        statuses,
+        response_headers_to_add,
+        dynamic_metadata,
+        ..RateLimitResponse::default()
+    }
+}
+
+/// The decided descriptors with a limit, for the headers.
+fn limited<'a>(slots: &'a [Slot<'a>], statuses: &'a [DescriptorStatus]) -> Vec<Limited<'a>> {
+    slots
+        .iter()
+        .zip(statuses)
+        .filter_map(|(slot, status)| {
+            let applied = slot.as_ref().ok()?.applied.as_ref()?;
+            status.current_limit.as_ref()?;
+            Some(Limited {
+                status,
+                name: &applied.label,
+                window_secs: applied.limit.unit.window().as_secs(),
+                decisive: !applied.shadow && !applied.quota,
+            })
+        })
+        .collect()
 }
 
 /// Whether a descriptor is within its limit, the permits it has left, and when it resets.
 fn standing(outcome: &Outcome, limit: Option<&Limit>) -> (bool, u32, Option<Duration>) {
     match outcome {
         Outcome::Refused => (false, 0, limit.map(|l| l.unit.window())),
-        Outcome::Decided(d) => (
-            d.allowed || d.retry_after.is_none(),
-            u32::try_from(d.remaining).unwrap_or(u32::MAX),
-            Some(d.retry_after.unwrap_or(d.reset_after)),
-        ),
+        Outcome::Decided(d, reset) => {
+            (d.allowed || d.retry_after.is_none(), u32::try_from(d.remaining).unwrap_or(u32::MAX), Some(*reset))
+        }
         Outcome::Unlimited => (true, u32::MAX, None),
         Outcome::NoLimit | Outcome::Invalid(_) => (true, 0, None),
     }
@@ -235,117 +331,20 @@ fn descriptor_status(limit: Option<&Limit>, ok: bool, remaining: u32, reset: Opt
     }
 }
 
-impl EnvoyRateLimit {
-    /// Decides the request's decidable descriptors. Enforced ones are decided together, all or
-    /// nothing (an over-limit request consumes nothing anywhere); shadow ones each on their own,
-    /// so that a shadow limit can never hold back an enforced one. Refused descriptors are not
-    /// decided and hold back nothing.
-    async fn decide(&self, slots: &[Slot<'_>]) -> Result<Vec<Outcome>, Status> {
-        let mut outcomes: Vec<Option<Outcome>> = Vec::with_capacity(slots.len());
-        let mut enforced: Vec<(usize, Check<'_>)> = Vec::new();
-        let mut refused = false;
-        for (i, slot) in slots.iter().enumerate() {
-            let shadow = slot.as_ref().is_ok_and(Item::shadow);
-            match check_of(slot) {
-                Err(outcome) => {
-                    refused |= matches!(outcome, Outcome::Refused) && !shadow;
-                    outcomes.push(Some(outcome));
-                }
-                Ok(check) if shadow => outcomes.push(Some(self.one(&check).await?)),
-                Ok(check) => {
-                    outcomes.push(None);
-                    enforced.push((i, check));
-                }
-            }
+/// Counts a decided descriptor's hits (none for a check, `hits_addend: 0`).
+fn count(counters: &Counters, item: &Item<'_>, outcome: &Outcome, within: bool, shadow: bool, near_ratio: f64) {
+    let hits = item.hits;
+    let (limit, before) = match outcome {
+        Outcome::Decided(d, _) => (d.limit, d.limit.saturating_sub(d.remaining + if d.allowed { hits } else { 0 })),
+        Outcome::Refused => {
+            let limit = item.limit().map_or(0, |l| l.requests_per_unit);
+            (limit, limit)
         }
-        let checks: Vec<Check<'_>> = enforced.iter().map(|(_, c)| *c).collect();
-        let decided = if refused {
-            // Over already: nothing may be charged. Report the others' standing, read only.
-            let mut held = Vec::with_capacity(checks.len());
-            for c in &checks {
-                held.push(self.standing(c).await?);
-            }
-            held
-        } else {
-            self.enforce(&checks).await?
-        };
-        for ((i, _), outcome) in enforced.iter().zip(decided) {
-            outcomes[*i] = Some(outcome);
-        }
-        Ok(outcomes.into_iter().map(|o| o.unwrap_or(Outcome::NoLimit)).collect())
+        _ => return,
+    };
+    if hits > 0 {
+        counters.count(Hit { hits, limit, before, within, shadow }, near_ratio);
     }
-
-    /// Decides the enforced checks, all or nothing when the backend can.
-    async fn enforce(&self, checks: &[Check<'_>]) -> Result<Vec<Outcome>, Status> {
-        let limiter = &self.app.limiter;
-        match checks {
-            [] => Ok(Vec::new()),
-            // One enforced descriptor: the one-key path, which the near-cache can answer.
-            [one] => Ok(vec![self.one(one).await?]),
-            _ => match self.app.timed(limiter.check_all(checks)).await {
-                Ok(group) => Ok(group.decisions.into_iter().map(Outcome::Decided).collect()),
-                Err(e) if e.is_backend_failure() => Err(unavailable(e)),
-                // Not one check (keys in several Redis Cluster slots, which no script can see
-                // together): one by one, in request order, stopping at the first over limit —
-                // the descriptors before it are charged, those after it are not.
-                Err(_) => {
-                    let mut one_by_one: Vec<Outcome> = Vec::with_capacity(checks.len());
-                    for c in checks {
-                        let over = one_by_one.iter().any(|o| matches!(o, Outcome::Decided(d) if !d.allowed));
-                        one_by_one.push(if over { self.standing(c).await? } else { self.one(c).await? });
-                    }
-                    Ok(one_by_one)
-                }
-            },
-        }
-    }
-
-    /// Decides one check.
-    async fn one(&self, c: &Check<'_>) -> Result<Outcome, Status> {
-        let decided = self.app.timed(self.app.limiter.check_cost(c.key, &c.quota, c.cost)).await;
-        decided.map(Outcome::Decided).or_else(own_problem)
-    }
-
-    /// Where a check stands, read only, charging nothing: held when it would fit, denied (until
-    /// the window empties, at the latest) when it would not.
-    async fn standing(&self, c: &Check<'_>) -> Result<Outcome, Status> {
-        let state = match self.app.limiter.inspect(c.key, &c.quota).await {
-            Ok(state) => state,
-            Err(e) => return own_problem(e),
-        };
-        let (limit, reset) = (c.quota.limit(), state.reset_after);
-        let remaining = limit.saturating_sub(state.count);
-        Ok(Outcome::Decided(if c.cost <= remaining {
-            Decision::held(limit, remaining, reset)
-        } else {
-            Decision::denied(limit, remaining, reset, reset)
-        }))
-    }
-}
-
-/// What a descriptor asks the backend, or the outcome it has without asking.
-fn check_of<'s>(slot: &'s Slot<'_>) -> Result<Check<'s>, Outcome> {
-    let item = slot.as_ref().map_err(|reason| Outcome::Invalid(*reason))?;
-    let Some(limit) = item.limit() else { return Err(Outcome::NoLimit) };
-    if limit.unlimited {
-        return Err(Outcome::Unlimited);
-    }
-    match limit.quota {
-        Some(q) if item.cost <= q.max_cost() => Ok(Check::new(&item.key, q).with_cost(item.cost)),
-        _ => Err(Outcome::Refused),
-    }
-}
-
-/// A limiter error for one descriptor. A backend failure — which the failure policy, when one
-/// is set, has already answered — fails the request (`UNAVAILABLE`); anything else is the
-/// caller's mistake in that descriptor alone, which is then not decided.
-fn own_problem(e: Error) -> Result<Outcome, Status> {
-    if e.is_backend_failure() { Err(unavailable(e)) } else { Ok(Outcome::Invalid(Invalid::Rejected)) }
-}
-
-/// A backend failure that no failure policy answered (a Redis URL's password masked).
-fn unavailable(e: impl std::fmt::Display) -> Status {
-    Status::unavailable(crate::redact::redact(&e.to_string()))
 }
 
 fn pb_unit(unit: Unit) -> PbUnit {
@@ -364,46 +363,5 @@ fn pb_duration(d: Duration) -> PbDuration {
     PbDuration {
         seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
         nanos: i32::try_from(d.subsec_nanos()).unwrap_or(0),
-    }
-}
-
-/// envoyproxy/ratelimit's optional headers, for the tightest limit of the request.
-fn rate_limit_headers(limit: &Limit, d: &Decision) -> Vec<HeaderValue> {
-    let window = limit.unit.window().as_secs();
-    let reset = slidegate_tower::ceil_secs(d.retry_after.unwrap_or(d.reset_after));
-    [
-        ("x-ratelimit-limit", format!("{}, {};w={window}", limit.requests_per_unit, limit.requests_per_unit)),
-        ("x-ratelimit-remaining", d.remaining.to_string()),
-        ("x-ratelimit-reset", reset.to_string()),
-    ]
-    .into_iter()
-    .map(|(key, value)| HeaderValue { key: key.to_owned(), value, ..HeaderValue::default() })
-    .collect()
-}
-
-/// The counters envoyproxy/ratelimit's users graph, by domain and descriptor key: a configured
-/// descriptor's own (registered at its first hit), or, under `detailed_metric`, by the request's
-/// values (bounded: see [`DetailedCounters`](super::stats::DetailedCounters)).
-fn count(domain: &str, node: &Node, item: &Item<'_>, limit: &Limit, within: bool, shadow: bool, remaining: u32) {
-    let detailed;
-    let counters = if node.detailed_metric {
-        let values: Vec<String> = item.entries.iter().map(|(k, v)| format!("{k}_{v}")).collect();
-        detailed = node.detailed.get(domain, &node.stat_key, &values.join("."));
-        &detailed
-    } else {
-        node.counters.get_or_init(|| EnvoyCounters::new(domain, &node.stat_key))
-    };
-    counters.total.increment(item.cost);
-    if !within {
-        counters.over.increment(item.cost);
-        if shadow {
-            counters.shadow.increment(item.cost);
-        }
-        return;
-    }
-    counters.within.increment(item.cost);
-    // Near: 80% or more of the limit used once this request is counted.
-    if !limit.unlimited && limit.requests_per_unit > 0 && u64::from(remaining) * 5 <= limit.requests_per_unit {
-        counters.near.increment(item.cost);
     }
 }

@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+pub mod envoy;
+
 /// A `slidegate serve` child process.
 pub struct Slidegate {
     child: Child,
@@ -135,6 +137,12 @@ fn blocking_get(url: &str) -> Option<()> {
 pub async fn grpc_channel(addr: &str) -> tonic::transport::Channel {
     let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{addr}")).expect("a URI");
     endpoint.connect().await.expect("connect")
+}
+
+/// Runs `slidegate <args>` to its end (within a minute): its exit status and standard error.
+pub fn run_to_exit(args: &[&str]) -> (ExitStatus, String) {
+    let out = run(args, &[]);
+    (out.status, String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
 /// A rules file in a temporary folder, removed on drop.

@@ -1,5 +1,7 @@
 //! One pipelined connection to a standalone Redis, kept lean so that the client's work per
-//! decision stays small beside Redis' own.
+//! decision stays small beside Redis' own. This file owns the socket I/O — the queue, the
+//! writer and reader tasks, the bounds and the silence deadline; packing commands and cutting
+//! replies from the bytes read is `resp.rs`'s.
 //!
 //! redis-rs' multiplexed connection hands every command to a driver task through a channel,
 //! which writes each one with its own system call and answers through a second task hop: one
@@ -37,6 +39,8 @@ use redis::{Cmd, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Pipeline, R
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::net::{TcpStream, UnixStream, tcp, unix};
 use tokio::sync::{mpsc, oneshot};
+
+mod resp;
 
 /// How long a connection may send nothing back while the caller first in line has given up
 /// (its deadline passed) before it is presumed dead. Redis answers a decision in microseconds;
@@ -143,7 +147,7 @@ impl PipelinedConnection {
 impl ConnectionLike for PipelinedConnection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         Box::pin(async move {
-            let mut values = self.request(|out| cmd.write_packed_command(out), 1).await?;
+            let mut values = self.request(|out| resp::pack_command(cmd, out), 1).await?;
             values.pop().ok_or_else(|| closed().into())
         })
     }
@@ -155,8 +159,7 @@ impl ConnectionLike for PipelinedConnection {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         Box::pin(async move {
-            let mut values =
-                self.request(|out| out.extend_from_slice(&pipeline.get_packed_pipeline()), offset + count).await?;
+            let mut values = self.request(|out| resp::pack_pipeline(pipeline, out), offset + count).await?;
             Ok(values.split_off(offset))
         })
     }
@@ -270,7 +273,7 @@ impl Link {
     }
 
     async fn handshake(&self, cmd: &Cmd) -> RedisResult<()> {
-        for value in self.request(|out| cmd.write_packed_command(out), 1, DEFAULT_MAX_QUEUED).await? {
+        for value in self.request(|out| resp::pack_command(cmd, out), 1, DEFAULT_MAX_QUEUED).await? {
             value.extract_error()?;
         }
         Ok(())
@@ -342,6 +345,33 @@ impl Link {
             let _ = tx.send(Err(io::Error::new(e.kind(), e.to_string()).into()));
         }
     }
+
+    /// Hands each whole reply at the start of `buf` to the caller first in line, and returns
+    /// the bytes they took. An error is a stream out of step: not RESP2, or a reply nobody
+    /// asked for.
+    fn hand_out(&self, buf: &[u8]) -> io::Result<usize> {
+        let mut q = lock(&self.queue);
+        let mut at = 0;
+        let taken = loop {
+            match resp::next_reply(&buf[at..]) {
+                Ok(Some((reply, len))) => {
+                    at += len;
+                    match q.in_flight.pop_front() {
+                        // A caller that gave up (its deadline passed) dropped its receiver.
+                        Some(tx) => drop(tx.send(reply)),
+                        None => break Err(resp::protocol("a reply nobody asked for")),
+                    }
+                }
+                Ok(None) => break Ok(at),
+                Err(e) => break Err(e),
+            }
+        };
+        if at > 0 {
+            // Replies made room in flight for queued commands.
+            q.wake_writer(&self.wake_writer);
+        }
+        taken
+    }
 }
 
 /// Writes the committed commands in batches each time it is woken, committing queued ones as
@@ -393,71 +423,17 @@ async fn read_replies(mut reader: impl AsyncRead + Unpin, link: Weak<Link>) {
             }
         }
         let Some(link) = link.upgrade() else { return };
-        let mut q = lock(&link.queue);
-        let mut at = 0;
-        let parsed = loop {
-            match reply_len(&buf[at..]) {
-                Ok(Some(len)) => {
-                    let reply = redis::parse_redis_value(&buf[at..at + len]);
-                    at += len;
-                    match q.in_flight.pop_front() {
-                        // A caller that gave up (its deadline passed) dropped its receiver.
-                        Some(tx) => drop(tx.send(reply)),
-                        None => break Err(protocol("a reply nobody asked for")),
-                    }
-                }
-                Ok(None) => break Ok(()),
-                Err(e) => break Err(e),
+        match link.hand_out(&buf) {
+            Ok(taken) => drop(buf.drain(..taken)),
+            Err(e) => {
+                link.fail(&e);
+                return;
             }
-        };
-        if at > 0 {
-            // Replies made room in flight for queued commands.
-            q.wake_writer(&link.wake_writer);
         }
-        drop(q);
-        if let Err(e) = parsed {
-            link.fail(&e);
-            return;
-        }
-        buf.drain(..at);
     };
     if let Some(link) = link.upgrade() {
         link.fail(&error);
     }
-}
-
-/// The length of the RESP2 reply at the start of `buf`, or `None` while it is incomplete.
-fn reply_len(buf: &[u8]) -> io::Result<Option<usize>> {
-    let (mut at, mut pending) = (0, 1usize);
-    while pending > 0 {
-        let Some(kind) = buf.get(at) else { return Ok(None) };
-        let Some(eol) = buf[at..].windows(2).position(|w| w == b"\r\n") else { return Ok(None) };
-        let header = &buf[at + 1..at + eol];
-        at += eol + 2;
-        pending -= 1;
-        match kind {
-            b'+' | b'-' | b':' => {}
-            b'$' => {
-                if let Ok(len) = usize::try_from(number(header)?) {
-                    at += len + 2;
-                    if at > buf.len() {
-                        return Ok(None);
-                    }
-                }
-            }
-            b'*' => pending += usize::try_from(number(header)?).unwrap_or(0),
-            _ => return Err(protocol("not a RESP2 reply")),
-        }
-    }
-    Ok(Some(at))
-}
-
-fn number(header: &[u8]) -> io::Result<i64> {
-    std::str::from_utf8(header).ok().and_then(|s| s.parse().ok()).ok_or_else(|| protocol("a bad length"))
-}
-
-fn protocol(what: &str) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, format!("Redis protocol: {what}"))
 }
 
 fn closed() -> io::Error {
@@ -495,35 +471,5 @@ impl WriteHalf {
             }
         }
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reply_lengths_are_found_whole_or_not_at_all() {
-        let replies: [&[u8]; 8] = [
-            b":42\r\n",
-            b"-NOSCRIPT No matching script\r\n",
-            b"+OK\r\n",
-            b"$-1\r\n",
-            b"$5\r\nhe\r\no\r\n",
-            b"*-1\r\n",
-            b"*0\r\n",
-            b"*3\r\n:1\r\n*2\r\n$3\r\nabc\r\n:-7\r\n$0\r\n\r\n",
-        ];
-        for reply in replies {
-            let mut stream = reply.to_vec();
-            stream.extend_from_slice(b":1\r\n");
-            assert_eq!(reply_len(&stream).expect("RESP2"), Some(reply.len()), "{:?}", String::from_utf8_lossy(reply));
-            for cut in 0..reply.len() {
-                assert_eq!(reply_len(&reply[..cut]).expect("RESP2"), None, "cut at {cut} of {:?}", reply);
-            }
-            assert!(redis::parse_redis_value(reply).is_ok());
-        }
-        assert!(reply_len(b"?what\r\n").is_err());
-        assert!(reply_len(b"$x\r\n").is_err());
     }
 }

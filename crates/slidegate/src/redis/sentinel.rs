@@ -1,4 +1,5 @@
-//! A connection to the master that a Redis Sentinel group names, following failovers.
+//! The backend over a Sentinel-monitored master: [`RedisBackend::connect_sentinel`], on a
+//! connection to the master that a Redis Sentinel group names, following failovers.
 //!
 //! redis-rs asks Sentinel for the master once per connection; nothing follows a failover. This
 //! wrapper keeps one multiplexed connection to the current master and, when a call fails the way
@@ -11,6 +12,26 @@ use std::sync::{Arc, Mutex, PoisonError};
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::sentinel::{SentinelClient, SentinelServerType};
 use redis::{Cmd, ErrorKind, Pipeline, RedisFuture, RedisResult, ServerErrorKind, Value};
+
+use super::RedisBackend;
+use super::call::CONNECT_TIMEOUT;
+use crate::Error;
+
+/// The Redis backend over a Sentinel-monitored master ([`RedisBackend::connect_sentinel`]).
+pub type RedisSentinelBackend = RedisBackend<SentinelConnection>;
+
+impl RedisBackend<SentinelConnection> {
+    /// Connects to the master of `service` as the sentinels at `sentinels` (`redis://host:26379`
+    /// each) name it, and follows failovers: see [`SentinelConnection`].
+    pub async fn connect_sentinel(sentinels: &[&str], service: &str) -> Result<Self, Error> {
+        let conn = tokio::time::timeout(CONNECT_TIMEOUT, SentinelConnection::connect(sentinels, service))
+            .await
+            .map_err(|_| Error::Timeout(CONNECT_TIMEOUT))??;
+        let backend = Self::with_connection(conn);
+        backend.clone().with_timeout(CONNECT_TIMEOUT).load_scripts().await?;
+        Ok(backend)
+    }
+}
 
 /// The master of a Sentinel-monitored group, rediscovered after failovers. Cheap to clone:
 /// clones share the connection.

@@ -1,0 +1,266 @@
+//! Deciding a request's descriptors: all or nothing for the enforced ones (an over-limit request
+//! consumes nothing anywhere), each on its own in shadow mode, read only for `hits_addend: 0`;
+//! quota-mode descriptors that do not fit set aside while another quota still has room.
+
+use std::borrow::Cow;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use slidegate::{Algorithm, Check, Decision, Error};
+use tonic::Status;
+
+use super::bounds::Invalid;
+use super::config::{Limit, Node};
+use super::service::EnvoyRateLimit;
+use super::stats::Counters;
+
+/// One decidable descriptor of a request, as matched against the configuration.
+pub(super) struct Item<'a> {
+    /// Its `(key, value)` entries.
+    pub entries: Vec<(&'a str, &'a str)>,
+    /// The backend key ([`super::descriptor_key`]).
+    pub key: String,
+    /// Its hits (`hits_addend`); 0 is a check that counts nothing.
+    pub hits: u64,
+    /// The limit that applies, if any.
+    pub applied: Option<Applied<'a>>,
+}
+
+/// The limit a descriptor is decided under.
+pub(super) struct Applied<'a> {
+    /// The configured limit, or the one the request brought (`limit`).
+    pub limit: Cow<'a, Limit>,
+    /// The configured descriptor, for a configured limit.
+    pub node: Option<&'a Node>,
+    /// Where it is counted (not for an unlimited one, which upstream does not count).
+    pub counters: Option<Counters>,
+    /// Its name for the IETF headers: the limit's `name`, or its stats key.
+    pub label: Cow<'a, str>,
+    /// Decided and counted, answered OK.
+    pub shadow: bool,
+    /// Over only when every quota-mode descriptor of the request is.
+    pub quota: bool,
+}
+
+/// A descriptor of a request: decidable, or refused (then not decided, and answered `UNKNOWN`).
+pub(super) type Slot<'a> = Result<Item<'a>, Invalid>;
+
+impl Item<'_> {
+    pub(super) fn limit(&self) -> Option<&Limit> {
+        self.applied.as_ref().map(|a| a.limit.as_ref())
+    }
+
+    pub(super) fn shadow(&self) -> bool {
+        self.applied.as_ref().is_some_and(|a| a.shadow)
+    }
+}
+
+/// How one descriptor came out.
+pub(super) enum Outcome {
+    /// Refused: not decided.
+    Invalid(Invalid),
+    /// No limit applies (none configured, or replaced).
+    NoLimit,
+    /// `unlimited: true`.
+    Unlimited,
+    /// Over before asking the backend: `requests_per_unit: 0`, or more hits than could ever fit.
+    Refused,
+    /// The backend's decision, and the time until the descriptor's `remaining` next grows.
+    Decided(Decision, Duration),
+}
+
+impl Outcome {
+    fn decided(d: Decision) -> Self {
+        Self::Decided(d, d.retry_after.unwrap_or(d.reset_after))
+    }
+
+    /// Over its limit: refused, or denied (not merely held back by another descriptor).
+    pub(super) fn is_over(&self) -> bool {
+        match self {
+            Self::Refused => true,
+            Self::Decided(d, _) => !d.allowed && d.retry_after.is_some(),
+            _ => false,
+        }
+    }
+}
+
+/// Whether every quota-mode descriptor of the request is over (and there is one); `outcomes`
+/// are the slots' so far (`None`: not decided yet).
+pub(super) fn quotas_all_over<'o>(
+    slots: &[Slot<'_>],
+    outcomes: impl IntoIterator<Item = Option<&'o Outcome>>,
+    global: bool,
+) -> bool {
+    let mut quotas = slots.iter().zip(outcomes).filter_map(|(slot, outcome)| {
+        let item = slot.as_ref().ok()?;
+        let quota = item.applied.as_ref().map_or(global, |a| a.quota);
+        (quota && !item.limit().is_some_and(|l| l.unlimited)).then_some(outcome)
+    });
+    let mut any = false;
+    let all = quotas.all(|o| {
+        any = true;
+        o.is_some_and(Outcome::is_over)
+    });
+    any && all
+}
+
+impl EnvoyRateLimit {
+    /// Decides the request's decidable descriptors.
+    ///
+    /// Enforced ones are decided together, all or nothing; a quota-mode one that does not fit
+    /// is set aside and the rest decided again, as long as another quota-mode descriptor has
+    /// room (each pass charges nothing unless it admits, and sets at least one aside, so there
+    /// are at most [`super::MAX_DESCRIPTORS`] passes). Shadow ones are decided each on its own,
+    /// so that a shadow limit can never hold back an enforced one. Checks (`hits_addend: 0`)
+    /// read without charging. Refused descriptors are not decided and hold back nothing.
+    pub(super) async fn decide(&self, slots: &[Slot<'_>], global_quota: bool) -> Result<Vec<Outcome>, Status> {
+        let mut outcomes: Vec<Option<Outcome>> = Vec::with_capacity(slots.len());
+        let mut members: Vec<(usize, Check<'_>)> = Vec::new();
+        // An enforced descriptor is over before the backend is asked: nothing may be charged.
+        let mut doomed = false;
+        for slot in slots {
+            let (shadow, quota) =
+                slot.as_ref().map_or((false, false), |i| (i.shadow(), i.applied.as_ref().is_some_and(|a| a.quota)));
+            let outcome = match (check_of(slot), slot) {
+                (Err(outcome), _) => outcome,
+                (Ok(check), Ok(item)) if item.hits == 0 => self.standing(&check).await?,
+                (Ok(check), _) if shadow => self.one(&check).await?,
+                (Ok(check), _) => {
+                    members.push((outcomes.len(), check));
+                    outcomes.push(None);
+                    continue;
+                }
+            };
+            doomed |= outcome.is_over() && !shadow && !quota;
+            outcomes.push(Some(outcome));
+        }
+        // Every quota is over already: so is the request, whatever the rest does.
+        doomed |= quotas_all_over(slots, outcomes.iter().map(Option::as_ref), global_quota);
+        if doomed {
+            // Report the others' standing, read only.
+            for (i, c) in &members {
+                outcomes[*i] = Some(self.standing(c).await?);
+            }
+        }
+        while !doomed && !members.is_empty() {
+            let checks: Vec<Check<'_>> = members.iter().map(|(_, c)| *c).collect();
+            let decided = self.enforce(&checks).await?;
+            let mut set_aside = Vec::new();
+            let mut over_rate = false;
+            for ((i, _), outcome) in members.iter().zip(decided) {
+                let quota = slots[*i].as_ref().is_ok_and(|item| item.applied.as_ref().is_some_and(|a| a.quota));
+                if outcome.is_over() {
+                    if quota { set_aside.push(*i) } else { over_rate = true }
+                }
+                outcomes[*i] = Some(outcome);
+            }
+            if over_rate
+                || set_aside.is_empty()
+                || quotas_all_over(slots, outcomes.iter().map(Option::as_ref), global_quota)
+            {
+                break;
+            }
+            members.retain(|(i, _)| !set_aside.contains(i));
+        }
+        let mut outcomes: Vec<Outcome> = outcomes.into_iter().map(|o| o.unwrap_or(Outcome::NoLimit)).collect();
+        for (slot, outcome) in slots.iter().zip(&mut outcomes) {
+            self.until_grows(slot, outcome).await;
+        }
+        Ok(outcomes)
+    }
+
+    /// Decides the enforced checks, all or nothing when the backend can.
+    async fn enforce(&self, checks: &[Check<'_>]) -> Result<Vec<Outcome>, Status> {
+        let limiter = &self.app.limiter;
+        match checks {
+            [] => Ok(Vec::new()),
+            // One enforced descriptor: the one-key path, which the near-cache can answer.
+            [one] => Ok(vec![self.one(one).await?]),
+            _ => match self.app.timed(limiter.check_all(checks)).await {
+                Ok(group) => Ok(group.decisions.into_iter().map(Outcome::decided).collect()),
+                Err(e) if e.is_backend_failure() => Err(unavailable(e)),
+                // Not one check (keys in several Redis Cluster slots, which no script can see
+                // together): one by one, in request order, stopping at the first over limit —
+                // the descriptors before it are charged, those after it are not.
+                Err(_) => {
+                    let mut one_by_one: Vec<Outcome> = Vec::with_capacity(checks.len());
+                    for c in checks {
+                        let over = one_by_one.iter().any(Outcome::is_over);
+                        one_by_one.push(if over { self.standing(c).await? } else { self.one(c).await? });
+                    }
+                    Ok(one_by_one)
+                }
+            },
+        }
+    }
+
+    /// Decides one check.
+    async fn one(&self, c: &Check<'_>) -> Result<Outcome, Status> {
+        let decided = self.app.timed(self.app.limiter.check_cost(c.key, &c.quota, c.cost)).await;
+        decided.map(Outcome::decided).or_else(own_problem)
+    }
+
+    /// Where a check stands, read only, charging nothing: held when it would fit, denied (until
+    /// the window empties, at the latest) when it would not.
+    async fn standing(&self, c: &Check<'_>) -> Result<Outcome, Status> {
+        let state = match self.app.limiter.inspect(c.key, &c.quota).await {
+            Ok(state) => state,
+            Err(e) => return own_problem(e),
+        };
+        let (limit, reset) = (c.quota.limit(), state.reset_after);
+        let remaining = limit.saturating_sub(state.count);
+        Ok(Outcome::decided(if c.cost <= remaining {
+            Decision::held(limit, remaining, reset)
+        } else {
+            Decision::denied(limit, remaining, reset, reset)
+        }))
+    }
+
+    /// For a sliding log admitted or held back, the time until its oldest admission leaves the
+    /// window — when `remaining` next grows — read from the backend (a denial's `retry_after`
+    /// is that time already, for one hit). Unchanged when the backend does not answer: the
+    /// decision stands without it.
+    async fn until_grows(&self, slot: &Slot<'_>, outcome: &mut Outcome) {
+        let (Ok(item), Outcome::Decided(d, reset)) = (slot, outcome) else { return };
+        let Some(quota) = item.limit().and_then(|l| l.quota) else { return };
+        if quota.algorithm() != Algorithm::SlidingLog || d.retry_after.is_some() {
+            return;
+        }
+        let Ok(state) = self.app.limiter.inspect(&item.key, &quota).await else { return };
+        let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |t| t.as_millis());
+        *reset = match state.oldest_ms {
+            Some(oldest) => {
+                let leaves = u128::from(oldest) + u128::from(quota.window_ms());
+                let ms = u64::try_from(leaves.saturating_sub(now_ms)).unwrap_or(u64::MAX);
+                Duration::from_millis(ms.min(quota.window_ms()))
+            }
+            // Nothing in the window: nothing to wait for.
+            None => Duration::ZERO,
+        };
+    }
+}
+
+/// What a descriptor asks the backend (a check of one hit for `hits_addend: 0`), or the outcome
+/// it has without asking.
+fn check_of<'s>(slot: &'s Slot<'_>) -> Result<Check<'s>, Outcome> {
+    let item = slot.as_ref().map_err(|reason| Outcome::Invalid(*reason))?;
+    let Some(limit) = item.limit() else { return Err(Outcome::NoLimit) };
+    if limit.unlimited {
+        return Err(Outcome::Unlimited);
+    }
+    match limit.quota {
+        Some(q) if item.hits <= q.max_cost() => Ok(Check::new(&item.key, q).with_cost(item.hits.max(1))),
+        _ => Err(Outcome::Refused),
+    }
+}
+
+/// A limiter error for one descriptor. A backend failure — which the failure policy, when one
+/// is set, has already answered — fails the request (`UNAVAILABLE`); anything else is the
+/// caller's mistake in that descriptor alone, which is then not decided.
+fn own_problem(e: Error) -> Result<Outcome, Status> {
+    if e.is_backend_failure() { Err(unavailable(e)) } else { Ok(Outcome::Invalid(Invalid::Rejected)) }
+}
+
+/// A backend failure that no failure policy answered (a Redis URL's password masked).
+pub(super) fn unavailable(e: impl std::fmt::Display) -> Status {
+    Status::unavailable(crate::redact::redact(&e.to_string()))
+}

@@ -1,0 +1,27 @@
+//! The module's commands, `SLIDEGATE.CHECK` and `SLIDEGATE.INSPECT`: what the module engine
+//! sends instead of the scripts, on the same keys and with the same answers.
+
+use redis::aio::ConnectionLike;
+
+use super::{RedisBackend, wire};
+use crate::{Check, Error, KeyState, MultiDecision, Quota};
+
+impl<C> RedisBackend<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    /// `SLIDEGATE.CHECK` over `checks` (joined by `AND`): the module's decision, answered as
+    /// `check.lua` answers.
+    pub(super) async fn module_check(&self, checks: &[Check<'_>]) -> Result<MultiDecision, Error> {
+        let keyed = checks.iter().map(|c| (self.redis_key(c.key, c.quota.algorithm()), c));
+        let reply: Vec<i64> = self.query(&wire::module_check(keyed, self.now_arg())).await?;
+        wire::parse_group(&reply, checks.len())
+    }
+
+    /// `SLIDEGATE.INSPECT` of `key` under `quota`.
+    pub(super) async fn module_inspect(&self, key: &str, quota: &Quota) -> Result<KeyState, Error> {
+        let cmd = wire::module_inspect(self.redis_key(key, quota.algorithm()), quota, self.now_arg());
+        let reply: Vec<redis::Value> = self.query(&cmd).await?;
+        wire::parse_module_inspect(&reply)
+    }
+}

@@ -1,0 +1,139 @@
+//! The Lua scripts: their registry (body and SHA1 of each `.lua` file beside this one), loading
+//! them, running one by `EVALSHA` with the `EVAL` fallback on `NOSCRIPT`, and one method per
+//! deciding script that sends its arguments and reads its reply through `wire.rs`
+//! (`inspect.lua` is run by `Backend::inspect` itself: see `mod.rs`).
+
+use std::sync::OnceLock;
+use std::sync::atomic::Ordering;
+
+use redis::aio::ConnectionLike;
+use redis::{Cmd, ErrorKind, FromRedisValue, ServerErrorKind};
+
+use super::outlook::remember_outcome;
+use super::{RedisBackend, wire};
+use crate::{Algorithm, Check, Decision, Error, MultiDecision, Quota};
+
+/// The most sliding-log permits one script call records (a multi-limit check's sliding logs
+/// summed): each is a sorted-set member the script writes, besides at most 256 expired ones it
+/// removes, so this bounds the time one decision holds Redis' single thread (well under a
+/// millisecond; BENCHMARKS.md). The module writes a byte or two per permit and takes any cost
+/// its quota admits.
+pub const MAX_SCRIPT_LOG_COST: u64 = 256;
+
+pub(super) struct LuaScript {
+    body: &'static str,
+    sha: String,
+}
+
+impl LuaScript {
+    fn new(body: &'static str) -> Self {
+        Self { body, sha: redis::Script::new(body).get_hash().to_owned() }
+    }
+}
+
+pub(super) struct Scripts {
+    sliding_log: LuaScript,
+    one_key: LuaScript,
+    check: LuaScript,
+    pub(super) inspect: LuaScript,
+}
+
+/// The scripts, hashed once per process.
+pub(super) fn scripts() -> &'static Scripts {
+    static SCRIPTS: OnceLock<Scripts> = OnceLock::new();
+    SCRIPTS.get_or_init(|| Scripts {
+        sliding_log: LuaScript::new(include_str!("sliding_log.lua")),
+        one_key: LuaScript::new(include_str!("one_key.lua")),
+        check: LuaScript::new(include_str!("check.lua")),
+        inspect: LuaScript::new(include_str!("inspect.lua")),
+    })
+}
+
+impl<C> RedisBackend<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    /// Loads the scripts into Redis' cache (`SCRIPT LOAD`). Optional: a missing script is
+    /// loaded on first use anyway.
+    pub async fn load_scripts(&self) -> Result<(), Error> {
+        let s = scripts();
+        for script in [&s.sliding_log, &s.one_key, &s.check, &s.inspect] {
+            let mut cmd = redis::cmd("SCRIPT");
+            cmd.arg("LOAD").arg(script.body);
+            let _: String = self.query(&cmd).await?;
+        }
+        Ok(())
+    }
+
+    /// Runs `script` by EVALSHA, falling back to EVAL on NOSCRIPT, all within one deadline.
+    /// `args` appends the script's ARGV after its KEYS.
+    pub(super) async fn run_script<T: FromRedisValue>(
+        &self,
+        script: &LuaScript,
+        keys: &[(&str, Algorithm)],
+        args: impl Fn(&mut Cmd) + Send + Sync,
+    ) -> Result<T, Error> {
+        let build = |verb: &str, script_ref: &str| {
+            let mut cmd = redis::cmd(verb);
+            cmd.arg(script_ref).arg(keys.len());
+            for &(key, algorithm) in keys {
+                cmd.arg(self.redis_key(key, algorithm));
+            }
+            args(&mut cmd);
+            cmd
+        };
+        let evalsha = build("EVALSHA", &script.sha);
+        let mut conn = self.conn.clone();
+        self.deadline(async move {
+            match evalsha.query_async(&mut conn).await {
+                Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                    Ok(build("EVAL", script.body).query_async(&mut conn).await?)
+                }
+                other => Ok(other?),
+            }
+        })
+        .await
+    }
+
+    /// One run of the one-key sliding-log script, in the order the key's outlook suggests.
+    pub(super) async fn sliding_log(&self, key: &str, quota: &Quota, cost: u64) -> Result<Decision, Error> {
+        let (member, now) = (self.members.next(), self.now_arg());
+        let slot = self.outlook.slot(key);
+        let expect_denial = self.config.fixed_order.unwrap_or_else(|| slot.load(Ordering::Relaxed));
+        let reply: redis::Value = self
+            .run_script(&scripts().sliding_log, &[(key, Algorithm::SlidingLog)], |cmd| {
+                wire::sliding_log_args(cmd, &member, quota, cost, expect_denial, now);
+            })
+            .await?;
+        let decision = wire::parse_sliding_log(&reply, quota.limit(), quota.window_ms())?;
+        remember_outcome(slot, !decision.allowed);
+        Ok(decision)
+    }
+
+    /// One run of `one_key.lua` for a fixed window or a GCRA without warm-up: `code` names the
+    /// algorithm, `args` are its numbers, and the caller's clock, if any, comes last.
+    pub(super) async fn one_key(
+        &self,
+        key: &str,
+        algorithm: Algorithm,
+        code: &str,
+        args: [u64; 3],
+        limit: u64,
+    ) -> Result<Decision, Error> {
+        let now = self.now_arg();
+        let reply: Vec<i64> = self
+            .run_script(&scripts().one_key, &[(key, algorithm)], |cmd| wire::one_key_args(cmd, code, &args, now))
+            .await?;
+        wire::parse_one_key(&reply, limit)
+    }
+
+    /// One run of `check.lua` over `checks`: decided and recorded all or nothing, or, with
+    /// `record == false`, only looked at.
+    pub(super) async fn check_script(&self, checks: &[Check<'_>], record: bool) -> Result<MultiDecision, Error> {
+        let (member, now) = (self.members.next(), self.now_arg());
+        let keys: Vec<(&str, Algorithm)> = checks.iter().map(|c| (c.key, c.quota.algorithm())).collect();
+        let reply: Vec<i64> =
+            self.run_script(&scripts().check, &keys, |cmd| wire::check_args(cmd, &member, now, record, checks)).await?;
+        wire::parse_group(&reply, checks.len())
+    }
+}

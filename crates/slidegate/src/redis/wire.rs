@@ -1,0 +1,345 @@
+//! The wire format of the backend's commands, without I/O: the arguments of the Lua scripts
+//! (after the KEYS/ARGV contract in each script's header) and of the module's
+//! `SLIDEGATE.CHECK` and `SLIDEGATE.INSPECT`, and the reading of their replies into decisions
+//! and key states. A reply of another shape is [`Error::UnexpectedReply`], never a guess.
+
+use std::time::Duration;
+
+use redis::{Cmd, Value};
+
+use crate::{Algorithm, Check, Decision, Error, KeyState, MultiDecision, Quota};
+
+/// Appends `sliding_log.lua`'s ARGV for `cost` permits of `quota`: `member`, the window,
+/// `limit - cost`, the order (`expect_denial`: the blocking entry's index, looked at first),
+/// `now` when the caller's clock decides, and cost and limit when the cost is above 1.
+pub(super) fn sliding_log_args(
+    cmd: &mut Cmd,
+    member: &str,
+    quota: &Quota,
+    cost: u64,
+    expect_denial: bool,
+    now: Option<u64>,
+) {
+    let limit = quota.limit();
+    // Precomputed here so that Redis formats no number: see the script's header.
+    let room = limit - cost;
+    cmd.arg(member).arg(quota.window_ms()).arg(room);
+    if expect_denial {
+        cmd.arg(-i64::try_from(room).unwrap_or(i64::MAX) - 1);
+    } else {
+        cmd.arg("");
+    }
+    match now {
+        Some(now) => {
+            cmd.arg(now);
+        }
+        None if cost > 1 => {
+            cmd.arg("");
+        }
+        None => {}
+    }
+    if cost > 1 {
+        cmd.arg(cost).arg(limit);
+    }
+}
+
+/// Reads `sliding_log.lua`'s answer: `remaining` when admitted; a denial packed into one
+/// negative integer, or `[remaining, reset_after, retry_after]`.
+pub(super) fn parse_sliding_log(reply: &Value, limit: u64, window: u64) -> Result<Decision, Error> {
+    let unexpected = || Error::UnexpectedReply(format!("{reply:?}"));
+    match *reply {
+        Value::Int(remaining) if remaining >= 0 => {
+            Ok(Decision::allowed(limit, remaining.unsigned_abs(), Duration::from_millis(window)))
+        }
+        Value::Int(packed) => {
+            // -1 - (reset * (window + 1) + retry), with retry <= window.
+            let (packed, base) = ((-1 - packed).unsigned_abs(), window + 1);
+            Ok(Decision::denied(limit, 0, Duration::from_millis(packed / base), Duration::from_millis(packed % base)))
+        }
+        Value::Array(ref items) => match items.as_slice() {
+            [Value::Int(remaining), Value::Int(reset), Value::Int(retry)] => {
+                let remaining = u64::try_from(*remaining).map_err(|_| unexpected())?;
+                Ok(Decision::denied(limit, remaining, ms(*reset), ms(*retry)))
+            }
+            _ => Err(unexpected()),
+        },
+        _ => Err(unexpected()),
+    }
+}
+
+/// Appends `one_key.lua`'s ARGV: the algorithm's `code` (`f` or `g`), its three numbers, and
+/// `now` when the caller's clock decides.
+pub(super) fn one_key_args(cmd: &mut Cmd, code: &str, numbers: &[u64; 3], now: Option<u64>) {
+    cmd.arg(code).arg(&numbers[..]).arg(now);
+}
+
+/// Reads `one_key.lua`'s answer: `[remaining, reset_after]` when admitted, `[remaining,
+/// reset_after, retry_after]` when denied.
+pub(super) fn parse_one_key(reply: &[i64], limit: u64) -> Result<Decision, Error> {
+    let number = |v: i64| u64::try_from(v).map_err(|_| unexpected(reply));
+    match *reply {
+        [remaining, reset] => Ok(Decision::allowed(limit, number(remaining)?, ms(reset))),
+        [remaining, reset, retry] => Ok(Decision::denied(limit, number(remaining)?, ms(reset), ms(retry))),
+        _ => Err(unexpected(reply)),
+    }
+}
+
+/// Appends `check.lua`'s ARGV: `member`, `now` (or `""` for Redis' clock), whether to record
+/// (`record == false` only looks), then seven numbers per check.
+pub(super) fn check_args(cmd: &mut Cmd, member: &str, now: Option<u64>, record: bool, checks: &[Check<'_>]) {
+    cmd.arg(member);
+    match now {
+        Some(now) => cmd.arg(now),
+        None => cmd.arg(""),
+    };
+    cmd.arg(if record { "1" } else { "0" });
+    for c in checks {
+        let q = &c.quota;
+        let (code, param) = match q.algorithm() {
+            Algorithm::SlidingLog => ("l", 0),
+            Algorithm::SlidingWindow { buckets } => ("w", u64::from(buckets)),
+            Algorithm::FixedWindow => ("f", 0),
+            Algorithm::Gcra { .. } => ("g", q.burst()),
+        };
+        let (period, cold) = q.warm_up().map_or((0, 0), |w| (w.period_ms(), w.cold_permille()));
+        cmd.arg(code).arg(q.limit()).arg(q.window_ms()).arg(c.cost).arg(param).arg(period).arg(cold);
+    }
+}
+
+/// Reads `check.lua`'s (and `SLIDEGATE.CHECK`'s) answer for `count` checks: `admitted`, then per
+/// check `fits, remaining, reset_after, retry_after, limit`.
+pub(super) fn parse_group(reply: &[i64], count: usize) -> Result<MultiDecision, Error> {
+    let (Some(&admitted), Some(per_key)) = (reply.first(), reply.get(1..)) else {
+        return Err(unexpected(reply));
+    };
+    if per_key.len() != 5 * count {
+        return Err(unexpected(reply));
+    }
+    let decisions = per_key
+        .chunks_exact(5)
+        .map(|r| {
+            let number = |v: i64| u64::try_from(v).map_err(|_| unexpected(reply));
+            let (remaining, limit) = (number(r[1])?, number(r[4])?);
+            Ok(match (admitted, r[0]) {
+                (1, _) => Decision::allowed(limit, remaining, ms(r[2])),
+                (0, 0) => Decision::denied(limit, remaining, ms(r[2]), ms(r[3])),
+                (0, 1) => Decision::held(limit, remaining, ms(r[2])),
+                _ => return Err(unexpected(reply)),
+            })
+        })
+        .collect::<Result<Vec<_>, Error>>()?;
+    Ok(MultiDecision::new(decisions))
+}
+
+/// Appends `inspect.lua`'s ARGV: the window, and `now` when the caller's clock decides.
+pub(super) fn inspect_args(cmd: &mut Cmd, window: u64, now: Option<u64>) {
+    cmd.arg(window);
+    if let Some(now) = now {
+        cmd.arg(now);
+    }
+}
+
+/// Reads `inspect.lua`'s answer: `[count, oldest or -1, reset_after]`.
+pub(super) fn parse_inspect(reply: &[i64]) -> Result<KeyState, Error> {
+    let &[count, oldest, reset_after] = reply else {
+        return Err(unexpected(reply));
+    };
+    Ok(KeyState {
+        count: u64::try_from(count).map_err(|_| unexpected(reply))?,
+        oldest_ms: u64::try_from(oldest).ok(),
+        reset_after: ms(reset_after),
+    })
+}
+
+/// `SLIDEGATE.CHECK` of each Redis key with its check, joined by `AND`, then `NOW` when the
+/// caller's clock decides.
+pub(super) fn module_check<'a>(keyed: impl IntoIterator<Item = (String, &'a Check<'a>)>, now: Option<u64>) -> Cmd {
+    let mut cmd = redis::cmd("SLIDEGATE.CHECK");
+    for (i, (key, c)) in keyed.into_iter().enumerate() {
+        if i > 0 {
+            cmd.arg("AND");
+        }
+        cmd.arg(key);
+        module_quota(&mut cmd, &c.quota, Some(c.cost));
+    }
+    if let Some(now) = now {
+        cmd.arg("NOW").arg(now);
+    }
+    cmd
+}
+
+/// `SLIDEGATE.INSPECT` of the Redis key `key` under `quota`, then `NOW` when the caller's clock
+/// decides.
+pub(super) fn module_inspect(key: String, quota: &Quota, now: Option<u64>) -> Cmd {
+    let mut cmd = redis::cmd("SLIDEGATE.INSPECT");
+    cmd.arg(key);
+    module_quota(&mut cmd, quota, None);
+    if let Some(now) = now {
+        cmd.arg("NOW").arg(now);
+    }
+    cmd
+}
+
+/// Appends `algorithm limit window_ms [cost]` and the options of `quota`, as the module reads
+/// them.
+fn module_quota(cmd: &mut Cmd, quota: &Quota, cost: Option<u64>) {
+    cmd.arg(quota.algorithm().as_str()).arg(quota.limit()).arg(quota.window_ms()).arg(cost);
+    match quota.algorithm() {
+        Algorithm::SlidingWindow { buckets } => {
+            cmd.arg("BUCKETS").arg(buckets);
+        }
+        Algorithm::Gcra { .. } => {
+            cmd.arg("BURST").arg(quota.burst());
+        }
+        _ => {}
+    }
+    if let Some(w) = quota.warm_up() {
+        cmd.arg("WARMUP").arg(w.period_ms()).arg(w.cold_permille());
+    }
+}
+
+/// Reads `SLIDEGATE.INSPECT`'s answer: `[count, oldest or -1, reset_after]`.
+pub(super) fn parse_module_inspect(reply: &[Value]) -> Result<KeyState, Error> {
+    let bad = || Error::UnexpectedReply(format!("{reply:?}"));
+    let number = |i: usize| match reply.get(i) {
+        Some(Value::Int(n)) => Ok(*n),
+        _ => Err(bad()),
+    };
+    Ok(KeyState {
+        count: u64::try_from(number(0)?).map_err(|_| bad())?,
+        oldest_ms: u64::try_from(number(1)?).ok(),
+        reset_after: ms(number(2)?),
+    })
+}
+
+/// A reply's milliseconds; a negative one (none) is zero.
+fn ms(value: i64) -> Duration {
+    Duration::from_millis(u64::try_from(value).unwrap_or(0))
+}
+
+/// The error of a reply of another shape than the command's.
+pub(super) fn unexpected(reply: &[i64]) -> Error {
+    Error::UnexpectedReply(format!("{reply:?}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(cmd: &Cmd) -> Vec<String> {
+        cmd.args_iter()
+            .map(|arg| match arg {
+                redis::Arg::Simple(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+                other => panic!("not a plain argument: {other:?}"),
+            })
+            .collect()
+    }
+
+    fn quota(limit: u64, window_ms: u64) -> Quota {
+        Quota::new(limit, Duration::from_millis(window_ms)).expect("a valid quota")
+    }
+
+    #[test]
+    fn sliding_log_args_follow_the_scripts_argv() {
+        let q = quota(10, 1000);
+        let mut cmd = redis::cmd("EVALSHA");
+        sliding_log_args(&mut cmd, "m1", &q, 1, false, None);
+        assert_eq!(words(&cmd)[1..], ["m1", "1000", "9", ""], "cost 1 on Redis' clock: no now, no cost");
+        let mut cmd = redis::cmd("EVALSHA");
+        sliding_log_args(&mut cmd, "m1", &q, 1, true, Some(5));
+        assert_eq!(words(&cmd)[1..], ["m1", "1000", "9", "-10", "5"], "the blocking entry is the 10th newest");
+        let mut cmd = redis::cmd("EVALSHA");
+        sliding_log_args(&mut cmd, "m1", &q, 3, false, None);
+        assert_eq!(words(&cmd)[1..], ["m1", "1000", "7", "", "", "3", "10"], "a cost above 1 keeps now's place");
+    }
+
+    #[test]
+    fn sliding_log_replies_unpack_to_decisions() {
+        let admitted = parse_sliding_log(&Value::Int(4), 10, 1000).expect("a decision");
+        assert_eq!(admitted, Decision::allowed(10, 4, Duration::from_millis(1000)));
+        // -1 - (reset * (window + 1) + retry)
+        let packed = Value::Int(-1 - (700 * 1001 + 300));
+        let denied = parse_sliding_log(&packed, 10, 1000).expect("a decision");
+        assert_eq!(denied, Decision::denied(10, 0, Duration::from_millis(700), Duration::from_millis(300)));
+        let long = Value::Array(vec![Value::Int(2), Value::Int(500), Value::Int(100)]);
+        let denied = parse_sliding_log(&long, 10, 1000).expect("a decision");
+        assert_eq!(denied, Decision::denied(10, 2, Duration::from_millis(500), Duration::from_millis(100)));
+        for bad in [
+            Value::Array(vec![Value::Int(-2), Value::Int(500), Value::Int(100)]),
+            Value::Array(vec![Value::Int(2), Value::Int(500)]),
+            Value::SimpleString("OK".to_owned()),
+        ] {
+            assert!(matches!(parse_sliding_log(&bad, 10, 1000), Err(Error::UnexpectedReply(_))), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn one_key_replies_are_an_admission_or_a_denial() {
+        assert_eq!(parse_one_key(&[3, 200], 5).expect("admitted"), Decision::allowed(5, 3, Duration::from_millis(200)));
+        let denied = parse_one_key(&[0, 200, 40], 5).expect("denied");
+        assert_eq!(denied, Decision::denied(5, 0, Duration::from_millis(200), Duration::from_millis(40)));
+        for bad in [&[][..], &[3], &[-1, 200], &[0, 200, 40, 1]] {
+            assert!(matches!(parse_one_key(bad, 5), Err(Error::UnexpectedReply(_))), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn check_args_carry_seven_numbers_per_check() {
+        let gcra = quota(10, 1000).with_algorithm(Algorithm::Gcra { burst: Some(4) }).expect("a valid quota");
+        let window = quota(6, 60_000).with_algorithm(Algorithm::SlidingWindow { buckets: 3 }).expect("a valid quota");
+        let checks = [Check { key: "a", quota: gcra, cost: 2 }, Check { key: "b", quota: window, cost: 1 }];
+        let mut cmd = redis::cmd("EVALSHA");
+        check_args(&mut cmd, "m7", None, false, &checks);
+        let expected = ["m7", "", "0", "g", "10", "1000", "2", "4", "0", "0", "w", "6", "60000", "1", "3", "0", "0"];
+        assert_eq!(words(&cmd)[1..], expected);
+    }
+
+    #[test]
+    fn group_replies_read_as_admitted_denied_or_held() {
+        let admitted = parse_group(&[1, 1, 4, 900, -1, 5], 1).expect("a group");
+        assert_eq!(admitted.decisions, [Decision::allowed(5, 4, Duration::from_millis(900))]);
+        let denied = parse_group(&[0, 1, 4, 900, -1, 5, 0, 0, 300, 120, 2], 2).expect("a group");
+        assert_eq!(
+            denied.decisions,
+            [
+                Decision::held(5, 4, Duration::from_millis(900)),
+                Decision::denied(2, 0, Duration::from_millis(300), Duration::from_millis(120)),
+            ]
+        );
+        assert_eq!(denied.denied_by, Some(1));
+        for (bad, count) in [(&[][..], 0), (&[1, 1, 4, 900, -1][..], 1), (&[2, 1, 4, 900, -1, 5][..], 1), (&[1][..], 1)]
+        {
+            assert!(matches!(parse_group(bad, count), Err(Error::UnexpectedReply(_))), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn module_commands_name_each_key_and_its_quota() {
+        let gcra = quota(10, 1000).with_algorithm(Algorithm::Gcra { burst: Some(4) }).expect("a valid quota");
+        let log = quota(3, 500).with_warm_up(Duration::from_secs(60), 0.5).expect("a valid quota");
+        let checks = [Check { key: "a", quota: gcra, cost: 2 }, Check { key: "b", quota: log, cost: 1 }];
+        let keyed = checks.iter().map(|c| (format!("p:{}", c.key), c));
+        let words_sent = words(&module_check(keyed, Some(42)));
+        let expected = "SLIDEGATE.CHECK p:a gcra 10 1000 2 BURST 4 AND p:b sliding_log 3 500 1 WARMUP 60000 500 NOW 42";
+        assert_eq!(words_sent.join(" "), expected);
+        assert_eq!(
+            words(&module_inspect("p:a".to_owned(), &gcra, None)).join(" "),
+            "SLIDEGATE.INSPECT p:a gcra 10 1000 BURST 4"
+        );
+    }
+
+    #[test]
+    fn inspect_replies_read_as_key_states() {
+        let state = parse_inspect(&[2, 1_700_000_000_000, 800]).expect("a state");
+        assert_eq!(
+            (state.count, state.oldest_ms, state.reset_after),
+            (2, Some(1_700_000_000_000), Duration::from_millis(800))
+        );
+        assert_eq!(parse_inspect(&[0, -1, 0]).expect("a state"), KeyState::default());
+        assert!(matches!(parse_inspect(&[0, -1]), Err(Error::UnexpectedReply(_))));
+        let module = parse_module_inspect(&[Value::Int(2), Value::Int(-1), Value::Int(800)]).expect("a state");
+        assert_eq!((module.count, module.oldest_ms, module.reset_after), (2, None, Duration::from_millis(800)));
+        let bad = [Value::Int(2), Value::Nil, Value::Int(800)];
+        assert!(matches!(parse_module_inspect(&bad), Err(Error::UnexpectedReply(_))));
+    }
+}
