@@ -5,7 +5,7 @@
 //! wildcard values with a `*` anywhere. One extension: `rate_limit.algorithm` (default
 //! `sliding_log`, exact), which envoyproxy's own service would refuse.
 //!
-//! Reading a file is [`super::spec`]; here the tree is built, checked, merged and searched.
+//! Reading a file is `spec.rs`'s; here the tree is built, checked, merged and searched.
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
