@@ -16,6 +16,10 @@ use crate::app::App;
 use crate::envoy::EnvoyRateLimit;
 use crate::redact::redact;
 
+/// The largest health request decoded: a service name is tens of bytes; tonic's default would
+/// let one request make the server decode 4 MiB.
+pub const MAX_HEALTH_REQUEST_BYTES: usize = 1024;
+
 /// How often the backend's readiness is asked for: a change shows in the health service within
 /// this, plus the backend's deadline.
 pub const HEALTH_INTERVAL: Duration = Duration::from_secs(1);

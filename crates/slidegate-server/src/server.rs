@@ -282,6 +282,7 @@ async fn serve_grpc(
     let listener = TcpListener::bind(addr).await.with_context(|| format!("binding {addr} (gRPC)"))?;
     info!(grpc = %listener.local_addr()?, domains = app.envoy().len(), "slidegate serving Envoy rate limit gRPC");
     let (reporter, health) = tonic_health::server::health_reporter();
+    let health = health.max_decoding_message_size(crate::health::MAX_HEALTH_REQUEST_BYTES);
     let readiness = tokio::spawn(crate::health::follow_readiness(reporter, Arc::clone(&app)));
     let service = RateLimitServiceServer::new(EnvoyRateLimit::new(app))
         .max_decoding_message_size(crate::envoy::MAX_REQUEST_BYTES);

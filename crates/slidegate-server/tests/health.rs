@@ -5,6 +5,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
+use slidegate_server::health::MAX_HEALTH_REQUEST_BYTES;
 use slidegate_testkit::RedisServer;
 use support::{RulesFile, Slidegate};
 use tonic::transport::Channel;
@@ -46,12 +47,16 @@ async fn wait_for(client: &mut HealthClient<Channel>, want: ServingStatus, withi
 }
 
 #[tokio::test]
-async fn on_the_memory_backend_both_services_are_serving_and_others_unknown() {
+async fn on_the_memory_backend_both_services_are_serving_others_unknown_and_huge_names_refused() {
     let (_server, mut client) = start(&[]).await;
     assert_eq!(status(&mut client, "").await.expect("server"), ServingStatus::Serving);
     assert_eq!(status(&mut client, RATE_LIMIT_SERVICE).await.expect("service"), ServingStatus::Serving);
     let unknown = status(&mut client, "no.such.Service").await.expect_err("not a service here");
     assert_eq!(unknown.code(), tonic::Code::NotFound, "{unknown:?}");
+    let huge = "s".repeat(MAX_HEALTH_REQUEST_BYTES);
+    let refused = status(&mut client, &huge).await.expect_err("over the bound");
+    assert_eq!(refused.code(), tonic::Code::OutOfRange, "refused before decoding: {refused:?}");
+    assert_eq!(status(&mut client, "").await.expect("still serving"), ServingStatus::Serving);
 }
 
 #[tokio::test]
