@@ -12,7 +12,7 @@ use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
 use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{MethodRouter, get, post};
+use axum::routing::{MethodRouter, get, post, put};
 use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::json;
@@ -23,6 +23,7 @@ use crate::app::{App, Live};
 use crate::config::{AlgorithmSpec, INLINE_RULE, parse_duration};
 use crate::inline::InlineRefusal;
 use crate::metrics;
+use crate::overrides::{self, Source, Target};
 use crate::redact::redact;
 
 /// The largest request body accepted (a multi-check of 16 long keys fits easily).
@@ -39,6 +40,8 @@ pub fn router(app: Arc<App>) -> Router {
         timed("/v1/check", post(check)),
         timed("/v1/rules", get(rules)),
         timed("/v1/keys/{rule}/{key}", get(inspect_key).delete(reset_key)),
+        timed("/v1/overrides/{rule}/{key}", put(overrides::routes::put).delete(overrides::routes::delete)),
+        timed("/v1/overrides/{rule}", get(overrides::routes::list)),
         timed("/metrics", get(render_metrics)),
         timed("/healthz", get(|| async { Json(json!({"status": "ok"})) })),
         timed("/readyz", get(ready)),
@@ -176,12 +179,18 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
         Self { status, code, message: message.into() }
     }
 
-    fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, code, message)
+    }
+
+    /// The error's code, as the answer spells it.
+    #[cfg(test)]
+    pub(crate) fn code(&self) -> &'static str {
+        self.code
     }
 }
 
@@ -253,7 +262,7 @@ impl From<BytesRejection> for ApiError {
 }
 
 /// One check as clients send it: a rule (with optional tier) or an inline limit and window.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct CheckBody {
     rule: Option<String>,
@@ -376,22 +385,40 @@ impl CheckBody {
             }
         };
         slidegate::validate_key(&key)?;
-        // `<rule>:{<key>}`: readable for operators, unambiguous (rule names hold no `:`), and a
-        // hash tag, so one rule's key stays in one Redis Cluster slot.
-        let mut backend_key = String::with_capacity(policy.len() + key.len() + 3);
-        for part in [policy.as_str(), ":{", key.as_str(), "}"] {
-            backend_key.push_str(part);
-        }
-        Ok(Resolved { policy, key: backend_key, quota, cost: self.cost.unwrap_or(1) })
+        Ok(Resolved { key: rule_key(&policy, &key), policy, quota, cost: self.cost.unwrap_or(1) })
     }
+}
+
+/// The backend key of `key` under the rule (or inline checks) `rule`: `<rule>:{<key>}`,
+/// readable for operators, unambiguous (rule names hold no `:`), and a hash tag, so one rule's
+/// key stays in one Redis Cluster slot.
+pub(crate) fn rule_key(rule: &str, key: &str) -> String {
+    let mut backend_key = String::with_capacity(rule.len() + key.len() + 3);
+    for part in [rule, ":{", key, "}"] {
+        backend_key.push_str(part);
+    }
+    backend_key
 }
 
 async fn check(State(app): State<Arc<App>>, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
     let body = body?;
     let live = app.live();
     match decode_check(&body, &live)? {
-        CheckRequest::One(resolved) => check_one(&app, &live, resolved).await,
-        CheckRequest::Many(resolved) => check_many(&app, &live, &resolved).await,
+        CheckRequest::One(mut resolved) => {
+            overridden(&app, &mut resolved);
+            check_one(&app, &live, resolved).await
+        }
+        CheckRequest::Many(mut resolved) => {
+            resolved.iter_mut().for_each(|r| overridden(&app, r));
+            check_many(&app, &live, &resolved).await
+        }
+    }
+}
+
+/// A named rule's check under its key's override, if it has one (inline checks have none).
+fn overridden(app: &App, r: &mut Resolved) {
+    if r.policy != INLINE_RULE {
+        r.quota = app.overrides.quota(&r.key, r.quota);
     }
 }
 
@@ -505,26 +532,29 @@ struct TierQuery {
     tier: Option<String>,
 }
 
-/// The rule and backend key of an admin request, after the token check.
+/// The key an admin request names, after the token check: a key of a named rule, or of an
+/// Envoy descriptor (`envoy:<domain>`) — a [`Target`]; with its quota before any override, and
+/// where that comes from.
 fn admin_target(
     app: &App,
     headers: &HeaderMap,
     path: Result<Path<(String, String)>, PathRejection>,
     tier: Result<Option<String>, ApiError>,
-) -> Result<(String, String, Quota), ApiError> {
+) -> Result<(Target, Quota, Source), ApiError> {
     // One snapshot for the token and the rule, as for a check; the path and query are looked
     // at after the token, so an unauthorized caller learns nothing of them.
     let live = app.live();
     authorize(&live, headers)?;
     let Path((rule, key)) = path.map_err(|e| ApiError::bad_request("invalid_path", e.body_text()))?;
-    let body = CheckBody { rule: Some(rule.clone()), key: Some(key), tier: tier?, ..CheckBody::default() };
-    let resolved = body.resolve(&live)?;
-    Ok((rule, resolved.key, resolved.quota))
+    let tier = tier?;
+    let target = Target::parse(&rule, &key)?;
+    let (quota, source) = target.base(&live, &app.envoy(), tier.as_deref())?;
+    Ok((target, quota, source))
 }
 
 /// Admits an admin request: 403 `admin_disabled` when no token is configured (an open admin
 /// route would let any caller reset its own limit), 401 without the right bearer token.
-fn authorize(live: &Live, headers: &HeaderMap) -> Result<(), ApiError> {
+pub(crate) fn authorize(live: &Live, headers: &HeaderMap) -> Result<(), ApiError> {
     let Some(token) = &live.admin_token else {
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
@@ -551,17 +581,42 @@ async fn inspect_key(
     query: Result<Query<TierQuery>, QueryRejection>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let tier = query.map(|Query(q)| q.tier).map_err(|e| ApiError::bad_request("invalid_query", e.body_text()));
-    let (rule, backend_key, quota) = admin_target(&app, &headers, path, tier)?;
+    let (target, base, source) = admin_target(&app, &headers, path, tier)?;
+    let backend_key = target.backend_key();
+    // Which limit applies and why: the override in force, unless it no longer fits the quota
+    // under it (then decisions take that quota, and say so here).
+    let set = app.overrides.get(&backend_key);
+    let fitted = set.as_ref().map(|o| o.limits.over(&base));
+    let quota = match &fitted {
+        Some(Ok(q)) => *q,
+        _ => base,
+    };
     let state = app.timed(app.limiter.inspect(&backend_key, &quota)).await?;
-    Ok(Json(json!({
-        "rule": rule,
+    let mut answer = json!({
+        "rule": target.rule(),
         "key": backend_key,
         "count": state.count,
         "limit": quota.limit(),
         "remaining": quota.limit().saturating_sub(state.count),
         "oldest_ms": state.oldest_ms,
         "reset_after_ms": state.reset_after.as_millis(),
-    })))
+        "source": match (&source, &fitted) {
+            (_, Some(Ok(_))) => "override",
+            (Source::Rule, _) => "rule",
+            (Source::Tier(_), _) => "tier",
+            (Source::Descriptor, _) => "descriptor",
+        },
+    });
+    if let Source::Tier(tier) = source {
+        answer["tier"] = json!(tier);
+    }
+    if let Some(o) = &set {
+        answer["override"] = json!(overrides::Record::from(o));
+    }
+    if let Some(Err(e)) = fitted {
+        answer["override_error"] = json!(format!("{e}: the override does not fit the quota under it, which applies"));
+    }
+    Ok(Json(answer))
 }
 
 async fn reset_key(
@@ -569,9 +624,10 @@ async fn reset_key(
     headers: HeaderMap,
     path: Result<Path<(String, String)>, PathRejection>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let (rule, backend_key, _) = admin_target(&app, &headers, path, Ok(None))?;
+    let (target, _, _) = admin_target(&app, &headers, path, Ok(None))?;
+    let backend_key = target.backend_key();
     app.timed(app.limiter.reset(&backend_key)).await?;
-    Ok(Json(json!({"rule": rule, "key": backend_key, "reset": true})))
+    Ok(Json(json!({"rule": target.rule(), "key": backend_key, "reset": true})))
 }
 
 async fn render_metrics(State(app): State<Arc<App>>) -> impl IntoResponse {
@@ -587,19 +643,21 @@ async fn render_metrics(State(app): State<Arc<App>>) -> impl IntoResponse {
 
 async fn ready(State(app): State<Arc<App>>) -> Response {
     let backend = app.limiter.backend();
-    match backend.ready().await {
-        Ok(()) => {
-            Json(json!({"status": "ready", "backend": backend.name(), "engine": backend.engine()})).into_response()
-        }
+    let (status, mut answer) = match backend.ready().await {
+        Ok(()) => (StatusCode::OK, json!({"status": "ready", "backend": backend.name(), "engine": backend.engine()})),
         Err(e) => (
             StatusCode::SERVICE_UNAVAILABLE,
-            Json(json!({
+            json!({
                 "status": "unavailable", "backend": backend.name(), "engine": backend.engine(),
                 "error": redact(&e.to_string())
-            })),
-        )
-            .into_response(),
+            }),
+        ),
+    };
+    // The shared rules and overrides: which version is in force, and whether it is current.
+    if let Some(shared) = app.shared() {
+        answer["shared"] = shared.detail();
     }
+    (status, Json(answer)).into_response()
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use ::metrics::Histogram;
 use slidegate::Limiter;
@@ -15,6 +15,8 @@ use crate::config::{BackendConfig, Config, ConfigError, INLINE_RULE, Rules};
 use crate::envoy::{EnvoyConfig, EnvoyConfigError, EnvoyOptions};
 use crate::inline::InlineConfig;
 use crate::metrics::{self, DecisionCounters};
+use crate::overrides::Overrides;
+use crate::shared_rules::{self, Shared, StoreError};
 
 /// What a reload may change: the rules, the admin token and the inline bounds. The backend and
 /// the HTTP listener's limits are fixed at start.
@@ -32,15 +34,17 @@ pub struct Live {
 
 impl Live {
     pub(crate) fn new(config: Config) -> Self {
-        let counters = config
-            .rules
+        Self::of(config.rules, config.admin_token.as_deref().map(AdminToken::new), config.inline)
+    }
+
+    fn of(rules: Rules, admin_token: Option<AdminToken>, inline: InlineConfig) -> Self {
+        let counters = rules
             .iter()
             .map(|r| r.name.as_str())
             .chain([INLINE_RULE])
             .map(|name| (name.to_owned(), DecisionCounters::new(name)))
             .collect();
-        let admin_token = config.admin_token.as_deref().map(AdminToken::new);
-        Self { rules: config.rules, admin_token, inline: config.inline, counters }
+        Self { rules, admin_token, inline, counters }
     }
 
     /// The decision counters of `rule` (a rule of these rules, or the inline one).
@@ -63,6 +67,12 @@ pub struct App {
     config_path: Option<PathBuf>,
     backend_config: BackendConfig,
     backend_seconds: Histogram,
+    /// The per-key overrides in force.
+    pub overrides: Overrides,
+    shared: Option<Shared>,
+    /// Serializes changes of the live configuration (the rules file's, Redis' rules), each
+    /// built from the one in force.
+    changing: Mutex<()>,
 }
 
 impl App {
@@ -76,6 +86,11 @@ impl App {
             None => EnvoyConfig::default(),
         };
         let backend = AnyBackend::connect(&config.backend).await?;
+        let shared = Shared::connect(&config).await?;
+        if config.rules_from_redis && shared.is_none() {
+            return Err(StartError::RulesFromRedisWithoutRedis);
+        }
+        let overrides = Overrides::new(config.max_overrides);
         ::metrics::gauge!(metrics::RULES).set(config.rules.len() as f64);
         let (envoy_dir, envoy_options) = (config.envoy_config.clone(), config.envoy.clone());
         let backend_config = config.backend.clone();
@@ -88,7 +103,26 @@ impl App {
             envoy_options,
             config_path,
             backend_config,
+            overrides,
+            shared,
+            changing: Mutex::new(()),
         })
+    }
+
+    /// The rules and overrides shared through Redis, on a Redis backend.
+    pub fn shared(&self) -> Option<&Shared> {
+        self.shared.as_ref()
+    }
+
+    /// Puts `rules` and `inline` in force, keeping the admin token: the rules shared through
+    /// Redis. Returns the configuration they replace.
+    pub(crate) fn put_shared_rules(&self, rules: Rules, inline: InlineConfig) -> Arc<Live> {
+        let _changing = self.changing.lock().unwrap_or_else(PoisonError::into_inner);
+        let old = self.live();
+        ::metrics::gauge!(metrics::RULES).set(rules.len() as f64);
+        let live = Arc::new(Live::of(rules, old.admin_token.clone(), inline));
+        *self.live.write().unwrap_or_else(PoisonError::into_inner) = live;
+        old
     }
 
     /// The configuration in force now.
@@ -144,20 +178,29 @@ impl App {
         let Some(path) = &self.config_path else {
             return Ok(self.live().rules.len());
         };
-        let result = Config::load(path);
+        let from_redis = self.shared.as_ref().is_some_and(Shared::rules_from_redis);
+        let result = Config::load(path).and_then(|c| shared_rules::check_local(c, from_redis, path));
         let outcome = if result.is_ok() { "ok" } else { "failed" };
         ::metrics::counter!(metrics::RELOADS, "result" => outcome, "file" => "rules").increment(1);
         let config = result?;
         if config.backend != self.backend_config {
             warn!(path = %path.display(), "backend settings changed in the rules file; they apply at the next start");
         }
-        let rules = config.rules.len();
-        ::metrics::gauge!(metrics::RULES).set(rules as f64);
-        let admin_was = self.live().admin_token.is_some();
-        if admin_was != config.admin_token.is_some() {
+        let _changing = self.changing.lock().unwrap_or_else(PoisonError::into_inner);
+        let old = self.live();
+        if old.admin_token.is_some() != config.admin_token.is_some() {
             warn!(path = %path.display(), "{}", admin_state(config.admin_token.is_some()));
         }
-        *self.live.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(Live::new(config));
+        let admin_token = config.admin_token.as_deref().map(AdminToken::new);
+        // With the rules from Redis, the file holds the admin token only.
+        let live = if from_redis {
+            Live::of(old.rules.clone(), admin_token, old.inline.clone())
+        } else {
+            Live::of(config.rules, admin_token, config.inline)
+        };
+        let rules = live.rules.len();
+        ::metrics::gauge!(metrics::RULES).set(rules as f64);
+        *self.live.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(live);
         info!(path = %path.display(), rules, "rules reloaded");
         Ok(rules)
     }
@@ -193,4 +236,10 @@ pub enum StartError {
     /// The Envoy configuration directory is invalid.
     #[error(transparent)]
     Envoy(#[from] EnvoyConfigError),
+    /// The shared rules and overrides could not be read from Redis.
+    #[error("shared rules and overrides: {0}")]
+    Shared(#[from] StoreError),
+    /// `rules_from_redis` without a Redis backend.
+    #[error("rules_from_redis needs a Redis backend (--redis, --redis-cluster or --redis-sentinel)")]
+    RulesFromRedisWithoutRedis,
 }

@@ -85,6 +85,15 @@ pub enum ConfigError {
         /// What is wrong.
         message: String,
     },
+    /// The rules come from Redis (`--rules-from-redis`), yet the file has rules of its own.
+    #[error(
+        "{path}: the rules come from Redis (rules_from_redis): remove [[rules]] and [inline] from this file, \
+         or push it with `slidegate rules push`"
+    )]
+    RulesFromRedis {
+        /// The file.
+        path: String,
+    },
 }
 
 /// A value that cannot be used: its field, where it is written, and why. [`Config::parse`]
@@ -103,7 +112,7 @@ impl Invalid {
 }
 
 /// The 1-based line and column (in bytes) of byte `offset` of `text`.
-fn line_column(text: &str, offset: usize) -> (usize, usize) {
+pub(crate) fn line_column(text: &str, offset: usize) -> (usize, usize) {
     let before = &text[..offset.min(text.len())];
     let line = before.matches('\n').count() + 1;
     let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
@@ -111,7 +120,7 @@ fn line_column(text: &str, offset: usize) -> (usize, usize) {
 }
 
 /// A validated rules file.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Config {
     /// The admin routes (`/v1/keys/{rule}/{key}`) require `Authorization: Bearer <token>`;
     /// without a token they are disabled (403 `admin_disabled`).
@@ -130,6 +139,29 @@ pub struct Config {
     pub envoy_config: Option<std::path::PathBuf>,
     /// The Envoy service's settings (`envoy_*`).
     pub envoy: EnvoyOptions,
+    /// Serve the `[[rules]]` and `[inline]` stored in the backend's Redis by `slidegate rules
+    /// push` instead of this file's ([`crate::shared_rules`]).
+    pub rules_from_redis: bool,
+    /// The most per-key overrides this instance holds and accepts (`max_overrides`, default
+    /// [`crate::overrides::DEFAULT_MAX_OVERRIDES`]).
+    pub max_overrides: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            admin_token: None,
+            backend: BackendConfig::default(),
+            server: HttpLimits::default(),
+            inline: InlineConfig::default(),
+            rules: Rules::default(),
+            grpc: None,
+            envoy_config: None,
+            envoy: EnvoyOptions::default(),
+            rules_from_redis: false,
+            max_overrides: crate::overrides::DEFAULT_MAX_OVERRIDES,
+        }
+    }
 }
 
 /// The `[backend]` table.
@@ -193,6 +225,8 @@ struct FileSpec {
     envoy_quota_mode: Option<bool>,
     envoy_near_limit_ratio: Option<Spanned<f64>>,
     envoy_response_dynamic_metadata: Option<bool>,
+    rules_from_redis: Option<Spanned<bool>>,
+    max_overrides: Option<Spanned<usize>>,
     #[serde(default)]
     backend: BackendSpec,
     #[serde(default)]
@@ -263,16 +297,45 @@ impl FileSpec {
             ),
             None => None,
         };
+        let inline = self.inline.validate()?;
+        let rules_from_redis = rules_from_redis(self.rules_from_redis.as_ref(), &rules, &inline)?;
         Ok(Config {
             admin_token: self.admin_token.map(Spanned::into_inner),
             backend,
             server,
-            inline: self.inline.validate()?,
+            inline,
             rules,
             grpc,
             envoy_config: self.envoy_config.map(|d| d.into_inner().into()),
             envoy,
+            rules_from_redis,
+            max_overrides: max_overrides(self.max_overrides.as_ref())?,
         })
+    }
+}
+
+/// `rules_from_redis`, which leaves `[[rules]]` and `[inline]` to Redis: the file may not have
+/// its own.
+fn rules_from_redis(setting: Option<&Spanned<bool>>, rules: &Rules, inline: &InlineConfig) -> Result<bool, Invalid> {
+    match setting {
+        Some(s) if *s.get_ref() && !crate::shared_rules::local_only(rules, inline) => {
+            let message = "the rules come from Redis: remove [[rules]] and [inline] from this file";
+            Err(Invalid::new("rules_from_redis", s.span(), message))
+        }
+        s => Ok(s.is_some_and(|s| *s.get_ref())),
+    }
+}
+
+/// `max_overrides`, within `1..=`[`MAX_OVERRIDES_CAP`](crate::overrides::MAX_OVERRIDES_CAP).
+fn max_overrides(n: Option<&Spanned<usize>>) -> Result<usize, Invalid> {
+    use crate::overrides::{DEFAULT_MAX_OVERRIDES, MAX_OVERRIDES_CAP};
+    match n {
+        None => Ok(DEFAULT_MAX_OVERRIDES),
+        Some(n) if (1..=MAX_OVERRIDES_CAP).contains(n.get_ref()) => Ok(*n.get_ref()),
+        Some(n) => {
+            let message = format!("must be between 1 and {MAX_OVERRIDES_CAP}, got {}", n.get_ref());
+            Err(Invalid::new("max_overrides", n.span(), message))
+        }
     }
 }
 

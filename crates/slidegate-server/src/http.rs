@@ -19,12 +19,14 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::io::Write as _;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use axum::Router;
+use axum::extract::ConnectInfo;
 use axum::response::Response;
 use axum::routing::future::RouteFuture;
 use hyper::body::Incoming;
@@ -175,8 +177,8 @@ pub async fn serve(
             accepted = listener.accept() => accepted,
             () = &mut shutdown => break,
         };
-        let stream = match accepted {
-            Ok((stream, _)) => stream,
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
             Err(e) => {
                 accept_failed(e).await;
                 continue;
@@ -186,7 +188,7 @@ pub async fn serve(
             refuse(stream);
             continue;
         };
-        let service = RequestDeadline { router: router.clone(), limit: limits.request_timeout };
+        let service = RequestDeadline { router: router.clone(), limit: limits.request_timeout, peer };
         let connection = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
         tokio::spawn(async move {
             let _open = OpenConnection::new(slot);
@@ -251,6 +253,8 @@ pub(crate) async fn accept_failed(e: std::io::Error) {
 struct RequestDeadline {
     router: Router,
     limit: Duration,
+    /// The client's address, attached to requests for the admin routes' audit trail.
+    peer: SocketAddr,
 }
 
 impl hyper::service::Service<hyper::Request<Incoming>> for RequestDeadline {
@@ -258,7 +262,12 @@ impl hyper::service::Service<hyper::Request<Incoming>> for RequestDeadline {
     type Error = Infallible;
     type Future = Deadline;
 
-    fn call(&self, request: hyper::Request<Incoming>) -> Deadline {
+    fn call(&self, mut request: hyper::Request<Incoming>) -> Deadline {
+        // Not on decisions: attaching it allocates the request's extension map, work the
+        // decision path has no use for.
+        if request.uri().path() != "/v1/check" {
+            request.extensions_mut().insert(ConnectInfo(self.peer));
+        }
         // A router is always ready (axum's `Router::poll_ready` returns `Ready` at once).
         let answer = self.router.clone().call(request);
         Deadline { answer: tokio::time::timeout(self.limit, answer), limit: self.limit }

@@ -16,6 +16,9 @@
 //! - [`envoy`]: the Envoy rate limit service (gRPC) and envoyproxy/ratelimit's YAML files.
 //! - [`grpc`]: the gRPC listener — the HTTP listener's deadlines and connection cap.
 //! - [`health`]: the gRPC health service, following the backend's readiness.
+//! - [`overrides`]: per-key overrides of a rule's limit, set through the admin routes.
+//! - [`shared_rules`]: rules and overrides shared by every instance through Redis, and
+//!   `slidegate rules push | show`.
 //! - [`metrics`]: metric names and the Prometheus recorder.
 //! - [`openapi`](mod@openapi): the HTTP API's OpenAPI document.
 //! - [`validate`](mod@validate): `slidegate validate`, everything `serve` loads, checked offline.
@@ -39,6 +42,8 @@ pub mod metrics;
 #[cfg(test)]
 mod mutate;
 pub mod openapi;
+pub mod overrides;
 pub mod redact;
 pub mod server;
+pub mod shared_rules;
 pub mod validate;

@@ -14,6 +14,7 @@ use slidegate_server::config::{Config, parse_duration};
 use slidegate_server::logging::LogOptions;
 use slidegate_server::redact::redact;
 use slidegate_server::server::{self, ServeOptions};
+use slidegate_server::shared_rules::cli::{self as rules, RulesArgs};
 use slidegate_server::validate::{self, ValidateArgs};
 
 // The service allocates a few small buffers per request (JSON in and out, headers); mimalloc
@@ -43,6 +44,9 @@ enum Command {
     Validate(ValidateArgs),
     /// Decide once and print the decision; exit code 0 admitted, 1 denied, 2 error.
     Check(CheckArgs),
+    /// Push the rules of every instance started with --rules-from-redis to their Redis, or show
+    /// the rules stored there.
+    Rules(RulesArgs),
     /// Generate load against a server or a backend and report throughput and latency.
     #[cfg(feature = "bench")]
     Bench(BenchArgs),
@@ -61,7 +65,7 @@ impl Command {
     /// wakes the waiting task where it runs, without a hop between threads.
     fn one_in_flight(&self) -> bool {
         match self {
-            Self::Check(_) => true,
+            Self::Check(_) | Self::Rules(_) => true,
             #[cfg(feature = "bench")]
             Self::Bench(args) => args.concurrency == 1,
             _ => false,
@@ -146,6 +150,7 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
         }
         Command::Validate(args) => Ok(validate(&args)),
         Command::Check(args) => check(args).await,
+        Command::Rules(args) => rules::run(args).await,
         #[cfg(feature = "bench")]
         Command::Bench(args) => bench(args).await,
         #[cfg(not(feature = "bench"))]

@@ -65,6 +65,15 @@ pub const ENVOY_INVALID_DESCRIPTORS: &str = "slidegate_envoy_invalid_descriptors
 pub const ENGINE: &str = "slidegate_engine";
 /// Keys the near-cache holds as denied.
 pub const NEAR_CACHE_KEYS: &str = "slidegate_near_cache_keys";
+/// 1 while the Redis that holds the shared rules and overrides cannot be reached: the instance
+/// serves the last ones it had.
+pub const SHARED_UNREACHABLE: &str = "slidegate_shared_unreachable";
+/// The version of the rules from Redis in force (`--rules-from-redis`).
+pub const RULES_VERSION: &str = "slidegate_rules_version";
+/// Per-key overrides held.
+pub const OVERRIDES: &str = "slidegate_overrides";
+/// Override changes made through this instance, by `action` (`set`, `delete`, `lapse`).
+pub const OVERRIDE_CHANGES: &str = "slidegate_override_changes_total";
 
 /// Counts one degraded decision (rare: a label lookup per call is fine here).
 pub fn count_degraded(rule: &str, policy: slidegate::FailurePolicy) {

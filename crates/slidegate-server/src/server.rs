@@ -103,6 +103,15 @@ pub struct ServeOptions {
     /// and closed (default 512; `[server] max_connections`).
     #[arg(long, env = "SLIDEGATE_MAX_CONNECTIONS")]
     pub max_connections: Option<usize>,
+    /// Serve the [[rules]] and [inline] that `slidegate rules push` stored in the backend's
+    /// Redis, applying each push within a second (`rules_from_redis` in the rules file, which
+    /// then holds no rules of its own).
+    #[arg(long, env = "SLIDEGATE_RULES_FROM_REDIS")]
+    pub rules_from_redis: bool,
+    /// The most per-key overrides this instance holds and accepts (default 100000;
+    /// `max_overrides`).
+    #[arg(long, env = "SLIDEGATE_MAX_OVERRIDES")]
+    pub max_overrides: Option<usize>,
 }
 
 impl ServeOptions {
@@ -145,22 +154,27 @@ impl ServeOptions {
 
 /// Loads the configuration, connects the backend, and serves until SIGINT or SIGTERM.
 pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
-    // What the files hold before they are loaded: a change made while the service starts is
-    // then a change the watcher sees, not its starting point.
-    let seen_file = options.config.as_deref().and_then(|p| std::fs::read(p).ok());
     let config = match &options.config {
         Some(path) => Config::load(path)?,
         None => Config::default(),
     };
     let limits = http_limits(&options, &config)?;
     let config = with_flags(config, &options)?;
+    let config = match &options.config {
+        Some(path) => {
+            let from_redis = config.rules_from_redis;
+            crate::shared_rules::check_local(config, from_redis, path)?
+        }
+        None => config,
+    };
     let grpc = config.grpc;
     let where_ = backend_location(&config);
-    let seen = Seen { file: seen_file, dir: config.envoy_config.as_deref().map(snapshot) };
     let app = App::start(config, options.config.clone())
         .await
         .with_context(|| format!("connecting the backend ({where_})"))?;
     let app = Arc::new(app);
+    crate::shared_rules::start(&app).await.context("reading the shared rules and overrides")?;
+    tokio::spawn(crate::overrides::change::lapse_forever(Arc::clone(&app)));
     let listener = TcpListener::bind(options.http).await.with_context(|| format!("binding {}", options.http))?;
     log_start(&app, listener.local_addr()?, &where_, &limits);
     // One signal stops both servers.
@@ -173,7 +187,7 @@ pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
         Some(addr) => Some(serve_grpc(addr, Arc::clone(&app), limits, stopped(stop_rx.clone())).await?),
         None => None,
     };
-    let watcher = tokio::spawn(watch_config(Arc::clone(&app), seen));
+    let watcher = tokio::spawn(watch_config(Arc::clone(&app)));
     let result = run(app, listener, limits, stopped(stop_rx)).await;
     if let Some(g) = grpc_server {
         g.await.context("gRPC server task")?.context("gRPC server")?;
@@ -223,6 +237,14 @@ fn with_flags(mut config: Config, options: &ServeOptions) -> anyhow::Result<Conf
     }
     envoy_flags(&mut config.envoy, options);
     config.envoy.validate().map_err(|(field, m)| anyhow::anyhow!("--{}: {m}", field.replace('_', "-")))?;
+    config.rules_from_redis |= options.rules_from_redis;
+    if let Some(n) = options.max_overrides {
+        let cap = crate::overrides::MAX_OVERRIDES_CAP;
+        if !(1..=cap).contains(&n) {
+            anyhow::bail!("--max-overrides: must be between 1 and {cap}, got {n}");
+        }
+        config.max_overrides = n;
+    }
     Ok(config)
 }
 
@@ -338,42 +360,39 @@ async fn shutdown_signal() {
     }
 }
 
-/// The content of the rules file and of the Envoy directory as last loaded.
-struct Seen {
-    file: Option<Vec<u8>>,
-    dir: Option<Vec<(PathBuf, Vec<u8>)>>,
-}
-
-/// Reloads the rules file and the Envoy configuration directory when their content changes
-/// from what was `seen` loaded, and both on SIGHUP.
-async fn watch_config(app: Arc<App>, seen: Seen) {
+/// Reloads the rules file and the Envoy configuration directory when their content changes,
+/// and both on SIGHUP.
+fn watch_config(app: Arc<App>) -> impl Future<Output = ()> {
     use tokio::signal::unix::{SignalKind, signal};
     let (path, dir) = (app.config_path().cloned(), app.envoy_dir().cloned());
-    if path.is_none() && dir.is_none() {
-        return;
-    }
-    let mut hup = signal(SignalKind::hangup()).expect("SIGHUP handler");
+    // Read now, not when the task first runs: a change made in between would go unseen.
+    let (mut seen_file, mut seen_dir) =
+        (path.as_ref().and_then(|p| std::fs::read(p).ok()), dir.as_deref().map(snapshot));
+    // Registered now too: a SIGHUP before the task first runs would end the process.
+    let hup = (path.is_some() || dir.is_some()).then(|| signal(SignalKind::hangup()).expect("SIGHUP handler"));
     let read = async |path: &Option<PathBuf>| match path {
         Some(p) => tokio::fs::read(p).await.ok(),
         None => None,
     };
-    let Seen { file: mut seen_file, dir: mut seen_dir } = seen;
-    loop {
-        let forced = tokio::select! {
-            _ = hup.recv() => true,
-            () = tokio::time::sleep(WATCH_INTERVAL) => false,
-        };
-        let (file_now, dir_now) = (read(&path).await, dir.as_deref().map(snapshot));
-        if path.is_some() && (forced || file_now != seen_file) {
-            seen_file = file_now;
-            if let Err(e) = app.reload() {
-                error!("rules file not reloaded, the previous rules stay in force: {}", redact(&e.to_string()));
+    async move {
+        let Some(mut hup) = hup else { return };
+        loop {
+            let forced = tokio::select! {
+                _ = hup.recv() => true,
+                () = tokio::time::sleep(WATCH_INTERVAL) => false,
+            };
+            let (file_now, dir_now) = (read(&path).await, dir.as_deref().map(snapshot));
+            if path.is_some() && (forced || file_now != seen_file) {
+                seen_file = file_now;
+                if let Err(e) = app.reload() {
+                    error!("rules file not reloaded, the previous rules stay in force: {}", redact(&e.to_string()));
+                }
             }
-        }
-        if dir.is_some() && (forced || dir_now != seen_dir) {
-            seen_dir = dir_now;
-            if let Err(e) = app.reload_envoy() {
-                error!("envoy configuration not reloaded, the previous one stays in force: {e}");
+            if dir.is_some() && (forced || dir_now != seen_dir) {
+                seen_dir = dir_now;
+                if let Err(e) = app.reload_envoy() {
+                    error!("envoy configuration not reloaded, the previous one stays in force: {e}");
+                }
             }
         }
     }

@@ -6,7 +6,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::{RulesFile, Slidegate, run};
+use support::{RulesFile, Slidegate, run, run_with_env};
 
 const MESSAGING: &str = include_str!("fixtures/envoy/messaging.yaml");
 
@@ -63,7 +63,7 @@ tiers = { vip = { limit = 100 }, gold = { limit = 50 } }
 fn validate_summarizes_what_serve_would_run_and_exits_0() {
     let rules = RulesFile::new(RULES);
     let envoy = Dir::new(&[("messaging.yaml", MESSAGING)]);
-    let out = run(&["validate", "--config", rules.arg(), "--envoy-config", envoy.arg()], &[]);
+    let out = run(&["validate", "--config", rules.arg(), "--envoy-config", envoy.arg()]);
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
     assert!(stdout.contains(&format!("{}: ok", rules.arg())), "{stdout}");
@@ -79,7 +79,7 @@ fn validate_summarizes_what_serve_would_run_and_exits_0() {
 fn validate_prints_each_problem_with_file_and_line_and_exits_1() {
     let rules = RulesFile::new("[[rules]]\nname = \"sms\"\nlimit = 0\nwindow = \"60s\"\n");
     let envoy = Dir::new(&[("broken.yaml", "domain: broken\ndescriptors:\n  - key: a\n    value: [unclosed\n")]);
-    let out = run(&["validate", "--config", rules.arg(), "--envoy-config", envoy.arg()], &[]);
+    let out = run(&["validate", "--config", rules.arg(), "--envoy-config", envoy.arg()]);
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
     assert!(stdout.is_empty(), "no summary when anything is wrong: {stdout}");
@@ -91,10 +91,10 @@ fn validate_prints_each_problem_with_file_and_line_and_exits_1() {
     assert!(problems[1].contains("at line 5 column 1"), "{stderr}");
 
     // The same loaders, so `serve` stops with the same words.
-    let serve = run(&["serve", "--http", "127.0.0.1:0", "--config", rules.arg()], &[]);
+    let serve = run(&["serve", "--http", "127.0.0.1:0", "--config", rules.arg()]);
     assert_eq!(serve.status.code(), Some(2));
     assert!(text(&serve.stderr).contains(problems[0]), "{}", text(&serve.stderr));
-    let serve = run(&["serve", "--http", "127.0.0.1:0", "--envoy-config", envoy.arg()], &[]);
+    let serve = run(&["serve", "--http", "127.0.0.1:0", "--envoy-config", envoy.arg()]);
     assert_eq!(serve.status.code(), Some(2));
     assert!(text(&serve.stderr).contains(problems[1]), "{}", text(&serve.stderr));
 
@@ -102,7 +102,7 @@ fn validate_prints_each_problem_with_file_and_line_and_exits_1() {
     let unit =
         "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: fortnight\n      requests_per_unit: 1\n";
     let envoy = Dir::new(&[("d.yaml", unit)]);
-    let out = run(&["validate", "--envoy-config", envoy.arg()], &[]);
+    let out = run(&["validate", "--envoy-config", envoy.arg()]);
     assert_eq!(out.status.code(), Some(1));
     let path = envoy.0.join("d.yaml");
     assert_eq!(
@@ -116,7 +116,7 @@ fn validate_finds_the_envoy_directory_the_rules_file_names_and_needs_a_file() {
     let envoy = Dir::new(&[("messaging.yaml", MESSAGING)]);
     // Relative to the rules file, as `serve` reads it.
     let rules = RulesFile::new(&format!("envoy_config = {:?}\n", envoy.0.file_name().expect("name")));
-    let out = run(&["validate"], &[("SLIDEGATE_CONFIG", rules.arg())]);
+    let out = run_with_env(&["validate"], &[("SLIDEGATE_CONFIG", rules.arg())]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains("envoy domains: 1 (messaging: 2 limits)"), "{}", text(&out.stdout));
 
@@ -125,11 +125,12 @@ fn validate_finds_the_envoy_directory_the_rules_file_names_and_needs_a_file() {
         format!("domain: d\ndescriptors:\n  - key: {key}\n    rate_limit: {{unit: second, requests_per_unit: 1}}\n")
     };
     let twice = Dir::new(&[("a.yaml", &file("a")), ("b.yaml", &file("b"))]);
-    assert_eq!(run(&["validate", "--envoy-config", twice.arg()], &[]).status.code(), Some(1));
-    let merged = run(&["validate", "--envoy-config", twice.arg()], &[("SLIDEGATE_ENVOY_MERGE_DOMAINS", "true")]);
+    assert_eq!(run(&["validate", "--envoy-config", twice.arg()]).status.code(), Some(1));
+    let merged =
+        run_with_env(&["validate", "--envoy-config", twice.arg()], &[("SLIDEGATE_ENVOY_MERGE_DOMAINS", "true")]);
     assert!(text(&merged.stdout).contains("envoy domains: 1 (d: 2 limits)"), "{}", text(&merged.stderr));
 
-    let none = run(&["validate"], &[]);
+    let none = run(&["validate"]);
     assert_eq!(none.status.code(), Some(2), "a usage error");
     assert!(text(&none.stderr).contains("--config"), "{}", text(&none.stderr));
 }
@@ -151,7 +152,7 @@ fn serve_options(help: &str) -> Vec<(String, String)> {
 
 #[test]
 fn every_serve_flag_names_its_environment_variable_in_help() {
-    let out = run(&["serve", "--help"], &[("SLIDEGATE_REDIS", "redis://:hunter2@127.0.0.1:1")]);
+    let out = run_with_env(&["serve", "--help"], &[("SLIDEGATE_REDIS", "redis://:hunter2@127.0.0.1:1")]);
     let help = text(&out.stdout);
     assert!(out.status.success(), "{help}");
     let options = serve_options(&help);
@@ -183,7 +184,7 @@ async fn environment_variables_configure_serve_and_flags_win() {
     assert!(by_flag.log_text().contains("max_connections=9"), "{}", by_flag.log_text());
 
     // A flag's variable is read as the flag would be: a bad value stops the start, naming both.
-    let bad = run(&["serve"], &[("SLIDEGATE_HTTP", "not-an-address")]);
+    let bad = run_with_env(&["serve"], &[("SLIDEGATE_HTTP", "not-an-address")]);
     assert_eq!(bad.status.code(), Some(2));
     assert!(text(&bad.stderr).contains("--http"), "{}", text(&bad.stderr));
 }
@@ -198,7 +199,8 @@ async fn where_redis_is_comes_from_the_command_line_before_any_variable() {
     assert_eq!(ready["backend"], "redis", "{ready}");
 
     // Two places given the same way are a mistake, named.
-    let both = run(&["serve"], &[("SLIDEGATE_REDIS", &redis.url()), ("SLIDEGATE_REDIS_CLUSTER", &redis.url())]);
+    let both =
+        run_with_env(&["serve"], &[("SLIDEGATE_REDIS", &redis.url()), ("SLIDEGATE_REDIS_CLUSTER", &redis.url())]);
     assert_eq!(both.status.code(), Some(2));
     let said = text(&both.stderr);
     assert!(said.contains("SLIDEGATE_REDIS and") && said.contains("SLIDEGATE_REDIS_CLUSTER are both set"), "{said}");
@@ -248,7 +250,7 @@ fn the_log_level_comes_from_the_flag_or_its_variable_then_rust_log() {
     assert!(!says_info(&Slidegate::serve_with_env(&[], &[("SLIDEGATE_LOG_LEVEL", "warn"), ("RUST_LOG", "info")])));
     assert!(says_info(&Slidegate::serve_with_env(&["--log-level", "warn,slidegate_server=info"], &[])));
 
-    let bad = run(&["serve", "--log-level", "info,=="], &[]);
+    let bad = run(&["serve", "--log-level", "info,=="]);
     assert_eq!(bad.status.code(), Some(2));
     assert!(text(&bad.stderr).contains("--log-level"), "{}", text(&bad.stderr));
 }
@@ -281,7 +283,7 @@ fn the_packaged_rules_file_loads_as_shipped_and_with_every_setting_uncommented()
 
 #[test]
 fn the_packaged_environment_file_names_serve_s_variables() {
-    let help = text(&run(&["serve", "--help"], &[]).stdout);
+    let help = text(&run(&["serve", "--help"]).stdout);
     let file = packaged("default");
     let variables: Vec<&str> =
         file.lines().filter_map(|l| l.strip_prefix('#')?.split_once('=')).map(|(n, _)| n).collect();

@@ -253,6 +253,7 @@ async fn every_endpoint_answers_as_the_openapi_document_says() {
     }
 
     let key = "/v1/keys/{rule}/{key}";
+    let key_get = At::Operation(key, "get");
     let long = format!("/v1/keys/sms/{}", "k".repeat(600));
     for (method, path, token) in [
         ("get", "/v1/keys/sms/a", Some("t")),
@@ -270,6 +271,46 @@ async fn every_endpoint_answers_as_the_openapi_document_says() {
         spec.hold(At::Operation(key, leak(method)), None, &answer);
     }
 
+    // Overrides: set (and set again), inspected, listed a page at a time, deleted.
+    let one = At::Operation("/v1/overrides/{rule}/{key}", "put");
+    let gone = At::Operation("/v1/overrides/{rule}/{key}", "delete");
+    let list = At::Operation("/v1/overrides/{rule}", "get");
+    let long_key = format!("/v1/overrides/api/{}", "k".repeat(600));
+    let big = format!(r#"{{"limit":1,"ttl":"{}"}}"#, "9".repeat(70_000));
+    for (path, body, token) in [
+        ("/v1/overrides/api/c1", r#"{"limit":1000,"ttl":"7d"}"#, Some("t")),
+        ("/v1/overrides/api/c1", r#"{"limit":50,"window":"10s","algorithm":"gcra","burst":5}"#, Some("t")),
+        (
+            "/v1/overrides/api/c2",
+            r#"{"limit":20,"algorithm":"sliding_window","buckets":4,"warm_up":"5s","cold_fraction":0.5}"#,
+            Some("t"),
+        ),
+        ("/v1/overrides/api/c3", "{}", Some("t")),
+        ("/v1/overrides/api/c3", r#"{"limit":1}"#, None),
+        ("/v1/overrides/nope/c3", r#"{"limit":1}"#, Some("t")),
+        (long_key.as_str(), r#"{"limit":1}"#, Some("t")),
+        ("/v1/overrides/api/c3", big.as_str(), Some("t")),
+    ] {
+        let answer = call(&server, "PUT", path, Some(body), token).await;
+        spec.hold(one, serde_json::from_str(body).ok().as_ref(), &answer);
+    }
+    spec.hold(key_get, None, &call(&server, "GET", "/v1/keys/api/c1", None, Some("t")).await);
+    for (path, token) in [
+        ("/v1/overrides/api?limit=1", Some("t")),
+        ("/v1/overrides/api?limit=0", Some("t")),
+        ("/v1/overrides/api", None),
+    ] {
+        spec.hold(list, None, &call(&server, "GET", path, None, token).await);
+    }
+    for (path, token) in [
+        ("/v1/overrides/api/c1", Some("t")),
+        ("/v1/overrides/api/c1", Some("t")),
+        ("/v1/overrides/api/c2", None),
+        (long_key.as_str(), Some("t")),
+    ] {
+        spec.hold(gone, None, &call(&server, "DELETE", path, None, token).await);
+    }
+
     // Answers of any route.
     spec.hold(At::Component("NotFound"), None, &call(&server, "GET", "/nope", None, None).await);
     spec.hold(At::Component("MethodNotAllowed"), None, &call(&server, "GET", "/v1/check", None, None).await);
@@ -284,6 +325,9 @@ async fn every_endpoint_answers_as_the_openapi_document_says() {
         let answer = call(&bare, &method.to_uppercase(), "/v1/keys/sms/a", None, Some("t")).await;
         spec.hold(At::Operation(key, leak(method)), None, &answer);
     }
+    spec.hold(one, None, &call(&bare, "PUT", "/v1/overrides/sms/a", Some(r#"{"limit":1}"#), Some("t")).await);
+    spec.hold(gone, None, &call(&bare, "DELETE", "/v1/overrides/sms/a", None, Some("t")).await);
+    spec.hold(list, None, &call(&bare, "GET", "/v1/overrides/sms", None, Some("t")).await);
     // Over max_connections: one connection held open, the next refused.
     let capped = Slidegate::serve(&["--max-connections", "1"]);
     let base = capped.base.clone();
@@ -300,7 +344,11 @@ async fn every_endpoint_answers_as_the_openapi_document_says() {
     let mut redis = RedisServer::start();
     let on_redis =
         RulesFile::new(&format!("{RULES}\n[inline]\nenabled = false\n\n[backend]\nredis = {:?}\n", redis.url()));
-    let server = Slidegate::serve(&["--config", on_redis.arg()]);
+    let server = Slidegate::serve(&["--config", on_redis.arg(), "--max-overrides", "1"]);
+    spec.hold(At::Operation("/readyz", "get"), None, &call(&server, "GET", "/readyz", None, None).await);
+    let answer = call(&server, "PUT", "/v1/overrides/api/r1", Some(r#"{"limit":5}"#), Some("t")).await;
+    assert_eq!(answer.status, 200, "{answer:?}");
+    spec.hold(one, None, &call(&server, "PUT", "/v1/overrides/api/r2", Some(r#"{"limit":5}"#), Some("t")).await);
     let inline = r#"{"key":"b","limit":5,"window":"10s"}"#;
     spec.hold(check, None, &call(&server, "POST", "/v1/check", Some(inline), None).await);
     let _: String = redis.query(&["SET", "slidegate:sms:{wrong}", "a string"]);
@@ -311,6 +359,8 @@ async fn every_endpoint_answers_as_the_openapi_document_says() {
         let answer = call(&server, &method.to_uppercase(), "/v1/keys/sms/a", None, Some("t")).await;
         spec.hold(At::Operation(key, leak(method)), None, &answer);
     }
+    spec.hold(one, None, &call(&server, "PUT", "/v1/overrides/api/r1", Some(r#"{"limit":6}"#), Some("t")).await);
+    spec.hold(gone, None, &call(&server, "DELETE", "/v1/overrides/api/r1", None, Some("t")).await);
     // A degraded decision has its own shape.
     let degraded = call(&server, "POST", "/v1/check", Some(r#"{"rule":"sms","key":"d"}"#), None).await;
     spec.hold(check, None, &degraded);

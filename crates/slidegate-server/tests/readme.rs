@@ -7,7 +7,7 @@
 
 mod support;
 
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::Duration;
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
@@ -52,11 +52,6 @@ fn commands(sh: &str) -> Vec<Vec<String>> {
 fn at(text: &str, server: &Slidegate) -> String {
     let addr = server.base.trim_start_matches("http://");
     text.replace("localhost:8080", addr).replace("127.0.0.1:8080", addr)
-}
-
-/// Runs the real binary with `args`, within a deadline.
-fn slidegate(args: &[String]) -> Output {
-    support::run(&args.iter().map(String::as_str).collect::<Vec<_>>(), &[])
 }
 
 #[tokio::test]
@@ -144,7 +139,7 @@ async fn the_check_and_bench_commands_run_as_written() {
                 other => at(other, &server),
             })
             .collect();
-        let out = slidegate(&args);
+        let out = support::run(&args);
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(out.status.success(), "{args:?}: {stdout}{}", String::from_utf8_lossy(&out.stderr));
         if args[0] == "check" {
@@ -354,7 +349,7 @@ async fn the_operations_commands_run_as_written() {
     };
     let validate: Vec<String> = lines[0].iter().map(|w| files(w)).collect();
     assert_eq!(validate[..2], ["slidegate", "validate"]);
-    let out = slidegate(&validate[1..]);
+    let out = support::run(&validate[1..]);
     let summary = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{summary}{}", String::from_utf8_lossy(&out.stderr));
     assert!(summary.contains("rules: 4 (api, search, sms, upload)"), "{summary}");
@@ -381,4 +376,50 @@ async fn the_operations_commands_run_as_written() {
     assert_eq!(status.status(), tonic_health::pb::health_check_response::ServingStatus::Serving);
     let log = server.log_text();
     assert!(log.lines().all(|l| serde_json::from_str::<Value>(l).is_ok()), "{log}");
+}
+
+#[tokio::test]
+async fn changing_limits_at_run_time_works_as_written() {
+    let text = doc("docs/operations.md");
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let rules = RulesFile::new(&block(&text, "A pushed document", "toml"));
+    let local =
+        RulesFile::new(&block(&text, "What stays with each instance", "toml").replace("redis://127.0.0.1:6379", &url));
+    let swap = |w: &String| match w.as_str() {
+        "redis://127.0.0.1:6379" => url.clone(),
+        "rules.toml" => rules.arg().to_owned(),
+        "local.toml" => local.arg().to_owned(),
+        other => other.to_owned(),
+    };
+    let lines = commands(&block(&text, "## Changing limits at run time", "sh"));
+    assert_eq!(
+        lines.iter().map(|l| l[..3].join(" ")).collect::<Vec<_>>(),
+        ["slidegate rules push", "slidegate rules show", "slidegate serve --redis"]
+    );
+    for line in &lines[..2] {
+        let out = support::run(&line[1..].iter().map(swap).collect::<Vec<_>>());
+        assert!(out.status.success(), "{line:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let shown = support::run(&lines[1][1..].iter().map(swap).collect::<Vec<_>>());
+    assert!(String::from_utf8_lossy(&shown.stdout).starts_with("# slidegate rules version 1,"));
+    let args: Vec<String> = lines[2][2..].iter().map(swap).collect();
+    let server = Slidegate::serve(&args.iter().map(String::as_str).collect::<Vec<_>>());
+
+    // The overrides' commands, as written, in order: set, inspect, list, delete.
+    let answers: Vec<Value> = block(&text, "**Overrides.**", "sh")
+        .lines()
+        .map(|line| {
+            let out = Command::new("sh").args(["-c", &at(line, &server)]).output().expect("sh and curl");
+            serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{line}: {e}: {out:?}"))
+        })
+        .collect();
+    assert_eq!(answers.len(), 4);
+    assert!(answers[0]["override"]["limit"] == 1000 && answers[0]["override"]["expires_at_ms"].is_u64(), "{answers:?}");
+    assert_eq!(
+        (&answers[1]["source"], &answers[1]["limit"]),
+        (&serde_json::json!("override"), &serde_json::json!(1000))
+    );
+    assert_eq!(answers[2]["total"], 1, "{}", answers[2]);
+    assert_eq!(answers[3]["deleted"], true, "{}", answers[3]);
 }

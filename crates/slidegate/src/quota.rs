@@ -195,6 +195,15 @@ impl Quota {
         Self::new(limit, Duration::from_secs(3600))
     }
 
+    /// The same quota with `limit` permits per window (its algorithm, warm-up and failure policy
+    /// kept); fails when the algorithm does not take that limit.
+    pub fn with_limit(self, limit: u64) -> Result<Self, Error> {
+        if limit == 0 || limit > MAX_LIMIT {
+            return Err(Error::InvalidLimit { limit, max: MAX_LIMIT });
+        }
+        Self { limit, ..self }.validated()
+    }
+
     /// The same quota counted by `algorithm`; fails when its parameters do not fit the quota.
     pub fn with_algorithm(self, algorithm: Algorithm) -> Result<Self, Error> {
         Self { algorithm, ..self }.validated()
@@ -362,6 +371,22 @@ impl Quota {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn another_limit_keeps_the_rest_within_the_algorithms_bounds() {
+        let q = Quota::per_minute(10)
+            .and_then(|q| q.with_algorithm(Algorithm::Gcra { burst: Some(4) }))
+            .and_then(|q| q.with_warm_up(Duration::from_secs(30), 0.5))
+            .expect("valid")
+            .with_failure_policy(FailurePolicy::FailClosed);
+        let raised = q.with_limit(1_000).expect("valid");
+        assert_eq!((raised.limit(), raised.window(), raised.burst()), (1_000, q.window(), 4));
+        assert_eq!((raised.warm_up(), raised.failure_policy()), (q.warm_up(), q.failure_policy()));
+        assert!(matches!(q.with_limit(0), Err(Error::InvalidLimit { .. })));
+        let log = Quota::per_minute(10).expect("valid");
+        assert!(matches!(log.with_limit(MAX_LOG_LIMIT + 1), Err(Error::InvalidLimit { max: MAX_LOG_LIMIT, .. })));
+        assert!(log.with_algorithm(Algorithm::FixedWindow).and_then(|q| q.with_limit(MAX_LIMIT)).is_ok());
+    }
 
     #[test]
     fn rejects_out_of_range_quotas() {

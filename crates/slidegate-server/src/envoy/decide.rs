@@ -12,6 +12,7 @@ use super::bounds::Invalid;
 use super::config::{Limit, Node};
 use super::service::EnvoyRateLimit;
 use super::stats::Counters;
+use crate::overrides::Overrides;
 
 /// One decidable descriptor of a request, as matched against the configuration.
 pub(super) struct Item<'a> {
@@ -120,7 +121,7 @@ impl EnvoyRateLimit {
         for slot in slots {
             let (shadow, quota) =
                 slot.as_ref().map_or((false, false), |i| (i.shadow(), i.applied.as_ref().is_some_and(|a| a.quota)));
-            let outcome = match (check_of(slot), slot) {
+            let outcome = match (check_of(slot, &self.app.overrides), slot) {
                 (Err(outcome), _) => outcome,
                 (Ok(check), Ok(item)) if item.hits == 0 => self.standing(&check).await?,
                 (Ok(check), _) if shadow => self.one(&check).await?,
@@ -221,7 +222,9 @@ impl EnvoyRateLimit {
     /// decision stands without it.
     async fn until_grows(&self, slot: &Slot<'_>, outcome: &mut Outcome) {
         let (Ok(item), Outcome::Decided(d, reset)) = (slot, outcome) else { return };
-        let Some(quota) = item.limit().and_then(|l| l.quota) else { return };
+        let Some(quota) = item.limit().and_then(|l| l.quota).map(|q| self.app.overrides.quota(&item.key, q)) else {
+            return;
+        };
         if quota.algorithm() != Algorithm::SlidingLog || d.retry_after.is_some() {
             return;
         }
@@ -239,15 +242,15 @@ impl EnvoyRateLimit {
     }
 }
 
-/// What a descriptor asks the backend (a check of one hit for `hits_addend: 0`), or the outcome
-/// it has without asking.
-fn check_of<'s>(slot: &'s Slot<'_>) -> Result<Check<'s>, Outcome> {
+/// What a descriptor asks the backend (a check of one hit for `hits_addend: 0`; under its
+/// override, if it has one), or the outcome it has without asking.
+fn check_of<'s>(slot: &'s Slot<'_>, overrides: &Overrides) -> Result<Check<'s>, Outcome> {
     let item = slot.as_ref().map_err(|reason| Outcome::Invalid(*reason))?;
     let Some(limit) = item.limit() else { return Err(Outcome::NoLimit) };
     if limit.unlimited {
         return Err(Outcome::Unlimited);
     }
-    match limit.quota {
+    match limit.quota.map(|q| overrides.quota(&item.key, q)) {
         Some(q) if item.hits <= q.max_cost() => Ok(Check::new(&item.key, q).with_cost(item.hits.max(1))),
         _ => Err(Outcome::Refused),
     }

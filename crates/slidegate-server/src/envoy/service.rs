@@ -254,7 +254,12 @@ fn respond(
         if let Some(counters) = item.applied.as_ref().and_then(|a| a.counters.as_ref()) {
             count(counters, item, outcome, within, shadow, options.near_limit_ratio);
         }
-        statuses.push(descriptor_status(limit, within || shadow, remaining, reset));
+        // The limit enforced: the configured one, or the key's override.
+        let enforced = match outcome {
+            Outcome::Decided(d, _) => Some(d.limit),
+            _ => None,
+        };
+        statuses.push(descriptor_status(limit, enforced, within || shadow, remaining, reset));
     }
     let mut over = over_rate || quotas_all_over(slots, outcomes.iter().map(Some), options.quota_mode);
     if over && options.shadow_mode {
@@ -316,13 +321,20 @@ fn standing(outcome: &Outcome, limit: Option<&Limit>) -> (bool, u32, Option<Dura
     }
 }
 
-/// The status Envoy reads for a descriptor under `limit`: OK or over it (`ok` false).
-fn descriptor_status(limit: Option<&Limit>, ok: bool, remaining: u32, reset: Option<Duration>) -> DescriptorStatus {
+/// The status Envoy reads for a descriptor under `limit` (`enforced`: the limit decided with,
+/// the key's override if it has one): OK or over it (`ok` false).
+fn descriptor_status(
+    limit: Option<&Limit>,
+    enforced: Option<u64>,
+    ok: bool,
+    remaining: u32,
+    reset: Option<Duration>,
+) -> DescriptorStatus {
     DescriptorStatus {
         code: if ok { Code::Ok } else { Code::OverLimit } as i32,
         current_limit: limit.filter(|l| !l.unlimited).map(|l| CurrentLimit {
             name: l.name.clone().unwrap_or_default(),
-            requests_per_unit: u32::try_from(l.requests_per_unit).unwrap_or(u32::MAX),
+            requests_per_unit: u32::try_from(enforced.unwrap_or(l.requests_per_unit)).unwrap_or(u32::MAX),
             unit: pb_unit(l.unit) as i32,
         }),
         limit_remaining: remaining,

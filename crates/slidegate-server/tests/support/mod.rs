@@ -100,26 +100,6 @@ pub fn command(env: &[(&str, &str)]) -> Command {
     command
 }
 
-/// Runs the real binary with `args` and `env` to its end, within a deadline.
-pub fn run(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut child = command(env)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start slidegate");
-    let started = Instant::now();
-    while child.try_wait().expect("try_wait").is_none() {
-        if started.elapsed() > Duration::from_secs(60) {
-            let _ = child.kill();
-            panic!("slidegate {args:?} still running after 60 s");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().expect("output")
-}
-
 fn blocking_get(url: &str) -> Option<()> {
     use std::io::{Read, Write};
     let rest = url.strip_prefix("http://")?;
@@ -139,9 +119,51 @@ pub async fn grpc_channel(addr: &str) -> tonic::transport::Channel {
     endpoint.connect().await.expect("connect")
 }
 
+/// Runs `slidegate <args>` to its end (within a minute): its exit status and output. The
+/// output goes through files, so a long one cannot fill a pipe and stall the child.
+pub fn run<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Output {
+    run_with_env(args, &[])
+}
+
+/// [`run`] with the environment variables `env` (as [`command`] sets them).
+pub fn run_with_env<S: AsRef<std::ffi::OsStr>>(args: &[S], env: &[(&str, &str)]) -> Output {
+    let file = |name: &str| {
+        std::env::temp_dir().join(format!(
+            "slidegate-run-{}-{}.{name}",
+            std::process::id(),
+            slidegate_testkit::free_port()
+        ))
+    };
+    let (out, err) = (file("out"), file("err"));
+    let mut child = command(env)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out).expect("output file"))
+        .stderr(std::fs::File::create(&err).expect("error file"))
+        .spawn()
+        .expect("start slidegate");
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break status;
+        }
+        if started.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("slidegate still running after 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let read = |path: &PathBuf| {
+        let bytes = std::fs::read(path).unwrap_or_default();
+        let _ = std::fs::remove_file(path);
+        bytes
+    };
+    Output { status, stdout: read(&out), stderr: read(&err) }
+}
+
 /// Runs `slidegate <args>` to its end (within a minute): its exit status and standard error.
 pub fn run_to_exit(args: &[&str]) -> (ExitStatus, String) {
-    let out = run(args, &[]);
+    let out = run(args);
     (out.status, String::from_utf8_lossy(&out.stderr).into_owned())
 }
 

@@ -1,0 +1,30 @@
+//! Rules and per-key overrides shared through Redis: `slidegate rules push` stores a rules
+//! document, the admin routes store overrides, and every instance on that Redis applies each
+//! change within a second — announced on a channel, checked by version as a safety net — into
+//! its own memory, so that a decision never asks Redis for them.
+//!
+//! - `store`: the keys, the scripts that change them atomically, the subscription.
+//! - `document`: what a pushed rules file may hold (`[[rules]]` and `[inline]`).
+//! - `shared`: an instance's link to the store: the version applied, reachable or not.
+//! - `sync`: the task that follows the changes; `apply`: what applying one does.
+//! - `diff`: a push's changes, for the audit trail; `cli`: `slidegate rules push | show`.
+
+mod apply;
+pub mod cli;
+mod diff;
+pub mod document;
+mod shared;
+mod store;
+mod sync;
+
+use std::time::{Duration, UNIX_EPOCH};
+
+pub use document::{MAX_DOCUMENT_BYTES, check_local, local_only};
+pub use shared::{APPLY_WAIT, Shared};
+pub use store::{SCAN_COUNT, STORE_TIMEOUT, SetOutcome, Snapshot, Store, StoreError, StoredRules, field};
+pub use sync::{CHECK_INTERVAL, start};
+
+/// Unix ms as an RFC 3339 time, for logs and `rules show`.
+pub(crate) fn format_ms(ms: u64) -> String {
+    humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms)).to_string()
+}

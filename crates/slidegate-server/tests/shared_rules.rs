@@ -1,0 +1,407 @@
+//! Rules and overrides shared through Redis, with real processes: a redis-server, `slidegate
+//! rules push` and `show`, and two `slidegate serve --rules-from-redis` instances on it.
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use reqwest::Client;
+use serde_json::{Value, json};
+use slidegate_testkit::{RedisCluster, RedisServer};
+use support::{RulesFile, Slidegate, check, metric};
+
+/// The local file of every instance: the admin token stays local.
+const LOCAL: &str = "admin_token = \"t\"\n";
+
+/// A rules document of rules `(name, limit)`, one hour each.
+fn document(rules: &[(&str, u64)]) -> String {
+    rules
+        .iter()
+        .map(|(name, limit)| format!("[[rules]]\nname = \"{name}\"\nlimit = {limit}\nwindow = \"1h\"\n\n"))
+        .collect()
+}
+
+/// `slidegate rules push --redis <url> <file>`: (success, stdout, stderr).
+fn push(url: &str, file: &RulesFile) -> (bool, String, String) {
+    let out = support::run(&["rules", "push", "--redis", url, file.arg()]);
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+}
+
+fn pushed(url: &str, file: &RulesFile) {
+    let (ok, stdout, stderr) = push(url, file);
+    assert!(ok, "{stdout}{stderr}");
+}
+
+/// Two instances serving the rules of the Redis at `url`, the second told by the environment.
+fn two_instances(url: &str, local: &RulesFile) -> (Slidegate, Slidegate) {
+    let a = Slidegate::serve(&["--redis", url, "--rules-from-redis", "--config", local.arg()]);
+    let b = Slidegate::serve_with_env(
+        &["--redis", url, "--config", local.arg()],
+        &[("SLIDEGATE_RULES_FROM_REDIS", "true")],
+    );
+    (a, b)
+}
+
+static KEYS: AtomicU64 = AtomicU64::new(0);
+
+/// The limit a check of `rule` on a fresh key is decided with (and whether it was degraded).
+async fn limit_of(client: &Client, server: &Slidegate, rule: &str) -> (u64, bool) {
+    let key = format!("k{}", KEYS.fetch_add(1, Ordering::Relaxed));
+    let (status, _, v) = check(client, server, &json!({"rule": rule, "key": key})).await;
+    assert_eq!(status, 200, "{v}");
+    (v["limit"].as_u64().expect("a limit"), v["degraded"] == true)
+}
+
+/// Waits until `server` decides `rule` with `limit`, undegraded; returns how long it took.
+async fn until_limit(client: &Client, server: &Slidegate, rule: &str, limit: u64, within: Duration) -> Duration {
+    let started = Instant::now();
+    while limit_of(client, server, rule).await != (limit, false) {
+        assert!(started.elapsed() < within, "no limit {limit} for {rule} after {within:?}: {}", server.log_text());
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    started.elapsed()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_push_changes_the_limit_on_every_instance_within_a_second() {
+    let redis = RedisServer::start();
+    let (local, rules) = (RulesFile::new(LOCAL), RulesFile::new(&document(&[("api", 5)])));
+    pushed(&redis.url(), &rules);
+    let (a, b) = two_instances(&redis.url(), &local);
+    let client = Client::new();
+    assert_eq!((limit_of(&client, &a, "api").await, limit_of(&client, &b, "api").await), ((5, false), (5, false)));
+
+    rules.write(&document(&[("api", 7)]));
+    let (ok, stdout, stderr) = push(&redis.url(), &rules);
+    assert!(ok, "{stderr}");
+    assert!(
+        stdout.contains("pushed rules version 2") && stdout.contains("api: 5 per 1h sliding_log → 7 per 1h"),
+        "{stdout}"
+    );
+    let pushed_at = Instant::now();
+    let (on_a, on_b) = tokio::join!(
+        until_limit(&client, &a, "api", 7, Duration::from_secs(5)),
+        until_limit(&client, &b, "api", 7, Duration::from_secs(5)),
+    );
+    println!("version 2 in force {on_a:?} (a) and {on_b:?} (b) after the push returned");
+    assert!(pushed_at.elapsed() < Duration::from_secs(5));
+
+    // `rules show` prints what is stored, with its version and push.
+    let out = support::run(&["rules", "show", "--redis", &redis.url()]);
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{shown}");
+    let (header, text) = shown.split_once('\n').expect("a header line");
+    assert!(
+        header.starts_with("# slidegate rules version 2, pushed 20") && header.ends_with(" from 127.0.0.1"),
+        "{header}"
+    );
+    assert_eq!(text, document(&[("api", 7)]));
+    // Each instance records the push it applied: old → new, when, from where.
+    assert!(
+        a.log_text()
+            .lines()
+            .any(|l| l.contains("rules version 2 in force") && l.contains("5 per 1h sliding_log → 7 per 1h"))
+    );
+    let ready: Value = client.get(b.url("/readyz")).send().await.expect("readyz").json().await.expect("json");
+    assert_eq!(
+        (&ready["shared"]["in_sync"], &ready["shared"]["rules"]["version"]),
+        (&json!(true), &json!(2)),
+        "{ready}"
+    );
+    assert_eq!(metric(&client, &b, "slidegate_rules_version").await, 2.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checks_during_a_swap_never_see_a_mixed_rule_set() {
+    let redis = RedisServer::start();
+    let local = RulesFile::new(LOCAL);
+    let rules = RulesFile::new(&document(&[("a", 10), ("b", 10)]));
+    pushed(&redis.url(), &rules);
+    let (a, b) = two_instances(&redis.url(), &local);
+    // Checkers ask for both rules in one group, on fresh keys, and note the pair of limits.
+    let stop = Arc::new(AtomicBool::new(false));
+    let checkers: Vec<_> = [a.url("/v1/check"), b.url("/v1/check"), a.url("/v1/check"), b.url("/v1/check")]
+        .into_iter()
+        .map(|url| {
+            let stop = Arc::clone(&stop);
+            tokio::spawn(async move {
+                let client = Client::new();
+                let mut seen = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    let n = KEYS.fetch_add(1, Ordering::Relaxed);
+                    let group = json!({"checks": [{"rule": "a", "key": format!("x{n}")}, {"rule": "b", "key": format!("y{n}")}]});
+                    let v: Value = client.post(&url).json(&group).send().await.expect("answer").json().await.expect("json");
+                    seen.push((v["results"][0]["limit"].as_u64(), v["results"][1]["limit"].as_u64()));
+                }
+                seen
+            })
+        })
+        .collect();
+    // Both rules change together, twenty times.
+    for i in 1..=20 {
+        let limit = if i % 2 == 1 { 20 } else { 10 };
+        rules.write(&document(&[("a", limit), ("b", limit)]));
+        pushed(&redis.url(), &rules);
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut pairs = Vec::new();
+    for c in checkers {
+        pairs.extend(c.await.expect("checker"));
+    }
+    let mixed: Vec<_> = pairs.iter().filter(|(x, y)| x != y).collect();
+    assert!(
+        mixed.is_empty(),
+        "{} of {} checks saw a mixed rule set: {:?}",
+        mixed.len(),
+        pairs.len(),
+        &mixed[..mixed.len().min(5)]
+    );
+    let changes = pairs.windows(2).filter(|w| w[0] != w[1]).count();
+    let count = |limit| pairs.iter().filter(|p| p.0 == Some(limit)).count();
+    println!(
+        "{} checks, {} under (10, 10), {} under (20, 20), {changes} changes seen",
+        pairs.len(),
+        count(10),
+        count(20)
+    );
+    assert!(count(10) > 0 && count(20) > 0 && changes >= 4, "the checks ran across the swaps");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_override_changes_one_keys_limit_on_every_instance_until_it_lapses() {
+    let redis = RedisServer::start();
+    let (local, rules) = (RulesFile::new(LOCAL), RulesFile::new(&document(&[("api", 5)])));
+    pushed(&redis.url(), &rules);
+    let (a, b) = two_instances(&redis.url(), &local);
+    let client = Client::new();
+    let limit = async |server: &Slidegate, key: &str| {
+        let (_, _, v) = check(&client, server, &json!({"rule": "api", "key": key})).await;
+        v["limit"].as_u64().expect("a limit")
+    };
+    let set = client
+        .put(a.url("/v1/overrides/api/customer-42"))
+        .bearer_auth("t")
+        .json(&json!({"limit": 50, "ttl": "3s"}))
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(set.status(), 200);
+    let set_at = Instant::now();
+    assert_eq!(limit(&a, "customer-42").await, 50, "the instance that took the change applies it before answering");
+    while limit(&b, "customer-42").await != 50 {
+        assert!(set_at.elapsed() < Duration::from_secs(5), "b did not apply the override: {}", b.log_text());
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    println!("the override in force on b {:?} after a answered", set_at.elapsed());
+    assert_eq!((limit(&a, "customer-7").await, limit(&b, "customer-7").await), (5, 5), "other keys keep the rule's");
+    let late = Slidegate::serve(&["--redis", &redis.url(), "--rules-from-redis", "--config", local.arg()]);
+    assert_eq!(limit(&late, "customer-42").await, 50, "an instance started since reads it");
+    let list = client.get(b.url("/v1/overrides/api")).bearer_auth("t").send().await.expect("list");
+    let list: Value = list.json().await.expect("json");
+    assert_eq!((&list["total"], &list["overrides"][0]["set_from"]), (&json!(1), &json!("127.0.0.1")), "{list}");
+
+    // After its ttl, both are back to the rule's limit, and Redis no longer holds it.
+    for server in [&a, &b] {
+        while limit(server, "customer-42").await != 5 {
+            assert!(set_at.elapsed() < Duration::from_secs(15), "the override did not lapse");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    while redis.query::<u64>(&["HLEN", "slidegate:{rules}:overrides"]) != 0 {
+        assert!(set_at.elapsed() < Duration::from_secs(15), "the lapsed override stays in redis");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut lapses = 0.0;
+    for server in [&a, &b, &late] {
+        lapses += metric(&client, server, "slidegate_override_changes_total{action=\"lapse\"}").await;
+    }
+    assert_eq!(lapses, 1.0, "one instance removed it, and recorded it");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_redis_killed_instances_keep_their_rules_and_take_a_push_made_after_it_returns() {
+    let mut redis = RedisServer::start();
+    let url = redis.url();
+    let local = RulesFile::new(&format!("{LOCAL}[backend]\ntimeout = \"100ms\"\n"));
+    // Decided in the instance at half the limit while Redis is away: the limit stays visible.
+    let rules = RulesFile::new(&format!("{}failure_policy = \"local\"\nlocal_share = 0.5\n", document(&[("api", 10)])));
+    pushed(&url, &rules);
+    let (a, b) = two_instances(&url, &local);
+    let client = Client::new();
+    redis.kill();
+    for server in [&a, &b] {
+        let started = Instant::now();
+        loop {
+            let ready: Value =
+                client.get(server.url("/readyz")).send().await.expect("readyz").json().await.expect("json");
+            if ready["shared"]["in_sync"] == false {
+                assert!(ready["shared"]["error"].as_str().is_some_and(|e| e.contains("serving the last")), "{ready}");
+                break;
+            }
+            assert!(started.elapsed() < Duration::from_secs(10), "no word of the lost redis: {ready}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(limit_of(&client, server, "api").await, (5, true), "the last rules, by the local policy");
+        assert_eq!(metric(&client, server, "slidegate_shared_unreachable").await, 1.0);
+    }
+
+    // Redis comes back (empty: no persistence) and a push follows at once.
+    let _back = RedisServer::start_on(redis.port());
+    rules.write(&format!("{}failure_policy = \"local\"\nlocal_share = 0.5\n", document(&[("api", 20)])));
+    pushed(&url, &rules);
+    for server in [&a, &b] {
+        until_limit(&client, server, "api", 20, Duration::from_secs(15)).await;
+        assert_eq!(metric(&client, server, "slidegate_shared_unreachable").await, 0.0);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_rules_file_is_refused_and_changes_nothing() {
+    let redis = RedisServer::start();
+    let (local, rules) = (RulesFile::new(LOCAL), RulesFile::new(&document(&[("api", 5)])));
+    pushed(&redis.url(), &rules);
+    let (a, _b) = two_instances(&redis.url(), &local);
+    let client = Client::new();
+    let bad = [
+        (document(&[("api", 0)]), ":3:9: rules[0].limit: limit must be between 1"),
+        ("[[rules]]\nname = \"api\"\nlimt = 5\n".to_owned(), ":3:1: unknown field `limt`"),
+        (format!("admin_token = \"x\"\n{}", document(&[("api", 9)])), ":1:1: admin_token: stays local"),
+        (
+            format!("{}[backend]\nredis = \"redis://127.0.0.1:1\"\n", document(&[("api", 9)])),
+            ":6:2: backend: stays local",
+        ),
+    ];
+    for (text, error) in bad {
+        rules.write(&text);
+        let (ok, _, stderr) = push(&redis.url(), &rules);
+        assert!(!ok, "{text} was pushed");
+        assert!(stderr.contains(&format!("{}{error}", rules.arg())), "{stderr}");
+    }
+    assert_eq!(redis.query::<u64>(&["HGET", "slidegate:{rules}:state", "version"]), 1, "nothing stored");
+    let shown = support::run(&["rules", "show", "--redis", &redis.url()]);
+    assert!(String::from_utf8_lossy(&shown.stdout).contains("version 1,"));
+    assert_eq!(limit_of(&client, &a, "api").await, (5, false));
+    // Serving refuses a local file with rules of its own beside --rules-from-redis.
+    let out = support::run(&["serve", "--redis", &redis.url(), "--rules-from-redis", "--config", rules.arg()]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("the rules come from Redis"), "{out:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_shares_rules_and_overrides_from_one_slot() {
+    let cluster = RedisCluster::start(3, 0);
+    let urls = cluster.urls();
+    let local = RulesFile::new(LOCAL);
+    let rules = RulesFile::new(&document(&[("api", 5)]));
+    // Pushed through a node that does not hold the slot: the push follows it there.
+    let slot = slidegate::key_slot("slidegate:{rules}:state");
+    let holder = cluster.master_of(slot).url();
+    let elsewhere = urls.iter().find(|u| **u != holder).expect("another node").clone();
+    pushed(&elsewhere, &rules);
+    let nodes = urls.join(",");
+    let server = Slidegate::serve(&["--redis-cluster", &nodes, "--rules-from-redis", "--config", local.arg()]);
+    let client = Client::new();
+    assert_eq!(limit_of(&client, &server, "api").await, (5, false));
+    rules.write(&document(&[("api", 8)]));
+    pushed(&elsewhere, &rules);
+    until_limit(&client, &server, "api", 8, Duration::from_secs(5)).await;
+    let set = client.put(server.url("/v1/overrides/api/k")).bearer_auth("t").json(&json!({"limit": 3})).send().await;
+    assert_eq!(set.expect("answer").status(), 200);
+    let (_, _, v) = check(&client, &server, &json!({"rule": "api", "key": "k"})).await;
+    assert_eq!(v["limit"], 3, "{v}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_whose_notice_is_lost_is_applied_by_the_version_check() {
+    let redis = RedisServer::start();
+    let (local, rules) = (RulesFile::new(LOCAL), RulesFile::new(&document(&[("api", 5)])));
+    pushed(&redis.url(), &rules);
+    let server = Slidegate::serve(&["--redis", &redis.url(), "--rules-from-redis", "--config", local.arg()]);
+    let client = Client::new();
+    assert_eq!(limit_of(&client, &server, "api").await, (5, false));
+    // A push as the script makes it, without its PUBLISH.
+    let text = document(&[("api", 6)]);
+    let mut conn = redis.conn();
+    redis::cmd("HSET")
+        .arg("slidegate:{rules}:state")
+        .arg(&["rules", &text, "rules_version", "2", "pushed_at_ms", "0", "pushed_from", "test"][..])
+        .query::<()>(&mut conn)
+        .expect("HSET");
+    redis::cmd("HINCRBY").arg("slidegate:{rules}:state").arg("version").arg(1).query::<()>(&mut conn).expect("HINCRBY");
+    let took = until_limit(&client, &server, "api", 6, Duration::from_secs(5)).await;
+    println!("applied {took:?} after the silent change");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_local_file_reloads_its_token_and_never_its_own_rules() {
+    let redis = RedisServer::start();
+    let (local, rules) = (RulesFile::new(LOCAL), RulesFile::new(&document(&[("api", 5)])));
+    pushed(&redis.url(), &rules);
+    let server = Slidegate::serve(&["--redis", &redis.url(), "--rules-from-redis", "--config", local.arg()]);
+    let client = Client::new();
+    let status = async |token: &str| {
+        let request = client.get(server.url("/v1/overrides/api")).bearer_auth(token);
+        request.send().await.expect("answer").status().as_u16()
+    };
+    assert_eq!(status("t").await, 200);
+    local.write("admin_token = \"u\"\n");
+    let started = Instant::now();
+    while status("u").await != 200 {
+        assert!(started.elapsed() < Duration::from_secs(10), "the new token was not loaded: {}", server.log_text());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(limit_of(&client, &server, "api").await, (5, false), "the rules from redis stay");
+    // Rules of its own in the local file: the reload is refused, nothing changes.
+    local.write(&format!("admin_token = \"v\"\n{}", document(&[("api", 9)])));
+    let refused = Instant::now();
+    while !server.log_text().contains("the rules come from Redis") {
+        assert!(refused.elapsed() < Duration::from_secs(10), "no refusal logged: {}", server.log_text());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!((status("u").await, limit_of(&client, &server, "api").await), (200, (5, false)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_sentinel_an_instance_follows_the_rules_through_a_failover() {
+    let mut setup = slidegate_testkit::RedisSentinel::start();
+    let (local, rules) = (RulesFile::new(LOCAL), RulesFile::new(&document(&[("api", 5)])));
+    pushed(&setup.master.url(), &rules);
+    let server =
+        Slidegate::serve(&["--redis-sentinel", &setup.sentinel_url(), "--rules-from-redis", "--config", local.arg()]);
+    let client = Client::new();
+    assert_eq!(limit_of(&client, &server, "api").await, (5, false));
+    let old = setup.master.port();
+    setup.master.kill();
+    let killed = Instant::now();
+    let promoted = loop {
+        match setup.master_port() {
+            Some(port) if port != old => break port,
+            _ => {}
+        }
+        assert!(killed.elapsed() < Duration::from_secs(30), "no failover");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    // The replica kept the rules; a push to the new master reaches the instance.
+    rules.write(&document(&[("api", 8)]));
+    pushed(&format!("redis://127.0.0.1:{promoted}"), &rules);
+    until_limit(&client, &server, "api", 8, Duration::from_secs(20)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prefix_keeps_two_deployments_on_one_redis_apart() {
+    let redis = RedisServer::start();
+    let (default, other) = (RulesFile::new(&document(&[("api", 5)])), RulesFile::new(&document(&[("api", 6)])));
+    pushed(&redis.url(), &default);
+    let out = support::run(&["rules", "push", "--redis", &redis.url(), "--prefix", "rl", other.arg()]);
+    assert!(out.status.success(), "{out:?}");
+    let local = RulesFile::new(&format!("{LOCAL}[backend]\nprefix = \"rl\"\n"));
+    let server = Slidegate::serve(&["--redis", &redis.url(), "--rules-from-redis", "--config", local.arg()]);
+    assert_eq!(limit_of(&Client::new(), &server, "api").await, (6, false));
+    let shown = support::run(&["rules", "show", "--redis", &redis.url(), "--prefix", "rl"]);
+    assert!(String::from_utf8_lossy(&shown.stdout).ends_with(&document(&[("api", 6)])));
+    let refused = support::run(&["rules", "push", "--redis", &redis.url(), "--prefix", "{x}", other.arg()]);
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--prefix: must not contain"), "{refused:?}");
+}
