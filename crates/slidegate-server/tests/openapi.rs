@@ -332,11 +332,17 @@ async fn every_endpoint_answers_as_the_openapi_document_says() {
     let capped = Slidegate::serve(&["--max-connections", "1"]);
     let base = capped.base.clone();
     let refused = tokio::task::spawn_blocking(move || {
-        let held = TcpStream::connect(base.trim_start_matches("http://")).expect("connect");
-        std::thread::sleep(Duration::from_millis(300));
-        let answer = raw(&base, b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n");
-        drop(held);
-        answer
+        // Until one is held: the slot of the start's readiness probe may not be free yet.
+        let mut held = Vec::new();
+        loop {
+            assert!(held.len() < 5, "no connection was ever refused");
+            held.push(TcpStream::connect(base.trim_start_matches("http://")).expect("connect"));
+            std::thread::sleep(Duration::from_millis(200));
+            let answer = raw(&base, b"GET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
+            if answer.status != 200 {
+                return answer;
+            }
+        }
     });
     spec.hold(At::Component("TooManyConnections"), None, &refused.await.expect("raw"));
 
