@@ -1,5 +1,5 @@
 //! slidegate's decisions as a native Redis module: the same semantics as the Lua scripts
-//! ([`slidegate::reference`], and the very code of the embedded backend: [`slidegate::state`]),
+//! ([`slidegate::spec`], and the very code of the embedded backend: [`slidegate::state`]),
 //! at a fraction of their CPU per decision, with the sliding log stored as the gaps between its
 //! admissions (a byte or two each) instead of a sorted set.
 //!

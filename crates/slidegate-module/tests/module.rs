@@ -1,7 +1,7 @@
 //! The module inside real redis-server processes (`--loadmodule`): bad input never hurts the
 //! server (fuzzed), the Lua scripts' keys are taken over, and the native type survives RDB
 //! round trips, `DUMP`/`RESTORE` and `COPY`, AOF rewrites, replication and expiry. Decisions
-//! themselves are checked against the reference in `crates/slidegate/tests/conformance.rs`.
+//! themselves are checked against the specification in `crates/slidegate/tests/conformance.rs`.
 
 use std::time::{Duration, Instant};
 

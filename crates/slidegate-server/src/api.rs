@@ -10,14 +10,14 @@ use ::metrics::Histogram;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
 use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, get, post, put};
 use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::json;
+use slidegate::headers::{self as rate_limit, RateLimitHeaders};
 use slidegate::{Algorithm, Check, Decision, ErrorClass, Quota};
-use slidegate_tower::{insert_rate_limit_headers, push_u64};
 
 use crate::app::{App, Live};
 use crate::config::{AlgorithmSpec, INLINE_RULE, parse_duration};
@@ -116,12 +116,22 @@ impl<F: Future> Future for TimedFuture<F> {
 }
 
 /// A JSON answer already written out (the decisions, by [`write_decision`]), with the RateLimit
-/// headers for `items`.
+/// headers for `items`, written into the response's own map (no second map to merge).
 fn json_response(body: String, items: &[(&str, &Quota, &Decision)], retry_after: Option<Duration>) -> Response {
+    // Names as constants: `from_static` validates its argument each time it runs.
+    const POLICY: HeaderName = HeaderName::from_static(rate_limit::POLICY);
+    const STATE: HeaderName = HeaderName::from_static(rate_limit::STATE);
     let mut response = body.into_response();
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    insert_rate_limit_headers(headers, items, retry_after);
+    let values = RateLimitHeaders::new(items, retry_after);
+    for (name, value) in
+        [(POLICY, Some(values.policy)), (STATE, Some(values.state)), (header::RETRY_AFTER, values.retry_after)]
+    {
+        if let Some(v) = value.and_then(|v| HeaderValue::try_from(v).ok()) {
+            headers.insert(name, v);
+        }
+    }
     response
 }
 
@@ -140,9 +150,9 @@ fn write_decision(out: &mut String, rule: &str, d: &Decision, engine: &str) {
         out.push_str(&serde_json::Value::from(rule).to_string());
     }
     out.push_str(if d.allowed { r#","allowed":true,"limit":"# } else { r#","allowed":false,"limit":"# });
-    push_u64(out, d.limit);
+    out.push_str(itoa::Buffer::new().format(d.limit));
     out.push_str(r#","remaining":"#);
-    push_u64(out, d.remaining);
+    out.push_str(itoa::Buffer::new().format(d.remaining));
     out.push_str(r#","reset_after_ms":"#);
     push_ms(out, d.reset_after);
     out.push_str(r#","retry_after_ms":"#);
@@ -159,7 +169,7 @@ fn write_decision(out: &mut String, rule: &str, d: &Decision, engine: &str) {
 
 /// Appends a duration in whole ms.
 fn push_ms(out: &mut String, d: Duration) {
-    push_u64(out, u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    out.push_str(itoa::Buffer::new().format(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)));
 }
 
 /// Appends a duration in ms, or `null`.
@@ -317,6 +327,7 @@ impl<'de> Deserialize<'de> for Checks {
 /// A check resolved against the rules: the policy name for headers, the backend key, the quota.
 struct Resolved {
     policy: String,
+    /// The backend key: [`slidegate::rule_key`] of the rule and the caller's key.
     key: String,
     quota: Quota,
     cost: u64,
@@ -385,19 +396,9 @@ impl CheckBody {
             }
         };
         slidegate::validate_key(&key)?;
-        Ok(Resolved { key: rule_key(&policy, &key), policy, quota, cost: self.cost.unwrap_or(1) })
+        let key = slidegate::rule_key(&policy, &key);
+        Ok(Resolved { policy, key, quota, cost: self.cost.unwrap_or(1) })
     }
-}
-
-/// The backend key of `key` under the rule (or inline checks) `rule`: `<rule>:{<key>}`,
-/// readable for operators, unambiguous (rule names hold no `:`), and a hash tag, so one rule's
-/// key stays in one Redis Cluster slot.
-pub(crate) fn rule_key(rule: &str, key: &str) -> String {
-    let mut backend_key = String::with_capacity(rule.len() + key.len() + 3);
-    for part in [rule, ":{", key, "}"] {
-        backend_key.push_str(part);
-    }
-    backend_key
 }
 
 async fn check(State(app): State<Arc<App>>, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
@@ -478,7 +479,7 @@ async fn check_many(app: &App, live: &Live, resolved: &[Resolved]) -> Result<Res
     body.push_str(if group.allowed { r#"{"allowed":true,"# } else { r#"{"allowed":false,"# });
     if let Some(i) = group.denied_by {
         body.push_str(r#""denied_by":"#);
-        push_u64(&mut body, i as u64);
+        body.push_str(itoa::Buffer::new().format(i));
         body.push(',');
     }
     body.push_str(r#""retry_after_ms":"#);

@@ -10,7 +10,7 @@ use slidegate::Quota;
 use slidegate_server::backend::AnyBackend;
 #[cfg(feature = "bench")]
 use slidegate_server::bench::{self, BenchArgs};
-use slidegate_server::config::{Config, parse_duration};
+use slidegate_server::config::{Config, INLINE_RULE, parse_duration};
 use slidegate_server::logging::LogOptions;
 use slidegate_server::redact::redact;
 use slidegate_server::server::{self, ServeOptions};
@@ -188,11 +188,11 @@ async fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
         (backend_config.redis, backend_config.redis_cluster, backend_config.redis_sentinel) =
             (Some(url), Vec::new(), Vec::new());
     }
-    // The same key layout as the server's, so a check here and there share state; one
-    // decision has no use for a near-cache.
+    // One decision has no use for a near-cache.
     backend_config.near_cache = 0;
     let limiter = AnyBackend::connect(&backend_config).await?.limiter(&backend_config);
-    let d = limiter.check_cost(&format!("{name}:{{{}}}", args.key), &quota, args.cost).await?;
+    // The server's key, so a check here and there share state.
+    let d = limiter.check_cost(&slidegate::rule_key(&name, &args.key), &quota, args.cost).await?;
     println!(
         "{}",
         serde_json::json!({
@@ -214,7 +214,7 @@ fn check_quota(args: &CheckArgs, config: &Config) -> anyhow::Result<(String, Quo
         }
         (None, Some(limit)) => {
             let window = parse_duration(args.window.as_deref().unwrap_or_default()).map_err(anyhow::Error::msg)?;
-            Ok(("inline".to_owned(), Quota::new(limit, window)?))
+            Ok((INLINE_RULE.to_owned(), Quota::new(limit, window)?))
         }
         (None, None) => anyhow::bail!("give --rule or --limit and --window"),
     }

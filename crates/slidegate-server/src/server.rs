@@ -103,7 +103,7 @@ pub struct ServeOptions {
     /// and closed (default 512; `[server] max_connections`).
     #[arg(long, env = "SLIDEGATE_MAX_CONNECTIONS")]
     pub max_connections: Option<usize>,
-    /// Serve the [[rules]] and [inline] that `slidegate rules push` stored in the backend's
+    /// Serve the `[[rules]]` and `[inline]` that `slidegate rules push` stored in the backend's
     /// Redis, applying each push within a second (`rules_from_redis` in the rules file, which
     /// then holds no rules of its own).
     #[arg(long, env = "SLIDEGATE_RULES_FROM_REDIS")]

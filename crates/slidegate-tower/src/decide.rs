@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use http::HeaderMap;
 use http::request::Parts;
-use slidegate::{Backend, Check, Decision, MAX_CHECKS, Quota};
+use slidegate::{Backend, Check, Decision, MAX_CHECKS, Quota, RuleKey};
 
 use crate::key::extract_part;
 use crate::layer::Shared;
@@ -56,22 +56,21 @@ impl<B: Backend> Shared<B> {
         }
     }
 
-    /// The rules that apply, with their keys (`<rule>:{<key>}`: one hash tag per key, so one
-    /// key's rules share a Redis Cluster slot, as the slidegate service keys them) and costs;
-    /// the first rule whose key or cost cannot be counted, and why.
+    /// The rules that apply, with their keys ([`slidegate::rule_key`], as the slidegate service
+    /// keys them: one key's rules share a Redis Cluster slot) and costs; the first rule whose
+    /// key or cost cannot be counted, and why.
     fn applied(&self, request: &Parts) -> Result<Vec<Applied>, (usize, Rejection)> {
         let mut applied = Vec::new();
         for (i, rule) in self.rules.iter().enumerate() {
             if !rule.matches(request) {
                 continue;
             }
-            let mut key = String::with_capacity(rule.name.len() + 48);
-            key.push_str(&rule.name);
-            key.push_str(":{");
-            if !extract_part(&*rule.key, request, &mut key).map_err(|r| (i, r))? {
+            // Room for the usual key (an IPv6 address, a user id) without growing.
+            let mut key = RuleKey::new(&rule.name, 45);
+            if !extract_part(&*rule.key, request, key.key_mut()).map_err(|r| (i, r))? {
                 continue;
             }
-            key.push('}');
+            let key = key.finish();
             if key.len() > slidegate::MAX_KEY_LEN {
                 return Err((i, rule.key.too_long()));
             }

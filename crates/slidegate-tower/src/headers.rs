@@ -1,9 +1,10 @@
-//! The IETF RateLimit headers: `RateLimit-Policy` and `RateLimit` as structured fields of
-//! draft-ietf-httpapi-ratelimit-headers-09/-10 (one list member per policy), and `Retry-After`.
+//! The RateLimit headers of an answer as an [`http::HeaderMap`]: `RateLimit-Policy`, `RateLimit`
+//! and `Retry-After`, whose names and values [`slidegate::headers`] writes.
 
 use std::time::Duration;
 
 use http::{HeaderMap, HeaderName, HeaderValue};
+use slidegate::headers::{self, RateLimitHeaders};
 use slidegate::{Decision, Quota};
 
 /// The headers for `items` = (policy name, quota, decision), e.g.
@@ -23,73 +24,19 @@ use slidegate::{Decision, Quota};
 /// # Ok::<(), slidegate::Error>(())
 /// ```
 pub fn rate_limit_headers(items: &[(&str, &Quota, &Decision)], retry_after: Option<Duration>) -> HeaderMap {
-    let mut headers = HeaderMap::with_capacity(3);
-    insert_rate_limit_headers(&mut headers, items, retry_after);
-    headers
-}
-
-/// [`rate_limit_headers`] written into an existing map (a response's own), which saves building
-/// and merging a second one on every request.
-pub fn insert_rate_limit_headers(
-    headers: &mut HeaderMap,
-    items: &[(&str, &Quota, &Decision)],
-    retry_after: Option<Duration>,
-) {
     // Names as constants: `from_static` validates its argument each time it runs.
-    const POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
-    const STATE: HeaderName = HeaderName::from_static("ratelimit");
-    let (mut policy, mut state) = (String::with_capacity(40 * items.len()), String::with_capacity(40 * items.len()));
-    for (i, (name, q, d)) in items.iter().enumerate() {
-        if i > 0 {
-            policy.push_str(", ");
-            state.push_str(", ");
-        }
-        for (out, a, b, c, d) in [
-            (&mut policy, ";q=", q.limit(), ";w=", ceil_secs(q.window()).max(1)),
-            (&mut state, ";r=", d.remaining, ";t=", ceil_secs(d.retry_after.unwrap_or(d.reset_after))),
-        ] {
-            out.push('"');
-            out.push_str(name);
-            out.push('"');
-            out.push_str(a);
-            push_u64(out, b);
-            out.push_str(c);
-            push_u64(out, d);
+    const POLICY: HeaderName = HeaderName::from_static(headers::POLICY);
+    const STATE: HeaderName = HeaderName::from_static(headers::STATE);
+    let values = RateLimitHeaders::new(items, retry_after);
+    let mut map = HeaderMap::with_capacity(3);
+    for (name, value) in
+        [(POLICY, Some(values.policy)), (STATE, Some(values.state)), (http::header::RETRY_AFTER, values.retry_after)]
+    {
+        if let Some(v) = value.and_then(|v| HeaderValue::try_from(v).ok()) {
+            map.insert(name, v);
         }
     }
-    let mut put = |name: HeaderName, value: String| {
-        if let Ok(v) = HeaderValue::try_from(value) {
-            headers.insert(name, v);
-        }
-    };
-    put(POLICY, policy);
-    put(STATE, state);
-    if let Some(r) = retry_after {
-        let mut secs = String::new();
-        push_u64(&mut secs, ceil_secs(r).max(1));
-        put(http::header::RETRY_AFTER, secs);
-    }
-}
-
-/// Whole seconds, rounded up: a client that waits this long is never early.
-pub fn ceil_secs(d: Duration) -> u64 {
-    d.as_millis().div_ceil(1000).try_into().unwrap_or(u64::MAX)
-}
-
-/// Appends `n` in decimal, without the formatting machinery (this runs on every request; the
-/// server writes its JSON answers with it too).
-pub fn push_u64(out: &mut String, mut n: u64) {
-    let mut digits = [0u8; 20];
-    let mut i = digits.len();
-    loop {
-        i -= 1;
-        digits[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.extend(digits[i..].iter().map(|&d| char::from(d)));
+    map
 }
 
 #[cfg(test)]
@@ -97,16 +44,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn several_policies_and_a_denial() {
-        let (a, b) = (Quota::per_second(10).expect("q"), Quota::per_hour(1_000).expect("q"));
-        let da = Decision::denied(10, 0, Duration::from_millis(900), Duration::from_millis(1_200));
-        let db = Decision::held(1_000, 7, Duration::from_secs(3_599));
-        let h = rate_limit_headers(&[("api", &a, &da), ("daily", &b, &db)], Some(Duration::from_millis(1_200)));
-        assert_eq!(h["ratelimit-policy"], r#""api";q=10;w=1, "daily";q=1000;w=3600"#);
-        assert_eq!(h["ratelimit"], r#""api";r=0;t=2, "daily";r=7;t=3599"#);
-        assert_eq!(h["retry-after"], "2");
-        let mut s = String::new();
-        push_u64(&mut s, u64::MAX);
-        assert_eq!(s, u64::MAX.to_string());
+    fn every_value_lands_under_its_name() {
+        let q = Quota::per_second(10).expect("q");
+        let denied = Decision::denied(10, 0, Duration::from_millis(900), Duration::from_millis(1_200));
+        let values = RateLimitHeaders::new(&[("api", &q, &denied)], denied.retry_after);
+        let h = rate_limit_headers(&[("api", &q, &denied)], denied.retry_after);
+        assert_eq!(h["ratelimit-policy"], values.policy);
+        assert_eq!(h["ratelimit"], values.state);
+        assert_eq!(Some(h["retry-after"].to_str().expect("ascii")), values.retry_after.as_deref());
+        assert_eq!(h.len(), 3);
+        let admitted = Decision::allowed(10, 9, Duration::from_secs(1));
+        assert_eq!(rate_limit_headers(&[("api", &q, &admitted)], None).len(), 2, "no Retry-After");
     }
 }

@@ -34,7 +34,8 @@
 //! - [`key`]: [`KeyExtractor`] and the built-in keys [`Header`], [`Extension`], [`Route`].
 //! - [`peer`]: [`PeerIp`], the client's address, behind [`TrustedProxies`] that write one
 //!   [`ForwardedHeader`].
-//! - [`headers`]: the RateLimit header values, shared with the slidegate service.
+//! - [`headers`]: the RateLimit headers as an `http::HeaderMap` (their values come from
+//!   [`slidegate::headers`]).
 //! - `grpc`: the answers to gRPC calls (`RESOURCE_EXHAUSTED` with the retry delay).
 //! - [`metrics`]: the metric names.
 //! - [`error`]: [`Error`], for settings that cannot work; [`Rejection`], for requests that
@@ -52,7 +53,7 @@ pub mod rule;
 pub mod service;
 
 pub use error::{Error, Rejection};
-pub use headers::{ceil_secs, insert_rate_limit_headers, push_u64, rate_limit_headers};
+pub use headers::rate_limit_headers;
 pub use key::{Extension, Header, KeyExtractor, Route};
 pub use layer::RateLimitLayer;
 pub use peer::{ForwardedHeader, PeerIp, PeerIpBehind, TrustedProxies};
@@ -70,4 +71,5 @@ pub use service::{RateLimit, RateLimitBody};
 #[doc = include_str!("../../../docs/redis.md")]
 #[doc = include_str!("../../../docs/operations.md")]
 #[doc = include_str!("../../../docs/development.md")]
+#[doc = include_str!("../../../docs/architecture.md")]
 pub struct ReadmeDoctests;

@@ -67,7 +67,7 @@ impl std::fmt::Debug for Rule {
 
 impl Rule {
     /// `quota` per client IP for every request; `name` appears in the RateLimit headers, the
-    /// metrics and the backend keys (`<name>:{<key>}`).
+    /// metrics and the backend keys ([`slidegate::rule_key`]: `<name>:{<key>}`).
     pub fn new(name: impl Into<String>, quota: Quota) -> Result<Self, Error> {
         let name = name.into();
         let plain = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.');

@@ -101,7 +101,7 @@ fn resident_bytes() -> u64 {
 }
 
 /// A trace through the exact log and the sliding window counter at several bucket counts, each
-/// in its own memory backend (tested decision for decision against the reference): how many
+/// in its own memory backend (tested decision for decision against the specification): how many
 /// decisions differ, and which way.
 fn disagreement(name: &str, trace: &[(u64, usize)]) {
     let keys = trace.iter().map(|&(_, k)| k).max().map_or(0, |k| k + 1);

@@ -31,10 +31,12 @@
 //! - [`quota`]: what a key may do — [`Quota`] (limit, window, [`Algorithm`], [`WarmUp`]).
 //! - [`decision`]: the answer — [`Decision`] (allowed, remaining, reset/retry after) and the
 //!   operator's view of a key, [`KeyState`].
-//! - [`reference`](mod@reference): each algorithm's semantics written plainly; the backends are tested against it.
+//! - [`spec`]: each algorithm's semantics written plainly and run: the specification every
+//!   backend is tested against.
 //! - [`backend`]: the [`Backend`] trait, where storage varies.
-//! - [`state`]: [`state::Counter`], what one key keeps and how it decides, shared by the memory
-//!   backend and the Redis module.
+//! - [`state`]: [`state::Counter`], what one key keeps and how it decides in production, shared
+//!   by the memory backend and the Redis module (it runs [`spec`]'s own code for the sliding
+//!   window, the fixed window and the GCRA); `snapshot.rs`, its persisted format.
 //! - [`memory`]: [`MemoryBackend`], the embedded, sharded, self-sweeping default.
 //! - `redis` (feature `redis`): [`RedisBackend`], sorted sets and one Lua script per decision.
 //! - [`limiter`]: [`Limiter`], the front door that validates input once.
@@ -42,27 +44,34 @@
 //!   does when the backend fails, and how it spares the backend keys already over their limit.
 //! - [`clock`]: [`Clock`]; [`SystemClock`], the TSC-fast [`MonotonicClock`], and [`ManualClock`]
 //!   for tests.
-//! - [`slot`]: Redis Cluster slots and the [`hash_tag`] helper for atomic multi-limit checks.
+//! - [`key`]: the names keys take in a backend: a rule's key [`rule_key`], `<rule>:{<key>}`, the
+//!   one format every surface uses, and [`hash_tag`] for atomic multi-limit checks.
+//! - [`slot`]: Redis Cluster slots ([`key_slot`]).
+//! - [`headers`]: the RateLimit header fields' names and values, for the HTTP surfaces.
 //! - [`error`]: [`Error`], the one error type, and [`ErrorClass`]: whom an error is on.
 
 pub mod backend;
 pub mod clock;
 pub mod decision;
 pub mod error;
+pub mod headers;
+pub mod key;
 pub mod limiter;
 pub mod memory;
 pub mod quota;
 #[cfg(feature = "redis")]
 pub mod redis;
-pub mod reference;
 pub mod resilience;
 pub mod slot;
+mod snapshot;
+pub mod spec;
 pub mod state;
 
 pub use backend::{Backend, Check};
 pub use clock::{Clock, ManualClock, MonotonicClock, SystemClock};
 pub use decision::{Decision, KeyState, MultiDecision};
 pub use error::{Error, ErrorClass};
+pub use key::{RuleKey, hash_tag, rule_key};
 pub use limiter::{Limiter, MAX_CHECKS, MAX_KEY_LEN, validate_key};
 pub use memory::MemoryBackend;
 pub use quota::{Algorithm, MAX_LIMIT, MAX_LOG_LIMIT, MAX_WINDOW, Quota, WarmUp};
@@ -71,4 +80,4 @@ pub use redis::{
     MAX_SCRIPT_LOG_COST, PipelinedConnection, RedisBackend, RedisClusterBackend, RedisEngine, RedisSentinelBackend,
 };
 pub use resilience::{CircuitBreaker, FailurePolicy, NearCache};
-pub use slot::{hash_tag, key_slot};
+pub use slot::key_slot;

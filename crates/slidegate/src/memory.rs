@@ -491,7 +491,7 @@ impl Backend for MemoryBackend {
 mod tests {
     use super::*;
     use crate::ManualClock;
-    use crate::reference::SlidingLog;
+    use crate::spec::SlidingLog;
 
     #[test]
     fn idle_keys_are_swept_by_use() {
@@ -543,14 +543,14 @@ mod tests {
     }
 
     #[test]
-    fn backward_clock_step_keeps_the_log_sorted_like_the_reference() {
+    fn backward_clock_step_keeps_the_log_sorted_like_the_spec() {
         let clock = ManualClock::new(0);
         let backend = MemoryBackend::with_clock(clock.clone());
         let quota = Quota::new(3, Duration::from_millis(1_000)).expect("valid");
-        let mut reference = SlidingLog::default();
+        let mut spec = SlidingLog::default();
         for t in [500, 100, 900, 1_200, 1_050, 1_600, 1_400] {
             clock.set_ms(t);
-            assert_eq!(backend.check_now("k", &quota, 1), reference.check(t, 3, 1_000, 1), "at {t}");
+            assert_eq!(backend.check_now("k", &quota, 1), spec.check(t, 3, 1_000, 1), "at {t}");
         }
     }
 

@@ -45,7 +45,7 @@ pub enum Algorithm {
     SlidingLog,
     /// The sliding window counter: the window split into `buckets` equal sub-buckets, one count
     /// each; the oldest, partly expired bucket is weighted by its overlap with the window.
-    /// Constant memory per key whatever the traffic; near-exact (see [`crate::reference`] for the
+    /// Constant memory per key whatever the traffic; near-exact (see [`crate::spec`] for the
     /// error bound).
     SlidingWindow {
         /// Sub-buckets per window (`1..=MAX_BUCKETS`, dividing the window into whole ms).

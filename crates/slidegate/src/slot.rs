@@ -1,26 +1,8 @@
 //! Redis Cluster slots: a script may touch only keys of one slot, so the keys of one atomic
-//! multi-limit check must share a hash tag.
+//! multi-limit check must share a hash tag ([`crate::key`] builds names that do).
 
 /// The number of Redis Cluster hash slots.
 pub const SLOTS: u16 = 16_384;
-
-/// `{tag}:name`: a key whose Cluster slot is decided by `tag` alone, so every key made with the
-/// same tag lives in one slot and can be checked together atomically.
-///
-/// ```
-/// use slidegate::{hash_tag, key_slot};
-///
-/// let sms = hash_tag("user:42", "sms");
-/// assert_eq!(sms, "{user:42}:sms");
-/// assert_eq!(key_slot(&sms), key_slot(&hash_tag("user:42", "login")));
-/// ```
-pub fn hash_tag(tag: &str, name: &str) -> String {
-    let mut key = String::with_capacity(tag.len() + name.len() + 3);
-    for part in ["{", tag, "}:", name] {
-        key.push_str(part);
-    }
-    key
-}
 
 /// The Redis Cluster slot of `key`: CRC16 (XMODEM) of its hash tag — the part between the first
 /// `{` and the next `}`, when not empty — or of the whole key, modulo 16,384.

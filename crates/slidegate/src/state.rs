@@ -1,11 +1,13 @@
-//! What one key keeps under one algorithm, and how it decides: the code the memory backend and
-//! the Redis module (`slidegate-module`) share, so both answer exactly as [`crate::reference`]
-//! specifies.
+//! What one key keeps under one algorithm, and how it decides, in production: the code the
+//! memory backend and the Redis module (`slidegate-module`) share, so both answer exactly as
+//! [`crate::spec`] specifies.
 //!
 //! The sliding log, the hot path, keeps its admission times oldest first as the gaps between
 //! them, one LEB128 number each (a byte for a gap under 128 ms, two under 16 s), and drops the
-//! expired prefix as it is met; every other algorithm keeps a few numbers per key, for which the
-//! reference model is already the right structure.
+//! expired prefix as it is met. Every other algorithm keeps a few numbers per key, for which the
+//! specification's plain structure is already the right one: a [`Counter`] runs
+//! [`crate::spec::Key`] itself for them. What a snapshot keeps of a counter
+//! ([`Counter::encode`]) is in `snapshot.rs`.
 //!
 //! ```
 //! use slidegate::{Quota, state::Counter};
@@ -28,7 +30,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use crate::{Algorithm, Decision, KeyState, Quota, reference};
+use crate::{Algorithm, Decision, KeyState, Quota, spec};
 
 /// One key's state under one algorithm.
 ///
@@ -36,32 +38,34 @@ use crate::{Algorithm, Decision, KeyState, Quota, reference};
 /// [`Counter::evaluate`] answers (dropping expired admissions on the way), and
 /// [`Counter::record`] charges the permits when the answer — and the group's — is yes.
 #[derive(Debug, Clone)]
-pub struct Counter(Inner);
+pub struct Counter(pub(crate) Inner);
 
 #[derive(Debug, Clone)]
-enum Inner {
+pub(crate) enum Inner {
+    /// The sliding log, compact.
     Log(Log),
-    Model(reference::Key),
+    /// The other algorithms: the specification's own structure.
+    Spec(spec::Key),
 }
 
-/// One permit per admission, as in [`reference::SlidingLog`], but stored as gaps: an admission
+/// One permit per admission, as in [`spec::SlidingLog`], but stored as gaps: an admission
 /// costs 1–2 bytes where a time would take 8, so a key's ring spans a quarter to an eighth of
 /// the cache lines, and on many keys a decision's cost is mostly the memory it touches
 /// (BENCHMARKS.md, "The memory backend beside governor").
 #[derive(Debug, Clone)]
-struct Log {
+pub(crate) struct Log {
     /// For each admission after the oldest, its gap in ms to the one before, as LEB128: the
     /// times are `oldest`, `oldest + gap₁`, `oldest + gap₁ + gap₂`, ….
     gaps: VecDeque<u8>,
     /// The number of admissions (permits) held.
-    len: u64,
+    pub(crate) len: u64,
     /// The oldest admission (`u64::MAX` when empty): a decision that expires nothing reads no
     /// gap.
     oldest: u64,
     /// The newest admission (meaningless when empty): an admission appends its gap to it.
     newest: u64,
     /// When the current warm-up began (quotas with a warm-up only).
-    warm_since: u64,
+    pub(crate) warm_since: u64,
     /// Once the log has held [`MARK_EVERY`] admissions: where to start reading it far from its
     /// oldest admission.
     marks: Option<Box<Marks>>,
@@ -95,9 +99,6 @@ const MIN_SHRINK_CAPACITY: usize = 64;
 /// plus its bucket) fits in 64 bits.
 pub const MAX_TIME_MS: u64 = 1 << 53;
 
-/// The tag that opens an encoded sliding log (the reference model's tags are 1 to 4).
-const LOG_TAG: u64 = 0;
-
 impl Counter {
     /// A key that holds nothing yet, counted by `algorithm`.
     pub fn new(algorithm: Algorithm) -> Self {
@@ -110,7 +111,7 @@ impl Counter {
     pub fn with_capacity(algorithm: Algorithm, log_capacity: usize) -> Self {
         Self(match algorithm {
             Algorithm::SlidingLog => Inner::Log(Log::with_capacity(log_capacity)),
-            other => Inner::Model(reference::Key::new(other)),
+            other => Inner::Spec(spec::Key::new(other)),
         })
     }
 
@@ -125,7 +126,7 @@ impl Counter {
     pub fn algorithm_kind(&self) -> Algorithm {
         match &self.0 {
             Inner::Log(_) => Algorithm::SlidingLog,
-            Inner::Model(key) => key.algorithm_kind(),
+            Inner::Spec(key) => key.algorithm_kind(),
         }
     }
 
@@ -136,7 +137,7 @@ impl Counter {
     pub fn evaluate(&mut self, now: u64, quota: &Quota, cost: u64) -> Decision {
         match &mut self.0 {
             Inner::Log(log) => log.evaluate(now, quota, cost),
-            Inner::Model(key) => key.decide(now, quota, cost),
+            Inner::Spec(key) => key.decide(now, quota, cost),
         }
     }
 
@@ -145,7 +146,7 @@ impl Counter {
     pub fn record(&mut self, now: u64, quota: &Quota, cost: u64) {
         match &mut self.0 {
             Inner::Log(log) => log.record(now, cost),
-            Inner::Model(key) => key.record(now, quota, cost),
+            Inner::Spec(key) => key.record(now, quota, cost),
         }
     }
 
@@ -154,7 +155,7 @@ impl Counter {
     pub fn expires_at(&self, quota: &Quota) -> u64 {
         match &self.0 {
             Inner::Log(log) => log.newest().map_or(0, |t| t + quota.window_ms()),
-            Inner::Model(key) => key.expires_at(quota),
+            Inner::Spec(key) => key.expires_at(quota),
         }
     }
 
@@ -162,7 +163,7 @@ impl Counter {
     pub fn reset_after(&self, now: u64, quota: &Quota) -> Duration {
         match &self.0 {
             Inner::Log(log) => log.reset_after(now, quota.window_ms()),
-            Inner::Model(key) => key.reset_after(now, quota),
+            Inner::Spec(key) => key.reset_after(now, quota),
         }
     }
 
@@ -184,7 +185,7 @@ impl Counter {
                     reset_after: log.reset_after(now, window),
                 }
             }
-            Inner::Model(model) => {
+            Inner::Spec(model) => {
                 // A zero-cost look: what is used of the (effective) limit now.
                 let d = model.decide(now, quota, 0);
                 KeyState { count: d.limit - d.remaining, oldest_ms: None, reset_after: model.reset_after(now, quota) }
@@ -197,7 +198,7 @@ impl Counter {
     pub fn len(&self) -> usize {
         match &self.0 {
             Inner::Log(log) => usize::try_from(log.len).unwrap_or(usize::MAX),
-            Inner::Model(_) => 0,
+            Inner::Spec(_) => 0,
         }
     }
 
@@ -216,46 +217,7 @@ impl Counter {
                     .map_or(0, |m| size_of::<Marks>() + m.marks.capacity() * size_of::<(u64, u64, u64)>());
                 log.gaps.capacity() + marks
             }
-            Inner::Model(key) => key.heap_bytes(),
-        }
-    }
-
-    /// The counter as a flat list of numbers: what a snapshot stores, so the format is stable.
-    /// [`Counter::decode`] reads it back. Each list opens with a tag and the warm-up start:
-    ///
-    /// - sliding log: `0, warm_since, n, t₁ … tₙ` (admission times in ms, oldest first);
-    /// - sliding window: `2, warm_since, n, i₁, c₁ … iₙ, cₙ` (bucket index and count, indexes
-    ///   increasing);
-    /// - fixed window: `3, warm_since, 0` (nothing counted) or `3, warm_since, 1, i, c` (window
-    ///   index and count);
-    /// - GCRA: `4, warm_since, tat` (theoretical arrival time in µs).
-    pub fn encode(&self) -> Vec<u64> {
-        match &self.0 {
-            Inner::Log(log) => {
-                let mut words = Vec::with_capacity(3 + self.len());
-                words.extend([LOG_TAG, log.warm_since, log.len]);
-                words.extend(log.times());
-                words
-            }
-            Inner::Model(key) => key.encode(),
-        }
-    }
-
-    /// A counter from [`Counter::encode`]'s numbers; `None` when they are not such a list, or
-    /// hold a time after [`MAX_TIME_MS`] or a count no admission could have made.
-    pub fn decode(words: &[u64]) -> Option<Self> {
-        match *words {
-            [LOG_TAG, warm_since, n, ref rest @ ..]
-                if rest.len() as u64 == n
-                    && rest.is_sorted()
-                    && rest.last().is_none_or(|&t| t <= MAX_TIME_MS)
-                    && warm_since <= MAX_TIME_MS =>
-            {
-                Some(Self::from_log(rest.iter().copied(), warm_since))
-            }
-            // A reference log (tag 1) is never encoded by a counter, which keeps its own.
-            [LOG_TAG | 1, ..] => None,
-            _ => reference::Key::decode(words).map(|key| Self(Inner::Model(key))),
+            Inner::Spec(key) => key.heap_bytes(),
         }
     }
 
@@ -323,7 +285,7 @@ impl Log {
     }
 
     /// The sliding log whose expired prefix is already gone: every question is answered by
-    /// position. Semantics: [`crate::reference::SlidingLog`].
+    /// position. Semantics: [`crate::spec::SlidingLog`].
     #[inline]
     fn decide(&self, now: u64, limit: u64, window: u64, cost: u64) -> Decision {
         let live = self.len;
@@ -348,7 +310,7 @@ impl Log {
     }
 
     /// The admission times, oldest first.
-    fn times(&self) -> impl Iterator<Item = u64> + '_ {
+    pub(crate) fn times(&self) -> impl Iterator<Item = u64> + '_ {
         let mut bytes = self.gaps.iter().copied();
         let mut t = self.oldest;
         (0..self.len).map(move |i| {
@@ -476,70 +438,18 @@ fn ms(ms: u64) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{MAX_LIMIT, MAX_LOG_LIMIT};
-
-    fn quota(algorithm: Algorithm) -> Quota {
-        Quota::new(10, Duration::from_millis(1_000)).and_then(|q| q.with_algorithm(algorithm)).expect("valid")
-    }
-
-    #[test]
-    fn every_algorithm_round_trips_through_its_encoding() {
-        for algorithm in [
-            Algorithm::SlidingLog,
-            Algorithm::SlidingWindow { buckets: 4 },
-            Algorithm::FixedWindow,
-            Algorithm::Gcra { burst: Some(3) },
-        ] {
-            let q = quota(algorithm);
-            let mut counter = Counter::new(algorithm);
-            for t in [0, 0, 100, 260, 700] {
-                if counter.evaluate(t, &q, 1).allowed {
-                    counter.record(t, &q, 1);
-                }
-            }
-            let mut restored = Counter::decode(&counter.encode()).expect("decodes");
-            assert!(restored.counts_by(algorithm));
-            for t in [750, 1_000, 1_150, 1_300, 2_500] {
-                assert_eq!(restored.evaluate(t, &q, 2), counter.evaluate(t, &q, 2), "{algorithm} at {t}");
-            }
-        }
-    }
-
-    #[test]
-    fn malformed_encodings_are_refused() {
-        for words in [&[][..], &[0, 0, 2, 5], &[0, 0, 2, 9, 5], &[9, 0], &[2, 0, 3, 1, 1], &[4]] {
-            assert!(Counter::decode(words).is_none(), "{words:?}");
-        }
-        // Lengths claiming more than the words hold, refused before anything is allocated;
-        // numbers no decision writes; the reference's own log.
-        let far = MAX_TIME_MS + 1;
-        for words in [
-            &[0, 0, 1 << 60, 5][..],
-            &[2, 0, 1 << 63, 1, 1],
-            &[2, 0, u64::MAX, 1, 1],
-            &[0, 0, 1, far],
-            &[0, far, 1, 5],
-            &[2, 0, 1, far, 1],
-            &[2, 0, 1, 5, MAX_LIMIT + 1],
-            &[3, 0, 1, 5, u64::MAX],
-            &[4, 0, u64::MAX],
-            &[1, 0, 1, 5],
-        ] {
-            assert!(Counter::decode(words).is_none(), "{words:?}");
-        }
-        assert!(Counter::decode(&[0, MAX_TIME_MS, 2, 5, MAX_TIME_MS]).is_some(), "the bound itself is a time");
-    }
+    use crate::MAX_LIMIT;
 
     proptest::proptest! {
         /// The gaps are written in 1 to 10 bytes each: every width, over windows up to the
-        /// longest, with the clock now and then stepping back, must answer as the reference's
+        /// longest, with the clock now and then stepping back, must answer as the specification's
         /// plain list of times does, and give that list back when encoded. Limits and costs in
         /// the thousands make logs long enough to be marked, and denials that must find an
         /// admission hundreds deep. (A step back never
         /// goes so far that an admission dropped as expired would be live again: the log, like
-        /// the sorted set in Redis, has forgotten it, where the reference keeps every one.)
+        /// the sorted set in Redis, has forgotten it, where the specification keeps every one.)
         #[test]
-        fn a_log_of_gaps_of_every_width_answers_as_the_reference(
+        fn a_log_of_gaps_of_every_width_answers_as_the_spec(
             limit in proptest::prop_oneof![1u64..=40, 200u64..=3_000],
             window_bits in 0u32..=34,
             steps in proptest::collection::vec(
@@ -549,7 +459,7 @@ mod tests {
         ) {
             let window = (1u64 << window_bits).min(crate::quota::MAX_WINDOW.as_millis() as u64);
             let q = Quota::new(limit, Duration::from_millis(window)).expect("valid");
-            let (mut counter, mut reference) = (Counter::new(q.algorithm()), reference::SlidingLog::default());
+            let (mut counter, mut spec) = (Counter::new(q.algorithm()), spec::SlidingLog::default());
             let (mut now, mut latest, mut admitted) = (1u64 << 40, 0, Vec::new());
             for (bits, draw, back, cost) in steps {
                 let gap = draw >> (64 - bits.max(1)) >> u32::from(bits == 0);
@@ -566,110 +476,11 @@ mod tests {
                     counter.record(now, &q, cost);
                     admitted.push(now);
                 }
-                proptest::prop_assert_eq!(decision, reference.check(now, limit, window, cost), "at {}", now);
+                proptest::prop_assert_eq!(decision, spec.check(now, limit, window, cost), "at {}", now);
             }
             let restored = Counter::decode(&counter.encode()).expect("decodes");
             proptest::prop_assert_eq!(restored.encode(), counter.encode());
             proptest::prop_assert_eq!(restored.inspect(now, &q), counter.inspect(now, &q));
-        }
-    }
-
-    /// A quota of `kind`'s algorithm from fuzzed numbers, when they make a valid one.
-    fn fuzzed_quota(
-        kind: Algorithm,
-        limit: u64,
-        window_ms: u64,
-        param: u64,
-        warm: Option<(u64, u64)>,
-    ) -> Option<Quota> {
-        let algorithm = match kind {
-            Algorithm::SlidingWindow { .. } => Algorithm::SlidingWindow { buckets: u32::try_from(param % 101).ok()? },
-            Algorithm::Gcra { .. } => Algorithm::Gcra { burst: (param > 0).then_some(param) },
-            other => other,
-        };
-        let quota =
-            Quota::new(limit, Duration::from_millis(window_ms)).and_then(|q| q.with_algorithm(algorithm)).ok()?;
-        match warm {
-            Some((period, permille)) => {
-                quota.with_warm_up(Duration::from_millis(period), permille as f64 / 1000.0).ok()
-            }
-            None => Some(quota),
-        }
-    }
-
-    /// Numbers biased to the edges where arithmetic overflows.
-    fn edgy() -> impl proptest::strategy::Strategy<Value = u64> {
-        use proptest::prelude::*;
-        prop_oneof![
-            0u64..=20,
-            any::<u64>(),
-            Just(u64::MAX),
-            Just(MAX_TIME_MS),
-            (0u64..=64).prop_map(|b| 1u64.checked_shl(b as u32).unwrap_or(u64::MAX).wrapping_sub(1)),
-            1_700_000_000_000u64..1_800_000_000_000,
-        ]
-    }
-
-    proptest::proptest! {
-        #![proptest_config(proptest::test_runner::Config { cases: 2_000, failure_persistence: None, ..Default::default() })]
-        /// A snapshot's words come from a file or a `RESTORE` payload: random words, and valid
-        /// encodings with words flipped, inserted, deleted or cut, either decode to a counter or
-        /// are refused. A counter that decodes then takes checks of any valid quota of its kind
-        /// (quotas change between checks of one key), at any time a caller may give, without
-        /// panicking (overflow included: tests build with overflow checks), within a second,
-        /// and encodes to words that decode again.
-        #[test]
-        fn any_snapshot_words_decode_or_are_refused_and_never_break_decisions(
-            seed_algorithm in 0usize..4,
-            history in proptest::collection::vec((edgy(), 1u64..=1_000), 0..40),
-            edits in proptest::collection::vec((proptest::prelude::any::<u8>(), proptest::prelude::any::<usize>(), edgy()), 0..6),
-            random in proptest::option::weighted(0.3, proptest::collection::vec(edgy(), 0..24)),
-            checks in proptest::collection::vec(
-                (edgy(), edgy(), edgy(), edgy(), proptest::option::weighted(0.2, (edgy(), 0u64..=1_000)), 0..=MAX_TIME_MS, proptest::bool::weighted(0.2)),
-                1..24,
-            ),
-        ) {
-            use proptest::prelude::*;
-            let started = std::time::Instant::now();
-            let kinds = [Algorithm::SlidingLog, Algorithm::SlidingWindow { buckets: 4 }, Algorithm::FixedWindow, Algorithm::Gcra { burst: None }];
-            let seed_quota = fuzzed_quota(kinds[seed_algorithm], 50, 10_000, 4, None).expect("valid");
-            let mut seed = Counter::new(seed_quota.algorithm());
-            let mut now = 1_000_000;
-            for (step, cost) in history {
-                now = (now + step % 5_000).min(MAX_TIME_MS);
-                if seed.evaluate(now, &seed_quota, cost.min(50)).allowed {
-                    seed.record(now, &seed_quota, cost.min(50));
-                }
-            }
-            let mut words = random.unwrap_or_else(|| seed.encode());
-            for (op, at, value) in edits {
-                let at = if words.is_empty() { 0 } else { at % words.len() };
-                match op % 5 {
-                    0 if !words.is_empty() => words[at] ^= 1 << (value % 64),
-                    1 => words.insert(at, value),
-                    2 if !words.is_empty() => { words.remove(at); }
-                    3 => words.truncate(at),
-                    _ if !words.is_empty() => words[at] = value,
-                    _ => {}
-                }
-            }
-            let Some(mut counter) = Counter::decode(&words) else { return Ok(()) };
-            let kind = counter.algorithm_kind();
-            for (limit, window, param, cost, warm, at, step_back) in checks {
-                let Some(quota) = fuzzed_quota(kind, limit % (MAX_LIMIT + 1), window % (crate::quota::MAX_WINDOW_MS + 1), param, warm) else { continue };
-                let cost = cost % quota.max_cost().min(MAX_LOG_LIMIT) + 1;
-                let at = if step_back { at } else { at.max(now) };
-                now = at;
-                let fit = counter.evaluate(at, &quota, cost);
-                if fit.allowed && cost % 3 != 0 {
-                    counter.record(at, &quota, cost);
-                } else if fit.allowed {
-                    counter.held(at, &quota, cost, &fit);
-                }
-                let _ = (counter.expires_at(&quota), counter.reset_after(at, &quota), counter.inspect(at, &quota), counter.heap_bytes());
-            }
-            prop_assert!(Counter::decode(&counter.encode()).is_some(), "a counter's own words decode");
-            prop_assert!(started.elapsed() < Duration::from_secs(1), "took {:?}", started.elapsed());
         }
     }
 

@@ -1,27 +1,27 @@
-//! One suite, four implementations: every timed scenario runs through the reference model, the
-//! memory backend, the Redis backend's Lua scripts and slidegate's Redis module (each on the
-//! caller's clock, against a real redis-server; the module's loaded with `--loadmodule`), and
-//! all must give identical decisions — `allowed`, `remaining`, `reset_after`, `retry_after`.
-//! On a fifth key each scenario starts on the scripts and finishes on the module, on the same
-//! server: the module takes over what the scripts wrote without losing an admission. On a sixth
-//! it starts with single checks (the one-key scripts) and finishes in groups of one
-//! (`check.lua`): both scripts read and write one format. The sliding-log script, which takes
-//! one of two orders per call as the backend guesses the outcome, runs each scenario in both
-//! orders too, on two more keys.
+//! One suite, four implementations: every timed scenario runs through the specification
+//! (`slidegate::spec`), the memory backend, the Redis backend's Lua scripts and slidegate's Redis
+//! module (each on the caller's clock, against a real redis-server; the module's loaded with
+//! `--loadmodule`), and all must give identical decisions — `allowed`, `remaining`,
+//! `reset_after`, `retry_after`. On a fifth key each scenario starts on the scripts and finishes
+//! on the module, on the same server: the module takes over what the scripts wrote without
+//! losing an admission. On a sixth it starts with single checks (the one-key scripts) and
+//! finishes in groups of one (`check.lua`): both scripts read and write one format. The
+//! sliding-log script, which takes one of two orders per call as the backend guesses the
+//! outcome, runs each scenario in both orders too, on two more keys.
 //!
 //! What is independent of what: for the sliding window, the fixed window and the GCRA, the
-//! memory backend and the module run the reference model's own code (`slidegate::state` keeps
-//! a `reference::Key` for them), so "memory == reference" and "module == reference" compare the
-//! model with itself there: they check the plumbing around it (clocks, costs, storage, the
-//! module's encoding), not the algorithm. The Lua scripts are the independent implementation of
-//! every algorithm, and the sliding log's compact structure (memory and module) is independent
-//! of the model's plain one.
+//! memory backend and the module run the specification's own code (`slidegate::state::Counter`
+//! holds a `spec::Key` for them), so "memory == spec" and "module == spec" compare the model
+//! with itself there: they check the plumbing around it (clocks, costs, storage, the module's
+//! snapshot encoding), not the algorithm. The Lua scripts are the independent implementation of
+//! every algorithm, and the sliding log's compact structure (memory and module,
+//! `slidegate::state`) is independent of the specification's plain one.
 
 use std::time::Duration;
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
-use slidegate::reference::Key;
+use slidegate::spec::Key;
 use slidegate::{
     Algorithm, Check, Decision, Limiter, ManualClock, MemoryBackend, MultiDecision, Quota, RedisBackend, RedisEngine,
 };
@@ -36,7 +36,7 @@ struct Scenario {
 }
 
 impl Scenario {
-    fn reference(&self) -> Vec<Decision> {
+    fn specified(&self) -> Vec<Decision> {
         let mut key = Key::new(self.quota.algorithm());
         self.requests.iter().map(|&(t, cost)| key.check(self.start_ms + t, &self.quota, cost)).collect()
     }
@@ -117,7 +117,7 @@ impl Backends {
 
     /// Runs `scenario` on a fresh key everywhere and returns the (identical) decisions.
     async fn agree(&self, scenario: &Scenario, key: &str) -> Vec<Decision> {
-        let expected = scenario.reference();
+        let expected = scenario.specified();
         let memory = scenario.run(&self.memory, &self.clock, key).await;
         let redis = scenario.run(&self.redis, &self.clock, key).await;
         let mut orders = Vec::new();
@@ -136,13 +136,13 @@ impl Backends {
         for (i, e) in expected.iter().enumerate() {
             let (q, at) = (scenario.quota, &scenario.requests[..=i]);
             let context = format!("{q:?}, requests (ms, cost) up to #{i}: {at:?}");
-            assert_eq!(&memory[i], e, "memory differs from reference; {context}");
-            assert_eq!(&redis[i], e, "redis (Lua) differs from reference; {context}");
-            assert_eq!(&orders[0][i], e, "redis (Lua, expecting denials) differs from reference; {context}");
-            assert_eq!(&orders[1][i], e, "redis (Lua, expecting admissions) differs from reference; {context}");
-            assert_eq!(&module[i], e, "redis module differs from reference; {context}");
-            assert_eq!(&handover[i], e, "Lua then module (from #{half}) differs from reference; {context}");
-            assert_eq!(&groups[i], e, "single checks then groups (from #{half}) differ from reference; {context}");
+            assert_eq!(&memory[i], e, "memory differs from spec; {context}");
+            assert_eq!(&redis[i], e, "redis (Lua) differs from spec; {context}");
+            assert_eq!(&orders[0][i], e, "redis (Lua, expecting denials) differs from spec; {context}");
+            assert_eq!(&orders[1][i], e, "redis (Lua, expecting admissions) differs from spec; {context}");
+            assert_eq!(&module[i], e, "redis module differs from spec; {context}");
+            assert_eq!(&handover[i], e, "Lua then module (from #{half}) differs from spec; {context}");
+            assert_eq!(&groups[i], e, "single checks then groups (from #{half}) differ from spec; {context}");
         }
         expected
     }
@@ -353,8 +353,8 @@ impl Backends {
         let mut models: Vec<Key> = s.quotas.iter().map(|q| Key::new(q.algorithm())).collect();
         for (step, (t, costs)) in s.requests.iter().enumerate() {
             let now = EPOCH_2026 + t;
-            let spec: Vec<(Quota, u64)> = s.quotas.iter().copied().zip(costs.iter().copied()).collect();
-            let expected = slidegate::reference::check_all(&mut models, now, &spec);
+            let asked: Vec<(Quota, u64)> = s.quotas.iter().copied().zip(costs.iter().copied()).collect();
+            let expected = slidegate::spec::check_all(&mut models, now, &asked);
             let checks: Vec<Check<'_>> =
                 keys.iter().zip(&s.quotas).zip(costs).map(|((k, q), &c)| Check::new(k, *q).with_cost(c)).collect();
             self.clock.set_ms(now);
@@ -370,9 +370,9 @@ impl Backends {
             };
             let module = self.module.check_all(&checks).await.expect("module");
             let context = format!("step {step} of {s:?}");
-            assert_eq!(memory, expected, "memory differs from reference; {context}");
-            assert_eq!(redis, expected, "redis (Lua) differs from reference; {context}");
-            assert_eq!(module, expected, "redis module differs from reference; {context}");
+            assert_eq!(memory, expected, "memory differs from spec; {context}");
+            assert_eq!(redis, expected, "redis (Lua) differs from spec; {context}");
+            assert_eq!(module, expected, "redis module differs from spec; {context}");
         }
     }
 }

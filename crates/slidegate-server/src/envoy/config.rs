@@ -5,7 +5,7 @@
 //! wildcard values with a `*` anywhere. One extension: `rate_limit.algorithm` (default
 //! `sliding_log`, exact), which envoyproxy's own service would refuse.
 //!
-//! Reading a file is `spec.rs`'s; here the tree is built, checked, merged and searched.
+//! Reading a file is `envoy/spec.rs`; here the tree is built, checked, merged and searched.
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -287,6 +287,11 @@ impl EnvoyConfig {
         let file = spec::parse(yaml, &mut warnings)?;
         if file.domain.is_empty() {
             return Err("config file cannot have empty domain".into());
+        }
+        if file.domain.contains('{') {
+            // A descriptor's backend key begins with its domain: with a `{` there, it could be
+            // the key of a rule of the rules file (`descriptor_key`).
+            return Err(format!("domain '{}' must not contain '{{' (slidegate's backend keys)", file.domain));
         }
         let merging = self.domains.contains_key(&file.domain);
         if merging && !self.merge_domains {

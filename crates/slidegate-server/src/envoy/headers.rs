@@ -1,7 +1,11 @@
 //! The rate-limit headers Envoy adds to its answers (`response_headers_to_add`).
 
+use std::time::Duration;
+
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
+
+use slidegate::headers::{RateLimitHeaders, ceil_secs};
 
 use super::options::{HeaderStyle, ResponseHeaders};
 
@@ -45,47 +49,26 @@ fn upstream(options: &ResponseHeaders, limited: &[Limited<'_>]) -> Vec<HeaderVal
     .collect()
 }
 
-/// The IETF draft's `RateLimit-Policy` and `RateLimit`, one member per descriptor.
+/// The IETF draft's `RateLimit-Policy` and `RateLimit`, one member per descriptor, as the HTTP
+/// API and the tower layer write them ([`RateLimitHeaders`]).
 fn ietf(limited: &[Limited<'_>]) -> Vec<HeaderValue> {
     if limited.is_empty() {
         return Vec::new();
     }
-    let (mut policy, mut state) = (Vec::with_capacity(limited.len()), Vec::with_capacity(limited.len()));
+    let mut values = RateLimitHeaders::with_capacity(limited.len());
     for l in limited {
-        let name = sf_string(l.name);
         let quota = l.status.current_limit.as_ref().map_or(0, |c| c.requests_per_unit);
-        policy.push(format!("{name};q={quota};w={}", l.window_secs));
-        state.push(format!("{name};r={};t={}", l.status.limit_remaining, reset_secs(l.status)));
+        let remaining = l.status.limit_remaining;
+        values.push(l.name, quota.into(), l.window_secs, remaining.into(), reset_secs(l.status));
     }
-    vec![header("RateLimit-Policy", policy.join(", ")), header("RateLimit", state.join(", "))]
+    vec![header("RateLimit-Policy", values.policy), header("RateLimit", values.state)]
 }
 
-/// Seconds until the status' reset, rounded up: a client that waits this long is never early.
+/// Seconds until the status' reset, rounded up ([`ceil_secs`]).
 fn reset_secs(s: &DescriptorStatus) -> u64 {
     s.duration_until_reset.as_ref().map_or(0, |d| {
-        let secs = u64::try_from(d.seconds).unwrap_or(0);
-        secs + u64::from(d.nanos > 0)
+        ceil_secs(Duration::new(u64::try_from(d.seconds).unwrap_or(0), u32::try_from(d.nanos).unwrap_or(0)))
     })
-}
-
-/// `text` as a structured-field string: quoted, `"` and `\` escaped, anything that is not
-/// printable ASCII replaced by `?` (names come from the configuration, or from a request's
-/// values under `detailed_metric`).
-fn sf_string(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() + 2);
-    out.push('"');
-    for c in text.chars() {
-        match c {
-            '"' | '\\' => {
-                out.push('\\');
-                out.push(c);
-            }
-            ' '..='~' => out.push(c),
-            _ => out.push('?'),
-        }
-    }
-    out.push('"');
-    out
 }
 
 fn header(key: &str, value: String) -> HeaderValue {

@@ -1,8 +1,10 @@
 //! The backend key of a descriptor: the one place it is built.
 
-use std::fmt::Write as _;
+use slidegate::RuleKey;
 
-/// The backend key of a descriptor (`(key, value)` entries) of `domain`:
+/// The backend key of a descriptor (`(key, value)` entries) of `domain`: a rule's key
+/// ([`slidegate::rule_key`], `<rule>:{<key>}`) whose rule is the domain and whose key is the
+/// descriptor:
 ///
 /// ```text
 /// <len>:<domain>:{<len>:<key>=<len>:<value>,<len>:<key>=<len>:<value>,…}
@@ -14,8 +16,9 @@ use std::fmt::Write as _;
 /// keeps two different descriptors apart (`[("user", "alice.path_/x")]` and
 /// `[("user", "alice"), ("path", "/x")]` are `4:edge:{4:user=12:alice.path_/x}` and
 /// `4:edge:{4:user=5:alice,4:path=2:/x}`): the key can be read back into exactly one
-/// `(domain, entries)`. The descriptor is the Redis Cluster hash tag (`{…}`), so a descriptor's
-/// key has the same slot in every domain.
+/// `(domain, entries)`. A configured domain holds no `{` (the configuration refuses it), so no
+/// descriptor's key is the key of a rule of the rules file either, and the descriptor is the
+/// Redis Cluster hash tag: a descriptor's key has the same slot in every domain.
 ///
 /// ```
 /// use slidegate_server::envoy::descriptor_key;
@@ -37,38 +40,48 @@ pub fn descriptor_key(domain: &str, entries: &[(&str, &str)]) -> String {
 /// assert_eq!(shared_descriptor_key("d", &[("path", "/a/b")], &[Some("/a/*")]), "1:d:{4:path=*4:/a/*}");
 /// ```
 pub fn shared_descriptor_key(domain: &str, entries: &[(&str, &str)], shared: &[Option<&str>]) -> String {
-    let mut key = String::with_capacity(encoded_len(domain, entries) + 1);
-    push_part(&mut key, domain);
-    key.push_str(":{");
+    let mut rule = String::with_capacity(part_len(domain));
+    push_part(&mut rule, domain);
+    let mut key = RuleKey::new(&rule, descriptor_len(entries) + 1);
+    let out = key.key_mut();
     for (i, (k, v)) in entries.iter().enumerate() {
         if i > 0 {
-            key.push(',');
+            out.push(',');
         }
-        push_part(&mut key, k);
-        key.push('=');
+        push_part(out, k);
+        out.push('=');
         match shared.get(i).copied().flatten() {
             Some(pattern) => {
-                key.push('*');
-                push_part(&mut key, pattern);
+                out.push('*');
+                push_part(out, pattern);
             }
-            None => push_part(&mut key, v),
+            None => push_part(out, v),
         }
     }
-    key.push('}');
-    key
+    key.finish()
 }
 
 /// The length in bytes of [`descriptor_key`]'s answer, without building it: a request's key
 /// sizes are checked against the limits before anything is copied.
 pub(crate) fn encoded_len(domain: &str, entries: &[(&str, &str)]) -> usize {
-    let part = |s: &str| digits(s.len()) + 1 + s.len();
-    let entries_len: usize = entries.iter().map(|(k, v)| part(k) + 1 + part(v)).sum();
-    part(domain) + 2 + entries_len + entries.len().saturating_sub(1) + 1
+    // `<rule>:{` … `}`
+    part_len(domain) + 2 + descriptor_len(entries) + 1
+}
+
+/// The length of the entries' part, between the braces.
+fn descriptor_len(entries: &[(&str, &str)]) -> usize {
+    let entries_len: usize = entries.iter().map(|(k, v)| part_len(k) + 1 + part_len(v)).sum();
+    entries_len + entries.len().saturating_sub(1)
+}
+
+/// The length of `part` written by [`push_part`].
+fn part_len(part: &str) -> usize {
+    digits(part.len()) + 1 + part.len()
 }
 
 fn push_part(key: &mut String, part: &str) {
-    // Writing to a String cannot fail.
-    let _ = write!(key, "{}:", part.len());
+    key.push_str(itoa::Buffer::new().format(part.len()));
+    key.push(':');
     key.push_str(part);
 }
 
@@ -119,5 +132,20 @@ mod tests {
                 assert_ne!(descriptor_key(d1, e1), descriptor_key(d2, e2), "{d1} {e1:?} / {d2} {e2:?}");
             }
         }
+    }
+
+    #[test]
+    fn no_descriptor_key_is_a_rules_file_rules_key() {
+        // A name's rule part is what stands before its first `{`, when no rule part holds one.
+        // A rules-file name holds no `:`; a descriptor key's rule part, `<len>:<domain>`, does.
+        for (domain, entries) in [("edge", &[("user", "alice")][..]), ("5", &[("{", "}")]), ("a:b", &[])] {
+            let key = descriptor_key(domain, entries);
+            let brace = key.find('{').expect("a hash tag");
+            assert!(key[..brace - 1].contains(':'), "{key}");
+        }
+        // A `{` in the domain — refused by the configuration — would let an HTTP caller, who
+        // chooses the key of a rules-file rule named `5`, count on Envoy's descriptor.
+        let forged = slidegate::rule_key("5", "edge:{4:user=5:alice");
+        assert_eq!(descriptor_key("{edge", &[("user", "alice")]), forged);
     }
 }

@@ -126,7 +126,7 @@ impl Target {
     /// API or the Envoy service decides.
     pub fn backend_key(&self) -> String {
         match self {
-            Self::Rule { rule, key } => crate::api::rule_key(rule, key),
+            Self::Rule { rule, key } => slidegate::rule_key(rule, key),
             Self::Descriptor { domain, entries } => {
                 let borrowed: Vec<(&str, &str)> = entries.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
                 descriptor_key(domain, &borrowed)

@@ -1,8 +1,12 @@
-//! The semantics of each algorithm, written once, plainly, as the specification that the
-//! backends are tested against decision for decision (`tests/conformance.rs`). Nothing here is
-//! tuned for speed. The memory backend runs [`Key`] itself for every algorithm but the sliding
-//! log (which it keeps in a faster structure of its own); the Redis scripts are a second,
-//! independent implementation of everything.
+//! The specification: each algorithm's semantics, written once, plainly, and run — every backend
+//! is tested against it decision for decision (`tests/conformance.rs`). Nothing here is tuned
+//! for speed.
+//!
+//! What else runs this code: for the sliding window, the fixed window and the GCRA a key holds a
+//! few numbers, for which the plain structure is already the right one, so the production state
+//! ([`crate::state::Counter`], under the memory backend and the Redis module) runs [`Key`]
+//! itself. The sliding log runs there in a compact structure of its own, tested against
+//! [`SlidingLog`]. The Redis Lua scripts are a second, independent implementation of everything.
 //!
 //! Time `t` is in whole milliseconds. Every check asks for `cost` permits at `now` under an
 //! effective limit `L` (the quota's limit, or less while warming up: [`crate::quota::WarmUp`]).
@@ -59,14 +63,12 @@
 
 use std::time::Duration;
 
-use crate::quota::MAX_WINDOW_MS;
-use crate::state::MAX_TIME_MS;
 use crate::{Algorithm, Decision, MultiDecision, Quota};
 
-/// The reference sliding-window log of one key.
+/// The sliding window log of one key, as specified: one time per admitted permit.
 ///
 /// ```
-/// use slidegate::reference::SlidingLog;
+/// use slidegate::spec::SlidingLog;
 ///
 /// // 5 per 10 s, seven requests 0.5 s apart: the sixth and seventh are denied.
 /// let mut log = SlidingLog::default();
@@ -75,7 +77,7 @@ use crate::{Algorithm, Decision, MultiDecision, Quota};
 /// ```
 #[derive(Debug, Clone, Default)]
 pub struct SlidingLog {
-    admissions: Vec<u64>,
+    pub(crate) admissions: Vec<u64>,
 }
 
 impl SlidingLog {
@@ -127,10 +129,10 @@ impl SlidingLog {
     }
 }
 
-/// The reference state of one key under one algorithm, with the start of its warm-up.
+/// One key under one algorithm, as specified, with the start of its warm-up.
 ///
 /// ```
-/// use slidegate::{Algorithm, Quota, reference::Key};
+/// use slidegate::{Algorithm, Quota, spec::Key};
 /// use std::time::Duration;
 ///
 /// // A fixed window of 2 per second admits 4 around an edge.
@@ -142,13 +144,14 @@ impl SlidingLog {
 /// ```
 #[derive(Debug, Clone)]
 pub struct Key {
-    state: State,
+    pub(crate) state: State,
     /// When the current warm-up began: the first admission after the key was idle.
-    warm_since: u64,
+    pub(crate) warm_since: u64,
 }
 
+/// What a [`Key`] holds, by algorithm (the snapshot format, `snapshot.rs`, writes it out).
 #[derive(Debug, Clone)]
-enum State {
+pub(crate) enum State {
     Log(SlidingLog),
     /// `(bucket index, permits admitted in it)`, indexes increasing: a handful of buckets, where
     /// a sorted vector is both the smallest and the quickest map.
@@ -287,58 +290,6 @@ impl Key {
             State::Fixed(last) => last.map_or(0, |(i, _)| (i + 2).saturating_mul(w)),
             &State::Gcra(tat) => ceil_ms(tat),
         }
-    }
-
-    /// The key as a flat list of numbers (see [`crate::state::Counter::encode`]; a reference
-    /// log is tagged 1).
-    pub(crate) fn encode(&self) -> Vec<u64> {
-        let mut words = Vec::new();
-        match &self.state {
-            State::Log(log) => {
-                words.extend([1, self.warm_since, log.admissions.len() as u64]);
-                words.extend(&log.admissions);
-            }
-            State::Window(counts) => {
-                words.extend([2, self.warm_since, counts.len() as u64]);
-                words.extend(counts.iter().flat_map(|&(i, c)| [i, c]));
-            }
-            State::Fixed(None) => words.extend([3, self.warm_since, 0]),
-            State::Fixed(Some((i, c))) => words.extend([3, self.warm_since, 1, *i, *c]),
-            State::Gcra(tat) => words.extend([4, self.warm_since, *tat]),
-        }
-        words
-    }
-
-    /// A key from [`Key::encode`]'s numbers; `None` when they are not such a list.
-    ///
-    /// Numbers no decision could have written are refused, so that a restored key's arithmetic
-    /// stays in range: times and window indexes after [`MAX_TIME_MS`], counts over
-    /// [`crate::MAX_LIMIT`] (an admission fits under a limit), a GCRA time past [`MAX_TIME_MS`]
-    /// plus the longest bucket.
-    pub(crate) fn decode(words: &[u64]) -> Option<Self> {
-        let (&[tag, warm_since], rest) = words.split_first_chunk::<2>()?;
-        let count = |c: u64| c <= crate::MAX_LIMIT;
-        let state = match (tag, rest) {
-            _ if warm_since > MAX_TIME_MS => return None,
-            (1, [n, admissions @ ..])
-                if admissions.len() as u64 == *n && admissions.iter().all(|&t| t <= MAX_TIME_MS) =>
-            {
-                State::Log(SlidingLog { admissions: admissions.to_vec() })
-            }
-            (2, [n, pairs @ ..]) if pairs.len() as u64 == n.checked_mul(2)? => {
-                let counts: Vec<(u64, u64)> = pairs.chunks_exact(2).map(|p| (p[0], p[1])).collect();
-                if !counts.is_sorted_by(|a, b| a.0 < b.0) || !counts.iter().all(|&(i, c)| i <= MAX_TIME_MS && count(c))
-                {
-                    return None;
-                }
-                State::Window(counts)
-            }
-            (3, [0]) => State::Fixed(None),
-            (3, [1, i, c]) if *i <= MAX_TIME_MS && count(*c) => State::Fixed(Some((*i, *c))),
-            (4, [tat]) if *tat <= (MAX_TIME_MS + MAX_WINDOW_MS) * 1000 => State::Gcra(*tat),
-            _ => return None,
-        };
-        Some(Self { state, warm_since })
     }
 
     /// The bytes this key holds beyond its own size.
