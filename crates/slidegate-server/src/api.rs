@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use ::metrics::Histogram;
 use axum::body::Bytes;
-use axum::extract::rejection::{BytesRejection, PathRejection};
+use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
 use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -49,6 +49,10 @@ pub fn router(app: Arc<App>) -> Router {
         timed("/metrics", get(render_metrics)),
         timed("/healthz", get(|| async { Json(json!({"status": "ok"})) })),
         timed("/readyz", get(ready)),
+        timed(
+            "/openapi.json",
+            get(|| async { ([(header::CONTENT_TYPE, "application/json")], crate::openapi::DOCUMENT) }),
+        ),
     ];
     routes
         .into_iter()
@@ -550,14 +554,16 @@ fn admin_target(
     app: &App,
     headers: &HeaderMap,
     path: Result<Path<(String, String)>, PathRejection>,
-    tier: Option<&str>,
+    tier: Result<Option<String>, ApiError>,
 ) -> Result<(Target, Quota, Source), ApiError> {
-    // One snapshot for the token and the rule, as for a check.
+    // One snapshot for the token and the rule, as for a check; the path and query are looked
+    // at after the token, so an unauthorized caller learns nothing of them.
     let live = app.live();
     authorize(&live, headers)?;
     let Path((rule, key)) = path.map_err(|e| ApiError::bad_request("invalid_path", e.body_text()))?;
+    let tier = tier?;
     let target = Target::parse(&rule, &key)?;
-    let (quota, source) = target.base(&live, &app.envoy(), tier)?;
+    let (quota, source) = target.base(&live, &app.envoy(), tier.as_deref())?;
     Ok((target, quota, source))
 }
 
@@ -587,9 +593,10 @@ async fn inspect_key(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
     path: Result<Path<(String, String)>, PathRejection>,
-    Query(q): Query<TierQuery>,
+    query: Result<Query<TierQuery>, QueryRejection>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let (target, base, source) = admin_target(&app, &headers, path, q.tier.as_deref())?;
+    let tier = query.map(|Query(q)| q.tier).map_err(|e| ApiError::bad_request("invalid_query", e.body_text()));
+    let (target, base, source) = admin_target(&app, &headers, path, tier)?;
     let backend_key = target.backend_key();
     // Which limit applies and why: the override in force, unless it no longer fits the quota
     // under it (then decisions take that quota, and say so here).
@@ -637,7 +644,7 @@ async fn reset_key(
     headers: HeaderMap,
     path: Result<Path<(String, String)>, PathRejection>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let (target, _, _) = admin_target(&app, &headers, path, None)?;
+    let (target, _, _) = admin_target(&app, &headers, path, Ok(None))?;
     let backend_key = target.backend_key();
     app.timed(app.limiter.reset(&backend_key)).await?;
     Ok(Json(json!({"rule": target.rule(), "key": backend_key, "reset": true})))
@@ -651,7 +658,7 @@ async fn render_metrics(State(app): State<Arc<App>>) -> impl IntoResponse {
     for name in ["memory", "lua", "module"] {
         ::metrics::gauge!(metrics::ENGINE, "engine" => name).set(if name == engine { 1.0 } else { 0.0 });
     }
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], metrics::handle().render())
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], metrics::handle().render())
 }
 
 async fn ready(State(app): State<Arc<App>>) -> Response {

@@ -211,7 +211,7 @@ impl App {
         let from_redis = self.shared.as_ref().is_some_and(Shared::rules_from_redis);
         let result = Config::load(path).and_then(|c| shared_rules::check_local(c, from_redis, path));
         let outcome = if result.is_ok() { "ok" } else { "failed" };
-        ::metrics::counter!(metrics::RELOADS, "result" => outcome).increment(1);
+        ::metrics::counter!(metrics::RELOADS, "result" => outcome, "file" => "rules").increment(1);
         let config = result?;
         if config.backend != self.backend_config {
             warn!(path = %path.display(), "backend settings changed in the rules file; they apply at the next start");

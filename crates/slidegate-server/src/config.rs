@@ -263,11 +263,17 @@ struct BackendSpec {
 }
 
 impl Config {
-    /// Reads and validates the rules file at `path`.
+    /// Reads and validates the rules file at `path`. A relative `envoy_config` directory is
+    /// relative to the file.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let text = std::fs::read_to_string(path)
             .map_err(|source| ConfigError::Read { path: path.display().to_string(), source })?;
-        Self::parse(&text, &path.display().to_string())
+        let mut config = Self::parse(&text, &path.display().to_string())?;
+        if let Some(dir) = config.envoy_config.take() {
+            let beside = path.parent().unwrap_or(Path::new("."));
+            config.envoy_config = Some(if dir.is_relative() { beside.join(dir) } else { dir });
+        }
+        Ok(config)
     }
 
     /// Validates `text`, reporting errors against `path`.
@@ -286,8 +292,10 @@ impl Config {
 impl FileSpec {
     /// The whole file, table by table, in the order errors are reported.
     fn validate(self) -> Result<Config, Invalid> {
+        let timeout_span = self.backend.timeout.as_ref().map(Spanned::span);
         let envoy = envoy_options(&self)?;
         let backend = self.backend.validate()?;
+        let server = self.server.validate(backend.timeout, timeout_span)?;
         let rules = Rules::from_specs(self.rules)?;
         let grpc = match self.grpc {
             Some(addr) => Some(
@@ -297,7 +305,6 @@ impl FileSpec {
             ),
             None => None,
         };
-        let server = self.server.validate()?;
         let inline = self.inline.validate()?;
         let rules_from_redis = rules_from_redis(self.rules_from_redis.as_ref(), &rules, &inline)?;
         let ui = self.ui.validate(self.admin_token.is_some())?;
@@ -462,6 +469,19 @@ tiers = { vip = { limit = 100 } }
 
     fn error(text: &str) -> String {
         Config::parse(text, "rules.toml").expect_err("invalid").to_string()
+    }
+
+    #[test]
+    fn a_request_deadline_within_the_backend_s_is_an_error_at_the_value_the_file_sets() {
+        assert_eq!(
+            error("[backend]\ntimeout = \"20s\"\n"),
+            "rules.toml:2:11: server.request_timeout: 15s must be longer than backend.timeout (20s)"
+        );
+        assert_eq!(
+            error("[backend]\ntimeout = \"1s\"\n[server]\nrequest_timeout = \"1s\"\n"),
+            "rules.toml:4:19: server.request_timeout: 1s must be longer than backend.timeout (1s)"
+        );
+        assert!(Config::parse("[backend]\ntimeout = \"1s\"\n[server]\nrequest_timeout = \"2s\"\n", "r").is_ok());
     }
 
     #[test]

@@ -144,6 +144,19 @@ impl HttpLimits {
         }
         Ok(())
     }
+
+    /// Checks that a request outlasts a backend call of `backend_timeout`: a slow backend must
+    /// meet its own deadline (and the failure policy answer) before the request's passes.
+    pub fn outlasts(&self, backend_timeout: Duration) -> Result<(), String> {
+        if self.request_timeout > backend_timeout {
+            return Ok(());
+        }
+        Err(format!(
+            "{} must be longer than backend.timeout ({})",
+            humantime::format_duration(self.request_timeout),
+            humantime::format_duration(backend_timeout)
+        ))
+    }
 }
 
 /// Serves `router` on `listener` within `limits` until `shutdown` completes; then stops

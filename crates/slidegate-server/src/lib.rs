@@ -14,12 +14,17 @@
 //! - [`admin`]: the admin token, compared in constant time.
 //! - [`redact`](mod@redact): passwords out of every log line and answer.
 //! - [`envoy`]: the Envoy rate limit service (gRPC) and envoyproxy/ratelimit's YAML files.
+//! - [`grpc`]: the gRPC listener — the HTTP listener's deadlines and connection cap.
+//! - [`health`]: the gRPC health service, following the backend's readiness.
 //! - [`overrides`]: per-key overrides of a rule's limit, set through the admin routes.
 //! - [`shared_rules`]: rules and overrides shared by every instance through Redis, and
 //!   `slidegate rules push | show`.
 //! - [`metrics`]: metric names and the Prometheus recorder.
 //! - [`stats`]: the dashboard's live traffic per rule, in fixed memory.
 //! - [`ui`]: the dashboard (`/ui`) and `/v1/stats`.
+//! - [`openapi`](mod@openapi): the HTTP API's OpenAPI document.
+//! - [`validate`](mod@validate): `slidegate validate`, everything `serve` loads, checked offline.
+//! - [`logging`]: text or JSON log lines.
 //! - `bench`: the load generator (with the `bench` feature).
 
 pub mod admin;
@@ -31,14 +36,18 @@ pub mod bench;
 pub mod config;
 pub mod envoy;
 pub mod grpc;
+pub mod health;
 pub mod http;
 pub mod inline;
+pub mod logging;
 pub mod metrics;
 #[cfg(test)]
 mod mutate;
+pub mod openapi;
 pub mod overrides;
 pub mod redact;
 pub mod server;
 pub mod shared_rules;
 pub mod stats;
 pub mod ui;
+pub mod validate;

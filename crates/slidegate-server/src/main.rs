@@ -1,18 +1,21 @@
-//! `slidegate`: serve the rate-limit API, ask for one decision, or generate load.
+//! `slidegate`: serve the rate-limit API, validate its configuration, ask for one decision, or
+//! generate load.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use slidegate::Quota;
 use slidegate_server::backend::AnyBackend;
 #[cfg(feature = "bench")]
 use slidegate_server::bench::{self, BenchArgs};
 use slidegate_server::config::{Config, INLINE_RULE, parse_duration};
+use slidegate_server::logging::LogOptions;
 use slidegate_server::redact::redact;
 use slidegate_server::server::{self, ServeOptions};
 use slidegate_server::shared_rules::cli::{self as rules, RulesArgs};
+use slidegate_server::validate::{self, ValidateArgs};
 
 // The service allocates a few small buffers per request (JSON in and out, headers); mimalloc
 // serves them faster than glibc's allocator under two threads (bench/results/2026-12-01.md, §4).
@@ -26,6 +29,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
     about = "Exact distributed rate limiting: sliding window log on Redis or in memory"
 )]
 struct Cli {
+    #[command(flatten)]
+    log: LogOptions,
     #[command(subcommand)]
     command: Command,
 }
@@ -34,6 +39,9 @@ struct Cli {
 enum Command {
     /// Serve the HTTP/JSON decision API (and, with --grpc, the Envoy rate limit service).
     Serve(ServeOptions),
+    /// Load the rules file and the Envoy configuration as `serve` would, without serving; print
+    /// each problem (exit code 1) or a summary (exit code 0).
+    Validate(ValidateArgs),
     /// Decide once and print the decision; exit code 0 admitted, 1 denied, 2 error.
     Check(CheckArgs),
     /// Push the rules of every instance started with --rules-from-redis to their Redis, or show
@@ -93,16 +101,25 @@ struct CheckArgs {
     redis: Option<String>,
 }
 
+/// The command line (and the `SLIDEGATE_*` variables): a usage error exits 2 with clap's words.
+fn parse() -> Cli {
+    let matches = Cli::command().get_matches();
+    let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    if let (Command::Serve(options), Some(("serve", serve))) = (&mut cli.command, matches.subcommand()) {
+        if let Err(e) = options.prefer_command_line(serve) {
+            let mut command = Cli::command();
+            e.format(command.find_subcommand_mut("serve").expect("the serve command")).exit();
+        }
+    }
+    cli
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    let cli = parse();
+    if let Err(e) = cli.log.init() {
+        eprintln!("error: {e}");
+        return ExitCode::from(2);
+    }
     let mut builder = if cli.command.one_in_flight() {
         tokio::runtime::Builder::new_current_thread()
     } else {
@@ -131,6 +148,7 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             server::serve(options).await?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Validate(args) => Ok(validate(&args)),
         Command::Check(args) => check(args).await,
         Command::Rules(args) => rules::run(args).await,
         #[cfg(feature = "bench")]
@@ -141,6 +159,21 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
              `cargo run --release --features bench -- bench …`"
         ),
     }
+}
+
+/// `slidegate validate`: the problems on stderr (exit code 1), or the summary on stdout.
+fn validate(args: &ValidateArgs) -> ExitCode {
+    let report = validate::validate(args);
+    for problem in &report.problems {
+        eprintln!("{problem}");
+    }
+    if !report.problems.is_empty() {
+        return ExitCode::from(1);
+    }
+    for line in &report.summary {
+        println!("{line}");
+    }
+    ExitCode::SUCCESS
 }
 
 /// `slidegate check`: one decision, printed as JSON; the exit code says admitted or denied.

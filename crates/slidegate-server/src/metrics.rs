@@ -1,9 +1,12 @@
-//! Prometheus metrics through the `metrics` facade: names live here, once.
+//! Prometheus metrics through the `metrics` facade: names live here, once, in one scheme —
+//! `slidegate_<area>_<what>`, counters ending in `_total`, durations in seconds ending in
+//! `_seconds`, labels in snake case.
 
 use std::sync::OnceLock;
+use std::time::Duration;
 
 use metrics::Counter;
-use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
 
 /// Decisions by rule and result (`allowed` / `denied`).
 pub const DECISIONS: &str = "slidegate_decisions_total";
@@ -21,7 +24,8 @@ pub const HTTP_CONNECTIONS_REFUSED: &str = "slidegate_http_connections_refused_t
 pub const GRPC_CONNECTIONS_REFUSED: &str = "slidegate_grpc_connections_refused_total";
 /// The number of active rules.
 pub const RULES: &str = "slidegate_rules";
-/// Rules file reloads by result (`ok` / `failed`).
+/// Reloads by `result` (`ok` / `failed`) and `file` (`rules`: the rules file; `envoy`: the
+/// Envoy configuration directory).
 pub const RELOADS: &str = "slidegate_config_reloads_total";
 /// Decisions a failure policy made because the backend could not, by rule and policy.
 pub const DEGRADED: &str = "slidegate_degraded_decisions_total";
@@ -76,21 +80,52 @@ pub fn count_degraded(rule: &str, policy: slidegate::FailurePolicy) {
     metrics::counter!(DEGRADED, "rule" => rule.to_owned(), "policy" => policy.as_str()).increment(1);
 }
 
-/// The process-wide recorder, installed on first use (the facade allows one per process).
+/// How often the recorder's upkeep runs (the exporter's own default): it drains the samples
+/// histograms collected since into their buckets, which a scrape does too; without it, a
+/// histogram nobody scrapes keeps every sample it is given.
+pub const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
+
+/// A recorder as the service configures it: histograms (every `_seconds` family) in buckets
+/// from 10 µs (memory) to seconds (a sick backend).
+pub fn recorder() -> PrometheusRecorder {
+    let buckets = [
+        0.000_01, 0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+        0.5, 1.0, 2.5,
+    ];
+    PrometheusBuilder::new()
+        .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), &buckets)
+        .expect("buckets are non-empty")
+        .build_recorder()
+}
+
+/// Runs `handle`'s upkeep every `every` on a thread of its own, for as long as the process
+/// lives (`install_recorder` leaves this to its caller; a thread keeps it independent of any
+/// runtime).
+pub fn spawn_upkeep(handle: PrometheusHandle, every: Duration) {
+    let upkeep = move || {
+        loop {
+            std::thread::sleep(every);
+            handle.run_upkeep();
+        }
+    };
+    if let Err(e) = std::thread::Builder::new().name("metrics-upkeep".into()).spawn(upkeep) {
+        tracing::warn!("cannot start the metrics upkeep thread, histograms drain only when scraped: {e}");
+    }
+}
+
+/// The process-wide recorder, installed on first use (the facade allows one per process), its
+/// upkeep running.
 pub fn handle() -> PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
     HANDLE
         .get_or_init(|| {
-            // Latencies from 10 µs (memory) to seconds (a sick backend).
-            let buckets = [
-                0.000_01, 0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05,
-                0.1, 0.25, 0.5, 1.0, 2.5,
-            ];
-            let builder = PrometheusBuilder::new()
-                .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), &buckets)
-                .expect("buckets are non-empty");
-            match builder.install_recorder() {
-                Ok(handle) => handle,
+            let recorder = recorder();
+            let handle = recorder.handle();
+            match metrics::set_global_recorder(recorder) {
+                Ok(()) => {
+                    spawn_upkeep(handle.clone(), UPKEEP_INTERVAL);
+                    handle
+                }
                 // Another recorder is installed (an embedding application's): render an empty page.
                 Err(_) => PrometheusBuilder::new().build_recorder().handle(),
             }

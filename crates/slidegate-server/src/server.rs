@@ -20,36 +20,38 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::R
 /// How often the rules file is looked at for changes.
 const WATCH_INTERVAL: Duration = Duration::from_millis(250);
 
-/// `slidegate serve`'s flags; each overrides the rules file's setting.
+/// `slidegate serve`'s flags; each overrides the rules file's setting, and each can be given as
+/// the environment variable `SLIDEGATE_<FLAG>` instead (`--redis-cluster` as
+/// `SLIDEGATE_REDIS_CLUSTER`); a flag on the command line wins over its variable.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ServeOptions {
     /// TOML rules file (reloaded when it changes, and on SIGHUP).
-    #[arg(long)]
+    #[arg(long, env = "SLIDEGATE_CONFIG")]
     pub config: Option<PathBuf>,
     /// Address to listen on.
-    #[arg(long, default_value = "127.0.0.1:8080")]
+    #[arg(long, env = "SLIDEGATE_HTTP", default_value = "127.0.0.1:8080")]
     pub http: SocketAddr,
     /// Redis URL: use the Redis backend (otherwise the file's, or the embedded memory backend).
-    #[arg(long, conflicts_with = "redis_cluster")]
+    #[arg(long, env = "SLIDEGATE_REDIS", hide_env_values = true)]
     pub redis: Option<String>,
     /// Redis Cluster nodes, comma-separated: use the Cluster backend.
-    #[arg(long, value_delimiter = ',', conflicts_with = "redis_sentinel")]
+    #[arg(long, env = "SLIDEGATE_REDIS_CLUSTER", hide_env_values = true, value_delimiter = ',')]
     pub redis_cluster: Vec<String>,
     /// Redis Sentinels, comma-separated: follow the master they name through failovers.
-    #[arg(long, value_delimiter = ',', conflicts_with = "redis")]
+    #[arg(long, env = "SLIDEGATE_REDIS_SENTINEL", hide_env_values = true, value_delimiter = ',')]
     pub redis_sentinel: Vec<String>,
     /// The master's name at the sentinels (default `mymaster`).
-    #[arg(long)]
+    #[arg(long, env = "SLIDEGATE_SENTINEL_SERVICE")]
     pub sentinel_service: Option<String>,
     /// Which code decides on Redis: `auto` (slidegate's Redis module when the server has it
     /// loaded, the Lua scripts otherwise), `lua` or `module`.
-    #[arg(long)]
+    #[arg(long, env = "SLIDEGATE_REDIS_ENGINE")]
     pub redis_engine: Option<slidegate::RedisEngine>,
     /// Serve the Envoy rate limit service (gRPC) on this address.
-    #[arg(long)]
+    #[arg(long, env = "SLIDEGATE_GRPC")]
     pub grpc: Option<SocketAddr>,
     /// A directory of envoyproxy/ratelimit YAML files (reloaded when they change).
-    #[arg(long)]
+    #[arg(long, env = "SLIDEGATE_ENVOY_CONFIG")]
     pub envoy_config: Option<PathBuf>,
     /// Add rate-limit headers to gRPC answers, for Envoy to pass to its clients
     /// (envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED; `envoy_response_headers`).
@@ -90,16 +92,16 @@ pub struct ServeOptions {
     /// How long a client may take to send a request head (request line and headers), also the
     /// longest idle time between two requests on one connection; then the connection is closed
     /// (default 10s; `[server] header_read_timeout`).
-    #[arg(long, value_parser = parse_duration)]
+    #[arg(long, env = "SLIDEGATE_HEADER_READ_TIMEOUT", value_parser = parse_duration)]
     pub header_read_timeout: Option<Duration>,
     /// How long a request may take from its head to its answer, body included; then it is
     /// answered 408 `request_timeout` (default 15s; `[server] request_timeout`). Must be longer
     /// than the backend timeout.
-    #[arg(long, value_parser = parse_duration)]
+    #[arg(long, env = "SLIDEGATE_REQUEST_TIMEOUT", value_parser = parse_duration)]
     pub request_timeout: Option<Duration>,
     /// The most HTTP connections open at once; one more is answered 503 `too_many_connections`
     /// and closed (default 512; `[server] max_connections`).
-    #[arg(long)]
+    #[arg(long, env = "SLIDEGATE_MAX_CONNECTIONS")]
     pub max_connections: Option<usize>,
     /// Serve the `[[rules]]` and `[inline]` that `slidegate rules push` stored in the backend's
     /// Redis, applying each push within a second (`rules_from_redis` in the rules file, which
@@ -110,6 +112,44 @@ pub struct ServeOptions {
     /// `max_overrides`).
     #[arg(long, env = "SLIDEGATE_MAX_OVERRIDES")]
     pub max_overrides: Option<usize>,
+}
+
+impl ServeOptions {
+    /// Where Redis is — `--redis`, `--redis-cluster`, `--redis-sentinel` — is one setting: the
+    /// one given on the command line wins over the others' variables (clap's `conflicts_with`
+    /// would refuse a flag beside another's variable). Two given the same way are an error.
+    pub fn prefer_command_line(&mut self, matches: &clap::ArgMatches) -> Result<(), clap::Error> {
+        use clap::parser::ValueSource::{CommandLine, EnvVariable};
+        const LOCATIONS: [(&str, &str); 3] = [
+            ("redis", "--redis / SLIDEGATE_REDIS"),
+            ("redis_cluster", "--redis-cluster / SLIDEGATE_REDIS_CLUSTER"),
+            ("redis_sentinel", "--redis-sentinel / SLIDEGATE_REDIS_SENTINEL"),
+        ];
+        let given = |source| -> Vec<&(&str, &str)> {
+            LOCATIONS.iter().filter(|(id, _)| matches.value_source(id) == Some(source)).collect()
+        };
+        let flags = given(CommandLine);
+        let chosen = if flags.is_empty() { given(EnvVariable) } else { flags };
+        let keep = match chosen.as_slice() {
+            [] => return Ok(()),
+            [(keep, _)] => *keep,
+            [(_, a), (_, b), ..] => {
+                let message =
+                    format!("give one of --redis, --redis-cluster, --redis-sentinel: {a} and {b} are both set");
+                return Err(clap::Error::raw(clap::error::ErrorKind::ArgumentConflict, message));
+            }
+        };
+        if keep != "redis" {
+            self.redis = None;
+        }
+        if keep != "redis_cluster" {
+            self.redis_cluster.clear();
+        }
+        if keep != "redis_sentinel" {
+            self.redis_sentinel.clear();
+        }
+        Ok(())
+    }
 }
 
 /// Loads the configuration, connects the backend, and serves until SIGINT or SIGTERM.
@@ -194,11 +234,6 @@ fn with_flags(mut config: Config, options: &ServeOptions) -> anyhow::Result<Conf
     }
     if let Some(dir) = &options.envoy_config {
         config.envoy_config = Some(dir.clone());
-    } else if let (Some(dir), Some(file)) = (&config.envoy_config, &options.config) {
-        // A relative directory in the rules file is relative to the file.
-        if dir.is_relative() {
-            config.envoy_config = Some(file.parent().unwrap_or(std::path::Path::new(".")).join(dir));
-        }
     }
     envoy_flags(&mut config.envoy, options);
     config.envoy.validate().map_err(|(field, m)| anyhow::anyhow!("--{}: {m}", field.replace('_', "-")))?;
@@ -241,15 +276,17 @@ fn envoy_flags(envoy: &mut EnvoyOptions, options: &ServeOptions) {
 /// routes' state.
 fn log_start(app: &App, addr: SocketAddr, where_: &str, limits: &HttpLimits) {
     info!(
-        "slidegate serving on http://{addr}, backend {} ({where_}), {} rules",
-        app.limiter.backend().name(),
-        app.live().rules.len()
+        http = %format!("http://{addr}"),
+        backend = app.limiter.backend().name(),
+        location = where_,
+        rules = app.live().rules.len(),
+        "slidegate serving"
     );
     info!(
-        "HTTP limits: header_read_timeout {}, request_timeout {}, max_connections {}",
-        humantime::format_duration(limits.header_read_timeout),
-        humantime::format_duration(limits.request_timeout),
-        limits.max_connections
+        header_read_timeout = %humantime::format_duration(limits.header_read_timeout),
+        request_timeout = %humantime::format_duration(limits.request_timeout),
+        max_connections = limits.max_connections,
+        "HTTP limits"
     );
     if app.live().admin_token.is_none() {
         info!("{}", admin_state(false));
@@ -265,11 +302,18 @@ async fn serve_grpc(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<tokio::task::JoinHandle<Result<(), tonic::transport::Error>>> {
     let listener = TcpListener::bind(addr).await.with_context(|| format!("binding {addr} (gRPC)"))?;
-    info!("slidegate serving Envoy rate limit gRPC on {}, {} domains", listener.local_addr()?, app.envoy().len());
+    info!(grpc = %listener.local_addr()?, domains = app.envoy().len(), "slidegate serving Envoy rate limit gRPC");
+    let (reporter, health) = tonic_health::server::health_reporter();
+    let health = health.max_decoding_message_size(crate::health::MAX_HEALTH_REQUEST_BYTES);
+    let readiness = tokio::spawn(crate::health::follow_readiness(reporter, Arc::clone(&app)));
     let service = RateLimitServiceServer::new(EnvoyRateLimit::new(app))
         .max_decoding_message_size(crate::envoy::MAX_REQUEST_BYTES);
-    let routes = tonic::service::Routes::new(service);
-    Ok(tokio::spawn(crate::grpc::serve(listener, routes, limits, shutdown)))
+    let routes = tonic::service::Routes::new(health).add_service(service);
+    Ok(tokio::spawn(async move {
+        let served = crate::grpc::serve(listener, routes, limits, shutdown).await;
+        readiness.abort();
+        served
+    }))
 }
 
 /// Serves `app` on `listener` within `limits` until `shutdown` completes; requests in flight
@@ -291,14 +335,7 @@ fn http_limits(options: &ServeOptions, config: &Config) -> anyhow::Result<HttpLi
     limits.request_timeout = options.request_timeout.unwrap_or(limits.request_timeout);
     limits.max_connections = options.max_connections.unwrap_or(limits.max_connections);
     limits.validate().map_err(|m| anyhow::anyhow!("server.{m}"))?;
-    // A slow backend must meet its own deadline (and the failure policy) before the request's.
-    if limits.request_timeout <= config.backend.timeout {
-        anyhow::bail!(
-            "server.request_timeout ({}) must be longer than backend.timeout ({})",
-            humantime::format_duration(limits.request_timeout),
-            humantime::format_duration(config.backend.timeout)
-        );
-    }
+    limits.outlasts(config.backend.timeout).map_err(|m| anyhow::anyhow!("server.request_timeout: {m}"))?;
     Ok(limits)
 }
 

@@ -321,7 +321,7 @@ async fn the_rules_file_reloads_when_edited_and_on_sighup() {
     // An invalid file is refused, logged, and the old rules stay.
     rules.write(&RULES.replace("limit = 5", "limit = 0"));
     let started = Instant::now();
-    while metric(&client, &server, "slidegate_config_reloads_total{result=\"failed\"}").await < 1.0 {
+    while metric(&client, &server, "slidegate_config_reloads_total{result=\"failed\",file=\"rules\"}").await < 1.0 {
         assert!(started.elapsed() < Duration::from_secs(5), "the invalid file was never read");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -331,10 +331,10 @@ async fn the_rules_file_reloads_when_edited_and_on_sighup() {
     // SIGHUP re-reads even an unchanged file.
     rules.write(&RULES.replace("limit = 5", "limit = 9"));
     wait_for(Some(json!(9))).await;
-    let ok_before = metric(&client, &server, "slidegate_config_reloads_total{result=\"ok\"}").await;
+    let ok_before = metric(&client, &server, "slidegate_config_reloads_total{result=\"ok\",file=\"rules\"}").await;
     server.signal("HUP");
     let started = Instant::now();
-    while metric(&client, &server, "slidegate_config_reloads_total{result=\"ok\"}").await <= ok_before {
+    while metric(&client, &server, "slidegate_config_reloads_total{result=\"ok\",file=\"rules\"}").await <= ok_before {
         assert!(started.elapsed() < Duration::from_secs(5), "SIGHUP did not reload");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

@@ -379,6 +379,54 @@ async fn the_stats_answer_has_the_documented_shape() {
 }
 
 #[tokio::test]
+async fn the_operations_commands_run_as_written() {
+    let lines = commands(&block(&doc("docs/operations.md"), "## Running it", "sh"));
+    assert_eq!(lines.len(), 2, "{lines:?}");
+
+    // `validate` with the documented rules file and Envoy configuration in place of the names.
+    let rules = RulesFile::new(&block(&doc("docs/service.md"), "## Rules file", "toml"));
+    let dir =
+        std::env::temp_dir().join(format!("slidegate-ops-{}-{}", std::process::id(), slidegate_testkit::free_port()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    std::fs::write(dir.join("edge.yaml"), block(&doc("docs/envoy.md"), "# Envoy's rate limit service", "yaml"))
+        .expect("write");
+    let files = |w: &str| match w {
+        "rules.toml" => rules.arg().to_owned(),
+        "./ratelimit-config" => dir.to_str().expect("utf-8").to_owned(),
+        other => other.to_owned(),
+    };
+    let validate: Vec<String> = lines[0].iter().map(|w| files(w)).collect();
+    assert_eq!(validate[..2], ["slidegate", "validate"]);
+    let out = support::run(&validate[1..]);
+    let summary = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{summary}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(summary.contains("rules: 4 (api, search, sms, upload)"), "{summary}");
+    assert!(summary.contains("envoy domains: 1 (edge: "), "{summary}");
+    let _ = std::fs::remove_dir_all(&dir);
+
+    // `serve` with its leading VAR=value words as its environment: the gRPC port it names
+    // answers health checks, and the log is JSON.
+    let (env, command): (Vec<&String>, Vec<&String>) = lines[1].iter().partition(|w| w.starts_with("SLIDEGATE_"));
+    assert_eq!(command[..2], ["slidegate", "serve"]);
+    let grpc = format!("127.0.0.1:{}", slidegate_testkit::free_port());
+    let env: Vec<(&str, &str)> = env
+        .iter()
+        .map(|w| w.split_once('=').expect("VAR=value"))
+        .map(|(name, value)| (name, if name == "SLIDEGATE_GRPC" { grpc.as_str() } else { value }))
+        .collect();
+    assert_eq!(env.iter().map(|(n, _)| *n).collect::<Vec<_>>(), ["SLIDEGATE_GRPC", "SLIDEGATE_LOG_FORMAT"]);
+    let memory = RulesFile::new("[[rules]]\nname = \"sms\"\nlimit = 5\nwindow = \"60s\"\n");
+    let args: Vec<String> =
+        command[2..].iter().map(|w| if *w == "rules.toml" { memory.arg().to_owned() } else { (*w).clone() }).collect();
+    let server = Slidegate::serve_with_env(&args.iter().map(String::as_str).collect::<Vec<_>>(), &env);
+    let mut health = tonic_health::pb::health_client::HealthClient::new(support::grpc_channel(&grpc).await);
+    let status = health.check(tonic_health::pb::HealthCheckRequest::default()).await.expect("health").into_inner();
+    assert_eq!(status.status(), tonic_health::pb::health_check_response::ServingStatus::Serving);
+    let log = server.log_text();
+    assert!(log.lines().all(|l| serde_json::from_str::<Value>(l).is_ok()), "{log}");
+}
+
+#[tokio::test]
 async fn changing_limits_at_run_time_works_as_written() {
     let text = doc("docs/operations.md");
     let redis = RedisServer::start();

@@ -2,7 +2,7 @@
 //! bounds before anything is sent, then decided together in one round trip — or one by one
 //! when no single script can see them all.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use http::HeaderMap;
 use http::request::Parts;
@@ -10,14 +10,16 @@ use slidegate::{Backend, Check, Decision, MAX_CHECKS, Quota, RuleKey};
 
 use crate::key::extract_part;
 use crate::layer::Shared;
+use crate::metrics::{BACKEND_ERRORS, DEGRADED, REJECTIONS};
 use crate::{Rejection, rate_limit_headers};
 
 /// What the layer does with one request.
 pub(crate) enum Outcome {
     /// Call the service; add the RateLimit headers (none when no rule applied).
     Pass(Option<HeaderMap>),
-    /// Answer 429 with these headers.
-    Deny(HeaderMap),
+    /// Answer 429 (or gRPC `RESOURCE_EXHAUSTED`) with these headers: a retry succeeds after
+    /// `retry_after`.
+    Deny { headers: HeaderMap, retry_after: Duration },
     /// Answer the rejection: the request cannot be counted.
     Reject(Rejection),
 }
@@ -44,7 +46,8 @@ impl<B: Backend> Shared<B> {
         match decided {
             Ok(decisions) => self.outcome(&applied, &decisions),
             Err(e) if e.is_backend_failure() => {
-                self.errors.increment(1);
+                let kind = if matches!(e, slidegate::Error::Timeout(_)) { "timeout" } else { "error" };
+                metrics::counter!(BACKEND_ERRORS, "kind" => kind).increment(1);
                 Outcome::Pass(None)
             }
             // Keys and costs were checked above and slots are handled in `check`: an error
@@ -119,25 +122,31 @@ impl<B: Backend> Shared<B> {
         for (a, d) in applied.iter().zip(decisions) {
             let c = &self.counters[a.rule];
             match (d.allowed || allowed, self.shadow) {
-                (true, _) => c.pass.increment(1),
-                (false, false) => c.block.increment(1),
-                (false, true) => c.shadow_block.increment(1),
+                (true, _) => c.allowed.increment(1),
+                (false, false) => c.denied.increment(1),
+                (false, true) => c.shadow_denied.increment(1),
             }
-            if d.degraded.is_some() {
-                c.degraded.increment(1);
+            if let Some(policy) = d.degraded {
+                // Rare (the backend is failing): a label lookup here is fine.
+                let rule = self.rules[a.rule].name.clone();
+                metrics::counter!(DEGRADED, "rule" => rule, "policy" => policy.as_str()).increment(1);
             }
         }
         let retry = if allowed { None } else { decisions.iter().filter_map(|d| d.retry_after).max() };
         let items: Vec<(&str, &Quota, &Decision)> =
             applied.iter().zip(decisions).map(|(a, d)| (self.rules[a.rule].name.as_str(), &a.quota, d)).collect();
         let headers = rate_limit_headers(&items, retry);
-        if allowed || self.shadow { Outcome::Pass(Some(headers)) } else { Outcome::Deny(headers) }
+        if allowed || self.shadow {
+            Outcome::Pass(Some(headers))
+        } else {
+            Outcome::Deny { headers, retry_after: retry.unwrap_or_default() }
+        }
     }
 
     /// Counts the rejection (by rule and code) and answers it — outside shadow mode.
     fn reject(&self, rule: usize, rejection: Rejection) -> Outcome {
         let name = self.rules[rule].name.clone();
-        metrics::counter!("rate_limit.reject", "rule" => name, "code" => rejection.code()).increment(1);
+        metrics::counter!(REJECTIONS, "rule" => name, "code" => rejection.code()).increment(1);
         if self.shadow { Outcome::Pass(None) } else { Outcome::Reject(rejection) }
     }
 }

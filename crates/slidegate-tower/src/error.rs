@@ -118,7 +118,12 @@ impl Rejection {
     /// The JSON body: `{"error":{"code":…,"message":…}}`. Every message is the crate's own text
     /// and numbers — nothing of the request is echoed — so no escaping is needed.
     pub fn body(&self) -> String {
-        let message = match self {
+        format!(r#"{{"error":{{"code":"{}","message":"{}"}}}}"#, self.code(), self.message())
+    }
+
+    /// What is wrong, in words (the body's `message`, and a gRPC answer's `grpc-message`).
+    pub fn message(&self) -> String {
+        match self {
             Self::EmptyKey => "the rate limit key of this request is empty".to_owned(),
             Self::KeyTooLong => {
                 format!("the rate limit key of this request is longer than {} bytes", slidegate::MAX_KEY_LEN)
@@ -130,8 +135,7 @@ impl Rejection {
             }
             Self::InvalidCost { cost, max } => format!("this request costs {cost}; its limit admits 1 to {max}"),
             Self::Undecidable => "the rate limiter could not decide this request".to_owned(),
-        };
-        format!(r#"{{"error":{{"code":"{}","message":"{message}"}}}}"#, self.code())
+        }
     }
 }
 

@@ -7,6 +7,7 @@ use http::HeaderValue;
 use metrics::{Counter, Histogram};
 use slidegate::{Backend, Limiter, MemoryBackend};
 
+use crate::metrics::{DECISION_SECONDS, DECISIONS};
 use crate::{Error, RateLimit, Rule};
 
 /// Rate limits the services it wraps: each request is decided against every [`Rule`] that
@@ -33,15 +34,24 @@ use crate::{Error, RateLimit, Rule};
 /// decided one by one, in order, stopping at the first denial (the rules before it stay
 /// charged); so are more than [`slidegate::MAX_CHECKS`] rules on one request.
 ///
+/// A gRPC request (`content-type: application/grpc…`, as tonic sends) is answered as gRPC
+/// clients expect instead: `200 OK` with the status in the headers (a trailers-only answer),
+/// `grpc-status: 8` (`RESOURCE_EXHAUSTED`) over the limit, with the delay in
+/// `grpc-status-details-bin` (a `google.rpc.RetryInfo`, as `tonic_types::StatusExt` reads it)
+/// and in `grpc-retry-pushback-ms` (gRPC's own retry policy reads it), and `3`
+/// (`INVALID_ARGUMENT`) or `13` (`INTERNAL`) for a rejection. A tonic client reads a bare 429 as
+/// `UNAVAILABLE`, which it would retry at once.
+///
 /// Failures: the limiter's failure policy answers when the backend cannot
 /// ([`Limiter::with_failure_policy`]); a backend failure ([`slidegate::Error::is_backend_failure`])
-/// it leaves unanswered lets the request through (counted in `rate_limit.error`) — a limiter
-/// outage must not become an API outage. Any other limiter error is never a pass.
+/// it leaves unanswered lets the request through (counted in
+/// `slidegate_backend_errors_total`) — a limiter outage must not become an API outage. Any other
+/// limiter error is never a pass.
 ///
-/// Metrics (through the `metrics` facade, by `rule`): `rate_limit.pass`, `rate_limit.block`,
-/// `rate_limit.degraded`, `rate_limit.shadow_block`, `rate_limit.error`,
-/// `rate_limit.reject` (also by `code`), and the histogram `rate_limit.latency` (seconds per
-/// decision).
+/// Metrics (through the `metrics` facade; names in [`crate::metrics`]):
+/// `slidegate_decisions_total{rule,result}`, `slidegate_degraded_decisions_total{rule,policy}`,
+/// `slidegate_backend_errors_total{kind}`, `slidegate_rejected_requests_total{rule,code}`, and
+/// the histogram `slidegate_decision_seconds`.
 pub struct RateLimitLayer<B = MemoryBackend> {
     shared: Arc<Shared<B>>,
 }
@@ -67,29 +77,23 @@ pub(crate) struct Shared<B> {
     pub(crate) rules: Vec<Rule>,
     pub(crate) counters: Vec<RuleCounters>,
     pub(crate) latency: Histogram,
-    pub(crate) errors: Counter,
     pub(crate) deny_type: HeaderValue,
     pub(crate) deny_body: Bytes,
     pub(crate) shadow: bool,
 }
 
+/// One rule's decision counters, registered once so that counting is an atomic add.
 #[derive(Clone)]
 pub(crate) struct RuleCounters {
-    pub(crate) pass: Counter,
-    pub(crate) block: Counter,
-    pub(crate) degraded: Counter,
-    pub(crate) shadow_block: Counter,
+    pub(crate) allowed: Counter,
+    pub(crate) denied: Counter,
+    pub(crate) shadow_denied: Counter,
 }
 
 impl RuleCounters {
     fn new(rule: &str) -> Self {
-        let c = |name: &'static str| metrics::counter!(name, "rule" => rule.to_owned());
-        Self {
-            pass: c("rate_limit.pass"),
-            block: c("rate_limit.block"),
-            degraded: c("rate_limit.degraded"),
-            shadow_block: c("rate_limit.shadow_block"),
-        }
+        let c = |result: &'static str| metrics::counter!(DECISIONS, "rule" => rule.to_owned(), "result" => result);
+        Self { allowed: c("allowed"), denied: c("denied"), shadow_denied: c("shadow_denied") }
     }
 }
 
@@ -102,8 +106,7 @@ impl<B: Backend + Clone> RateLimitLayer<B> {
                 limiter,
                 rules: Vec::new(),
                 counters: Vec::new(),
-                latency: metrics::histogram!("rate_limit.latency"),
-                errors: metrics::counter!("rate_limit.error"),
+                latency: metrics::histogram!(DECISION_SECONDS),
                 deny_type: HeaderValue::from_static("text/plain; charset=utf-8"),
                 deny_body: Bytes::from_static(b"Too Many Requests\n"),
                 shadow: false,
@@ -139,7 +142,7 @@ impl<B: Backend + Clone> RateLimitLayer<B> {
 
     /// Shadow mode: decide and record (headers, metrics, counts in the backend) but never block,
     /// nor refuse a request whose key or cost cannot be counted (still counted in
-    /// `rate_limit.reject`): to try rules on live traffic before enforcing them.
+    /// `slidegate_rejected_requests_total`): to try rules on live traffic before enforcing them.
     #[must_use]
     pub fn shadow(self, on: bool) -> Self {
         self.with(|s| s.shadow = on)

@@ -36,14 +36,18 @@
 //!   [`ForwardedHeader`].
 //! - [`headers`]: the RateLimit headers as an `http::HeaderMap` (their values come from
 //!   [`slidegate::headers`]).
+//! - `grpc`: the answers to gRPC calls (`RESOURCE_EXHAUSTED` with the retry delay).
+//! - [`metrics`]: the metric names.
 //! - [`error`]: [`Error`], for settings that cannot work; [`Rejection`], for requests that
 //!   cannot be counted.
 
 mod decide;
 pub mod error;
+mod grpc;
 pub mod headers;
 pub mod key;
 pub mod layer;
+pub mod metrics;
 pub mod peer;
 pub mod rule;
 pub mod service;

@@ -1,4 +1,5 @@
-//! The `Service`: decides, then answers 429 (or a rejection) or calls the inner service.
+//! The `Service`: decides, then answers 429 (or a rejection; to a gRPC call, their gRPC
+//! statuses) or calls the inner service.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -10,9 +11,9 @@ use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, header};
 use http_body::{Body, Frame, SizeHint};
 use slidegate::Backend;
 
-use crate::Rejection;
 use crate::decide::Outcome;
 use crate::layer::Shared;
+use crate::{Rejection, grpc};
 
 /// The rate-limited service that [`crate::RateLimitLayer`] builds.
 pub struct RateLimit<S, B> {
@@ -62,10 +63,15 @@ where
         let shared = Arc::clone(&self.shared);
         Box::pin(async move {
             let (parts, body) = request.into_parts();
-            let headers = match shared.decide(&parts).await {
-                Outcome::Pass(headers) => headers,
-                Outcome::Deny(headers) => return Ok(shared.denied(headers)),
-                Outcome::Reject(rejection) => return Ok(rejected(rejection)),
+            let headers = match (shared.decide(&parts).await, grpc::is_grpc(&parts.headers)) {
+                (Outcome::Pass(headers), _) => headers,
+                (Outcome::Deny { headers, .. }, false) => return Ok(shared.denied(headers)),
+                (Outcome::Deny { mut headers, retry_after }, true) => {
+                    headers.extend(grpc::exhausted(retry_after));
+                    return Ok(grpc_answer(headers));
+                }
+                (Outcome::Reject(rejection), false) => return Ok(rejected(rejection)),
+                (Outcome::Reject(rejection), true) => return Ok(grpc_answer(grpc::rejected(rejection))),
             };
             let response = inner.call(Request::from_parts(parts, body)).await?;
             let (mut head, body) = response.into_parts();
@@ -96,6 +102,13 @@ fn rejected<T>(rejection: Rejection) -> Response<RateLimitBody<T>> {
     response
 }
 
+/// A trailers-only gRPC answer: `200 OK`, `headers` (the status among them), no body.
+fn grpc_answer<T>(headers: HeaderMap) -> Response<RateLimitBody<T>> {
+    let mut response = Response::new(RateLimitBody::empty());
+    *response.headers_mut() = headers;
+    response
+}
+
 pin_project_lite::pin_project! {
     /// The response body: the inner service's, or the layer's own answer's (429, rejection).
     pub struct RateLimitBody<B> {
@@ -112,6 +125,11 @@ impl<B> RateLimitBody<B> {
 
     fn limited(body: Bytes) -> Self {
         Self { inner: None, limited: Some(body) }
+    }
+
+    /// No body at all: the stream ends with the headers.
+    fn empty() -> Self {
+        Self { inner: None, limited: None }
     }
 }
 

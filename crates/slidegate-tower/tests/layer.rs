@@ -166,14 +166,28 @@ async fn with_redis_down_each_failure_policy_does_what_it_says() {
 }
 
 #[tokio::test]
-async fn metrics_count_passes_blocks_and_latency() {
+async fn metrics_count_decisions_and_latency_in_the_service_s_naming_scheme() {
     let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder().expect("recorder");
     let base = serve(RateLimitLayer::new(Limiter::in_memory()).rule(rule("metered", 2)).expect("layer")).await;
     statuses(&reqwest::Client::new(), &format!("{base}/login"), 3, None).await;
     let page = recorder.render();
-    assert!(page.contains(r#"rate_limit_pass{rule="metered"} 2"#), "{page}");
-    assert!(page.contains(r#"rate_limit_block{rule="metered"} 1"#), "{page}");
-    assert!(page.contains("rate_limit_latency"), "{page}");
+    assert!(page.contains(r#"slidegate_decisions_total{rule="metered",result="allowed"} 2"#), "{page}");
+    assert!(page.contains(r#"slidegate_decisions_total{rule="metered",result="denied"} 1"#), "{page}");
+    // The histogram is the layer's, not the rule's: other tests' layers may add to it.
+    let timed = page.lines().find_map(|l| l.strip_prefix("slidegate_decision_seconds_count "));
+    assert!(timed.and_then(|n| n.parse::<u64>().ok()).is_some_and(|n| n >= 3), "{page}");
+    // Every family: counters end in `_total`, distributions (durations) in `_seconds`.
+    let families: Vec<(&str, &str)> =
+        page.lines().filter_map(|l| l.strip_prefix("# TYPE ")).filter_map(|l| l.split_once(' ')).collect();
+    assert!(families.len() >= 2, "{page}");
+    for (name, kind) in families {
+        assert!(name.starts_with("slidegate_"), "{name}");
+        match kind {
+            "counter" => assert!(name.ends_with("_total"), "{name}"),
+            "summary" | "histogram" => assert!(name.ends_with("_seconds"), "{name}"),
+            _ => assert!(!name.ends_with("_total"), "{name} is a {kind}"),
+        }
+    }
 }
 
 #[tokio::test]

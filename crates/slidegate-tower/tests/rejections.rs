@@ -127,9 +127,10 @@ async fn rejections_are_counted_and_shadow_mode_passes_them() {
     assert_eq!(shadow.reached(), 1);
     let page = recorder.render();
     for rule in ["api", "trial"] {
-        let line =
-            page.lines().find(|l| l.starts_with("rate_limit_reject{") && l.contains(&format!(r#"rule="{rule}""#)));
-        let line = line.unwrap_or_else(|| panic!("no rate_limit_reject for {rule}: {page}"));
+        let line = page
+            .lines()
+            .find(|l| l.starts_with("slidegate_rejected_requests_total{") && l.contains(&format!(r#"rule="{rule}""#)));
+        let line = line.unwrap_or_else(|| panic!("no slidegate_rejected_requests_total for {rule}: {page}"));
         assert!(line.contains(r#"code="invalid_key""#) && line.ends_with(" 1"), "{line}");
     }
 }

@@ -1,5 +1,8 @@
 //! The `[server]` table: the HTTP listener's deadlines and connection cap.
 
+use std::ops::Range;
+use std::time::Duration;
+
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -16,8 +19,13 @@ pub(super) struct ServerSpec {
 }
 
 impl ServerSpec {
-    /// The table over the defaults.
-    pub(super) fn validate(&self) -> Result<HttpLimits, Invalid> {
+    /// The table over the defaults, for a backend whose calls take up to `backend_timeout`
+    /// (written at `timeout_span`, when the file sets it).
+    pub(super) fn validate(
+        &self,
+        backend_timeout: Duration,
+        timeout_span: Option<Range<usize>>,
+    ) -> Result<HttpLimits, Invalid> {
         let mut limits = HttpLimits::default();
         let duration = |d: &Spanned<String>, name: &str| {
             parse_duration(d.get_ref()).map_err(|m| Invalid::new(format!("server.{name}"), d.span(), m))
@@ -39,6 +47,11 @@ impl ServerSpec {
             };
             // The defaults are in range: an error is about a value the table sets.
             Invalid::new(format!("server.{}", e.field), span.unwrap_or(0..0), e.message)
+        })?;
+        limits.outlasts(backend_timeout).map_err(|m| {
+            // Either value can be the one to change: point at the one the file sets.
+            let span = self.request_timeout.as_ref().map(Spanned::span).or(timeout_span);
+            Invalid::new("server.request_timeout", span.unwrap_or(0..0), m)
         })?;
         Ok(limits)
     }

@@ -234,6 +234,15 @@ struct Domain {
     overrides: Series,
 }
 
+impl Level {
+    /// The nodes with a limit, at this level and below.
+    fn limits(&self) -> usize {
+        // Wildcard values' nodes are among the exact ones (by their text).
+        let exact = self.exact.values().flat_map(HashMap::values);
+        exact.chain(self.any.values()).map(|node| usize::from(node.limit.is_some()) + node.children.limits()).sum()
+    }
+}
+
 /// Every domain's descriptor tree.
 #[derive(Debug, Default)]
 pub struct EnvoyConfig {
@@ -376,6 +385,14 @@ impl EnvoyConfig {
         }
         out.sort_by(|a, b| (a.0, &a.1.stat_key).cmp(&(b.0, &b.1.stat_key)));
         out
+    }
+
+    /// Each domain's name and number of descriptors that carry a `rate_limit`, by name.
+    pub fn descriptor_counts(&self) -> impl Iterator<Item = (&str, usize)> {
+        let mut domains: Vec<(&str, usize)> =
+            self.domains.iter().map(|(name, domain)| (name.as_str(), domain.level.limits())).collect();
+        domains.sort_unstable();
+        domains.into_iter()
     }
 
     /// The number of domains.

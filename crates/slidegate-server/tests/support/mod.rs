@@ -23,14 +23,14 @@ impl Slidegate {
         Self::serve_with_env(args, &[])
     }
 
-    /// [`Slidegate::serve`] with environment variables `env` set.
+    /// [`Slidegate::serve`] with these environment variables set (and no `SLIDEGATE_*` or
+    /// `RUST_LOG` of the test's own environment).
     pub fn serve_with_env(args: &[&str], env: &[(&str, &str)]) -> Self {
         let port = slidegate_testkit::free_port();
         let log = std::env::temp_dir().join(format!("slidegate-serve-{}-{port}.log", std::process::id()));
-        let child = Command::new(env!("CARGO_BIN_EXE_slidegate"))
+        let child = command(env)
             .args(["serve", "--http", &format!("127.0.0.1:{port}")])
             .args(args)
-            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).expect("log file"))
@@ -88,6 +88,18 @@ impl Drop for Slidegate {
     }
 }
 
+/// The real binary, with `env` and none of the variables it reads from the test's environment.
+pub fn command(env: &[(&str, &str)]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_slidegate"));
+    for (name, _) in std::env::vars() {
+        if name.starts_with("SLIDEGATE_") || name == "RUST_LOG" {
+            command.env_remove(name);
+        }
+    }
+    command.envs(env.iter().copied());
+    command
+}
+
 fn blocking_get(url: &str) -> Option<()> {
     use std::io::{Read, Write};
     let rest = url.strip_prefix("http://")?;
@@ -100,9 +112,21 @@ fn blocking_get(url: &str) -> Option<()> {
     out.starts_with("HTTP/1.1 200").then_some(())
 }
 
+/// A gRPC channel to `addr` (`127.0.0.1:<port>`), for the generated clients that have no
+/// `connect` of their own.
+pub async fn grpc_channel(addr: &str) -> tonic::transport::Channel {
+    let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{addr}")).expect("a URI");
+    endpoint.connect().await.expect("connect")
+}
+
 /// Runs `slidegate <args>` to its end (within a minute): its exit status and output. The
 /// output goes through files, so a long one cannot fill a pipe and stall the child.
 pub fn run<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Output {
+    run_with_env(args, &[])
+}
+
+/// [`run`] with the environment variables `env` (as [`command`] sets them).
+pub fn run_with_env<S: AsRef<std::ffi::OsStr>>(args: &[S], env: &[(&str, &str)]) -> Output {
     let file = |name: &str| {
         std::env::temp_dir().join(format!(
             "slidegate-run-{}-{}.{name}",
@@ -111,7 +135,7 @@ pub fn run<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Output {
         ))
     };
     let (out, err) = (file("out"), file("err"));
-    let mut child = Command::new(env!("CARGO_BIN_EXE_slidegate"))
+    let mut child = command(env)
         .args(args)
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(&out).expect("output file"))

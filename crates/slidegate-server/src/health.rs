@@ -1,0 +1,53 @@
+//! The standard gRPC health service (`grpc.health.v1.Health`) beside the Envoy service: it says
+//! `SERVING` while the backend is ready, as `/readyz` does, and `NOT_SERVING` while it is not,
+//! so that a load balancer or Kubernetes' gRPC probe stops sending work to an instance whose
+//! Redis is gone.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
+use tonic::server::NamedService;
+use tonic_health::ServingStatus;
+use tonic_health::server::HealthReporter;
+use tracing::{info, warn};
+
+use crate::app::App;
+use crate::envoy::EnvoyRateLimit;
+use crate::redact::redact;
+
+/// The largest health request decoded: a service name is tens of bytes; tonic's default would
+/// let one request make the server decode 4 MiB.
+pub const MAX_HEALTH_REQUEST_BYTES: usize = 1024;
+
+/// How often the backend's readiness is asked for: a change shows in the health service within
+/// this, plus the backend's deadline.
+pub const HEALTH_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Asks the backend whether it is ready every [`HEALTH_INTERVAL`], forever, and reports each
+/// change for the whole server (service `""`) and the Envoy rate limit service.
+pub async fn follow_readiness(reporter: HealthReporter, app: Arc<App>) {
+    let mut reported = None;
+    loop {
+        let status = match app.limiter.backend().ready().await {
+            Ok(()) => ServingStatus::Serving,
+            Err(e) => {
+                if reported != Some(ServingStatus::NotServing) {
+                    warn!(error = %redact(&e.to_string()), "backend not ready: gRPC health NOT_SERVING");
+                }
+                ServingStatus::NotServing
+            }
+        };
+        if reported != Some(status) {
+            if reported.is_some() && status == ServingStatus::Serving {
+                info!("backend ready: gRPC health SERVING");
+            }
+            // A watcher is woken by every report, so only changes are reported.
+            for service in ["", <RateLimitServiceServer<EnvoyRateLimit> as NamedService>::NAME] {
+                reporter.set_service_status(service, status).await;
+            }
+            reported = Some(status);
+        }
+        tokio::time::sleep(HEALTH_INTERVAL).await;
+    }
+}
