@@ -127,7 +127,8 @@ fn redacted(urls: &[String]) -> String {
 
 /// The Envoy directory's summary: each domain with its number of descriptors that carry a limit.
 fn describe_envoy(dir: &Path, envoy: &EnvoyConfig) -> Vec<String> {
-    let domains: Vec<String> = envoy.descriptor_counts().map(|(name, limits)| format!("{name}: {limits} limits")).collect();
+    let domains: Vec<String> =
+        envoy.descriptor_counts().map(|(name, limits)| format!("{name}: {limits} limits")).collect();
     let mut lines = vec![format!("{}: ok", dir.display()), format!("  envoy domains: {}", counted(&domains))];
     lines.extend(envoy.warnings().iter().map(|w| format!("  warning: {w}")));
     lines
