@@ -328,6 +328,19 @@ async fn every_endpoint_answers_as_the_openapi_document_says() {
     spec.hold(one, None, &call(&bare, "PUT", "/v1/overrides/sms/a", Some(r#"{"limit":1}"#), Some("t")).await);
     spec.hold(gone, None, &call(&bare, "DELETE", "/v1/overrides/sms/a", None, Some("t")).await);
     spec.hold(list, None, &call(&bare, "GET", "/v1/overrides/sms", None, Some("t")).await);
+
+    // The dashboard's data: open by default, behind the admin token with `[ui] require_token`,
+    // refused with `[ui] enabled = false`.
+    let stats = At::Operation("/v1/stats", "get");
+    spec.hold(stats, None, &call(&server, "GET", "/v1/stats", None, None).await);
+    let guarded_rules = RulesFile::new("admin_token = \"t\"\n\n[ui]\nrequire_token = true\n");
+    let guarded = Slidegate::serve(&["--config", guarded_rules.arg()]);
+    for token in [None, Some("wrong"), Some("t")] {
+        spec.hold(stats, None, &call(&guarded, "GET", "/v1/stats", None, token).await);
+    }
+    let off_rules = RulesFile::new("[ui]\nenabled = false\n");
+    let off = Slidegate::serve(&["--config", off_rules.arg()]);
+    spec.hold(stats, None, &call(&off, "GET", "/v1/stats", None, None).await);
     // Over max_connections: one connection held open, the next refused.
     let capped = Slidegate::serve(&["--max-connections", "1"]);
     let base = capped.base.clone();
