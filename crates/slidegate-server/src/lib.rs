@@ -39,6 +39,7 @@ pub mod grpc;
 pub mod health;
 pub mod http;
 pub mod inline;
+mod log_buckets;
 pub mod logging;
 pub mod metrics;
 #[cfg(test)]

@@ -18,20 +18,12 @@ impl Histogram {
     }
 
     fn bucket(us: u32) -> usize {
-        if (us as usize) < SUB {
-            return us as usize;
-        }
-        let shift = 31 - us.leading_zeros() - SUB_BITS;
-        ((shift as usize + 1) << SUB_BITS) + (us >> shift) as usize - SUB
+        crate::log_buckets::bucket(us, SUB_BITS)
     }
 
     /// The largest value that falls in bucket `b`.
     fn highest(b: usize) -> u64 {
-        if b < SUB {
-            return b as u64;
-        }
-        let shift = (b >> SUB_BITS) - 1;
-        ((((b & (SUB - 1)) + SUB + 1) as u64) << shift) - 1
+        crate::log_buckets::highest(b, SUB_BITS)
     }
 
     pub(super) fn record(&mut self, us: u32) {
