@@ -14,7 +14,8 @@
 //! - `algorithm`: `sliding_log`, `sliding_window`, `fixed_window`, `gcra` (or `token_bucket`);
 //!   options `BUCKETS n`, `BURST n`, `WARMUP period_ms cold_permille` (see [`args`]).
 //! - `CHECK` answers as slidegate's `check.lua` does: `admitted`, then per key `fits,
-//!   remaining, reset_after_ms, retry_after_ms (-1 when none), limit`. Several checks joined by
+//!   remaining, reset_after_ms, retry_after_ms (-1 when none), limit, next_permit_after_ms`
+//!   (when `remaining` next grows: [`slidegate::Decision::next_permit_after`]). Several checks joined by
 //!   `AND` are decided all or nothing (distinct keys; on a Cluster, of one slot); a denial
 //!   writes nothing.
 //! - `INSPECT` answers `count, oldest_ms (-1 when none), reset_after_ms, algorithm, limit,
@@ -204,7 +205,7 @@ fn decide(ctx: &Context, argv: &[RedisString], checks: &Checks) -> RedisResult {
     }
     let admitted = evaluated.iter().all(|(.., verdict)| verdict.allowed);
     let slack = if checks.now.is_some() { CALLER_CLOCK_SLACK_MS } else { 0 };
-    let mut reply = Vec::with_capacity(1 + 5 * evaluated.len());
+    let mut reply = Vec::with_capacity(1 + 6 * evaluated.len());
     reply.push(int(i64::from(admitted)));
     for (key, mut slot, spec, verdict) in evaluated {
         let value = slot.value();
@@ -240,6 +241,7 @@ fn decide(ctx: &Context, argv: &[RedisString], checks: &Checks) -> RedisResult {
             int(millis(decision.reset_after)),
             decision.retry_after.map_or(int(-1), |r| int(millis(r))),
             int(clamp(decision.limit)),
+            int(millis(decision.next_permit_after)),
         ]);
     }
     if changed {
