@@ -60,9 +60,8 @@ impl Decision {
         self
     }
 
-    /// A denial that recorded nothing. Its `next_permit_after` is the earlier of `retry_after`
-    /// and `reset_after` (by either, a permit has freed), until set by
-    /// [`Decision::with_next_permit_after`].
+    /// A denial that recorded nothing. Its `next_permit_after` is `retry_after` (by then, a
+    /// permit has freed), until set by [`Decision::with_next_permit_after`].
     pub fn denied(limit: u64, remaining: u64, reset_after: Duration, retry_after: Duration) -> Self {
         Self {
             allowed: false,
@@ -70,7 +69,7 @@ impl Decision {
             remaining,
             reset_after,
             retry_after: Some(retry_after),
-            next_permit_after: retry_after.min(reset_after),
+            next_permit_after: retry_after,
             degraded: None,
         }
     }

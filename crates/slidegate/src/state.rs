@@ -312,10 +312,11 @@ impl Log {
             return Decision::allowed(limit, limit - live - cost, ms(newest + window - now))
                 .with_next_permit_after(ms(oldest + window - now));
         }
-        // The k-th oldest must leave first (k = live + cost - limit).
-        let retry = self.nth(live + cost - limit - 1).map_or(Duration::MAX, |t| ms(t + window - now));
+        // The k-th oldest must leave first (k = live + cost - limit); for one permit, the oldest.
+        let (k, next) = (live + cost - limit, self.next_permit_after(now, window));
+        let retry = if k == 1 { next } else { self.nth(k - 1).map_or(Duration::MAX, |t| ms(t + window - now)) };
         Decision::denied(limit, limit.saturating_sub(live), self.reset_after(now, window), retry)
-            .with_next_permit_after(self.next_permit_after(now, window))
+            .with_next_permit_after(next)
     }
 
     #[inline]
