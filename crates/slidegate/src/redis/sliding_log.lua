@@ -44,10 +44,12 @@
 -- precomputed strings. A denial writes nothing, so it cannot drop expired entries first (as the
 -- classic script does); its calls and an admission's differ, and no one order is cheapest for both:
 --   look first (ARGV[4] set):  denial TIME, ZRANGE, PTTL (3 calls);
---                              admission + ZCARD, ZREMRANGEBYSCORE, ZADD, PEXPIRE (6)
---   count first (ARGV[4] ""):  admission TIME, ZCARD, ZREMRANGEBYSCORE, ZADD, PEXPIRE (5; 4
---                              into a new key, where there is nothing to remove);
+--                              admission + ZCARD, ZREMRANGEBYSCORE, ZRANGE, ZADD, PEXPIRE (7)
+--   count first (ARGV[4] ""):  admission TIME, ZCARD, ZREMRANGEBYSCORE, ZRANGE, ZADD, PEXPIRE
+--                              (6; 4 into a new key, where there is nothing to remove or read);
 --                              denial TIME, ZCARD, ZRANGE, PTTL (4)
+-- An admission's ZRANGE reads the oldest entry left (its time: when remaining next grows), the
+-- price of answering that in the same call: one table reply.
 -- The caller guesses the outcome from the key's last one and picks the order; a wrong guess
 -- costs one call, never a different decision.
 local key = KEYS[1]
