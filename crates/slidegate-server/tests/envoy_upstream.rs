@@ -44,6 +44,17 @@ async fn every_refused_file_stops_the_start_naming_file_line_descriptor_and_reas
     assert!(checked >= 18);
 }
 
+#[test]
+fn a_refused_file_stops_the_start_as_an_envoy_configuration_problem_not_a_backend_one() {
+    let text = std::fs::read_to_string(format!("{FIXTURES}/refused/unknown_unit.yaml")).expect("read");
+    let dir = Dir::with(&[("edge.yaml", &text)]);
+    let (status, stderr) = run_to_exit(&["serve", "--http", "127.0.0.1:0", "--envoy-config", dir.arg()]);
+    assert!(!status.success());
+    let refused = refusal(&dir.0.join("edge.yaml"), &text);
+    assert!(stderr.contains(&format!("loading the Envoy configuration: {refused}")), "{stderr}");
+    assert!(!stderr.contains("backend"), "{stderr}");
+}
+
 #[tokio::test]
 async fn a_refused_file_on_reload_is_logged_and_the_previous_configuration_keeps_serving() {
     let mut e = Envoy::start(&[("every_field.yaml", EVERY_FIELD)], &[]).await;
