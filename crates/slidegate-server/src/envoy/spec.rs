@@ -156,8 +156,7 @@ fn too_deep(text: &str) -> Option<Position> {
 
 /// Upstream's check of the whole tree before anything is read: each key a known one, each list
 /// of maps, each leaf a string, an integer, a boolean or empty (a float is refused). What is
-/// under `metadata` is free-form.
-/// `at` is where `map` is, for messages.
+/// under `metadata` is free-form. `at` is where `map` is, for messages.
 fn check_keys(map: &Mapping, at: &mut Vec<Step>) -> Result<(), Problem> {
     for (k, v) in map {
         let text = scalar_text(k).unwrap_or_default();
