@@ -303,21 +303,21 @@ impl EnvoyConfig {
     fn add_text(&mut self, name: &str, yaml: &str) -> Result<(), Problem> {
         let mut warnings = Vec::new();
         let file = spec::parse(yaml, &mut warnings)?;
-        let domain = || vec![Step::Key("domain".into())];
+        let at_domain = || vec![Step::Key("domain".into())];
         if file.domain.is_empty() {
-            return Err(Problem::at(domain(), "config file cannot have empty domain"));
+            return Err(Problem::at(at_domain(), "config file cannot have empty domain"));
         }
         if file.domain.contains('{') {
             // A descriptor's backend key begins with its domain: with a `{` there, it could be
             // the key of a rule of the rules file (`descriptor_key`).
             let message = format!("domain '{}' must not contain '{{' (slidegate's backend keys)", file.domain);
-            return Err(Problem::at(domain(), message));
+            return Err(Problem::at(at_domain(), message));
         }
         let merging = self.domains.contains_key(&file.domain);
         if merging && !self.merge_domains {
             let message =
                 format!("duplicate domain '{}' in config file (merging is off: --envoy-merge-domains)", file.domain);
-            return Err(Problem::at(domain(), message));
+            return Err(Problem::at(at_domain(), message));
         }
         let domain = self.domains.entry(file.domain.clone()).or_default();
         let built = build(&mut domain.level, file.descriptors, &file.domain, false, &mut warnings);
