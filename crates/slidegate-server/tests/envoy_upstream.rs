@@ -242,7 +242,8 @@ async fn duration_until_reset_is_when_the_oldest_admission_leaves_on_the_module(
 /// one command to Redis — one script run, or one module command — and no read besides.
 #[tokio::test]
 async fn one_sliding_log_descriptor_is_one_redis_command_on_lua_and_on_the_module() {
-    for (redis, decides) in [(RedisServer::start(), "evalsha"), (RedisServer::start_with_module(&[]), "slidegate.check")]
+    for (redis, decides) in
+        [(RedisServer::start(), "evalsha"), (RedisServer::start_with_module(&[]), "slidegate.check")]
     {
         let rules = redis_rules(&redis);
         let mut e = Envoy::start(&[("every_field.yaml", EVERY_FIELD)], &["--config", rules.arg()]).await;

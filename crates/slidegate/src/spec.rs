@@ -451,16 +451,14 @@ pub fn check_all(keys: &mut [Key], now: u64, checks: &[(Quota, u64)]) -> MultiDe
     let decisions = fits
         .into_iter()
         .zip(keys.iter().zip(checks))
-        .map(
-            |(d, (key, (q, cost)))| {
-                if d.allowed {
-                    Decision::held(d.limit, d.remaining + cost, key.reset_after(now, q))
-                        .with_next_permit_after(key.next_permit_after(now, q))
-                } else {
-                    d
-                }
-            },
-        )
+        .map(|(d, (key, (q, cost)))| {
+            if d.allowed {
+                Decision::held(d.limit, d.remaining + cost, key.reset_after(now, q))
+                    .with_next_permit_after(key.next_permit_after(now, q))
+            } else {
+                d
+            }
+        })
         .collect();
     MultiDecision::new(decisions)
 }

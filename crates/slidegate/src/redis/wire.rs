@@ -373,7 +373,8 @@ mod tests {
             ]
         );
         assert_eq!(denied.denied_by, Some(1));
-        let bad_ones = [(&[][..], 0), (&[1, 1, 4, 900, -1, 5][..], 1), (&[2, 1, 4, 900, -1, 5, 600][..], 1), (&[1][..], 1)];
+        let bad_ones =
+            [(&[][..], 0), (&[1, 1, 4, 900, -1, 5][..], 1), (&[2, 1, 4, 900, -1, 5, 600][..], 1), (&[1][..], 1)];
         for (bad, count) in bad_ones {
             assert!(matches!(parse_group(bad, count), Err(Error::UnexpectedReply(_))), "{bad:?}");
         }
