@@ -43,9 +43,9 @@
 //! - `retry_after`: the first instant the estimate has fallen far enough.
 //! - `next_permit_after`: the first instant the estimate falls (after an admission, with its
 //!   cost counted in bucket `j`). While the weighted bucket still adds `w > 0`, the first offset
-//!   at which its share drops below `w`, `r' = floor(b·(c − w) / c) + 1` (`c` its count), or the
-//!   bucket's end if that is later; otherwise 1 ms after the oldest counted bucket `k` with
-//!   permits becomes the weighted one, `(k+n)·b + 1`.
+//!   at which its share drops below `w`: `r' = floor(b·(c − w) / c) + 1` (`c` its count; at most
+//!   `b`, the bucket's end, where the share is gone); otherwise 1 ms after the oldest counted
+//!   bucket `k` with permits becomes the weighted one, `(k+n)·b + 1`.
 //! - Error bound: the estimate assumes the oldest bucket's admissions were spread evenly over
 //!   it. It can over- or under-count by at most that bucket's count (never more than `L`, and
 //!   about `L / n` at a steady rate). So any rolling window of `W` holds at most `L + count(j-n)`
