@@ -376,7 +376,10 @@ mod tests {
         let denied = parse_sliding_window(&denied, 100, base).expect("a decision");
         assert_eq!(denied, Decision::denied(100, 2, ms(61_000), ms(9_500)));
         let long = Value::Array(vec![Value::Int(0), Value::Int(61_000), Value::Int(9_500)]);
-        assert_eq!(parse_sliding_window(&long, 100, base).expect("a decision"), Decision::denied(100, 0, ms(61_000), ms(9_500)));
+        assert_eq!(
+            parse_sliding_window(&long, 100, base).expect("a decision"),
+            Decision::denied(100, 0, ms(61_000), ms(9_500))
+        );
         for bad in [
             Value::Array(vec![Value::Int(-2), Value::Int(500)]),
             Value::Array(vec![Value::Int(2), Value::Nil]),
