@@ -53,12 +53,12 @@ for f = 1, #h, 2 do
       if k > newest then
         newest = k
       end
+      -- A bucket ahead of j (counted under another quota's bucket length) is not counted yet.
       if k == weighted then
         old = count
       elseif k <= j then
         full = full + count
       end
-      -- A bucket ahead of j was counted under another quota's bucket length: not yet counted.
     else
       stale = true
     end
