@@ -94,31 +94,43 @@ pub(super) fn sliding_window_base(quota: &Quota, buckets: u32) -> u64 {
     (n + 2) * (quota.window_ms() / n) + 1
 }
 
-/// Reads `sliding_window.lua`'s answer: one integer in `base` (`remaining * base + reset` when
-/// admitted, `-1 - ((remaining * base + reset) * base + retry)` when denied), or, when that
-/// would not fit, `one_key.lua`'s table.
+/// Reads `sliding_window.lua`'s answer: one integer in `base` (`(remaining * base + reset) *
+/// base + next` when admitted, `-1 - (((remaining * base + reset) * base + retry) * base +
+/// next)` when denied), or, when that would not fit, the table `[remaining, reset, next]` or
+/// `[remaining, reset, retry, next]`.
 pub(super) fn parse_sliding_window(reply: &Value, limit: u64, base: u64) -> Result<Decision, Error> {
     let unexpected = || Error::UnexpectedReply(format!("{reply:?}"));
+    let ms = Duration::from_millis;
     match *reply {
         Value::Int(packed) if packed >= 0 => {
             let packed = packed.unsigned_abs();
-            Ok(Decision::allowed(limit, packed / base, Duration::from_millis(packed % base)))
+            let (state, next) = (packed / base, packed % base);
+            Ok(Decision::allowed(limit, state / base, ms(state % base)).with_next_permit_after(ms(next)))
         }
         Value::Int(packed) => {
             let packed = (-1 - packed).unsigned_abs();
-            let (state, retry) = (packed / base, packed % base);
+            let (rest, next) = (packed / base, packed % base);
+            let (state, retry) = (rest / base, rest % base);
             let (remaining, reset) = (state / base, state % base);
-            Ok(Decision::denied(limit, remaining, Duration::from_millis(reset), Duration::from_millis(retry)))
+            Ok(Decision::denied(limit, remaining, ms(reset), ms(retry)).with_next_permit_after(ms(next)))
         }
         Value::Array(ref items) => {
             let numbers = items
                 .iter()
                 .map(|item| match item {
-                    Value::Int(n) => Ok(*n),
+                    Value::Int(n) => u64::try_from(*n).map_err(|_| unexpected()),
                     _ => Err(unexpected()),
                 })
-                .collect::<Result<Vec<i64>, Error>>()?;
-            parse_one_key(&numbers, limit)
+                .collect::<Result<Vec<u64>, Error>>()?;
+            match numbers[..] {
+                [remaining, reset, next] => {
+                    Ok(Decision::allowed(limit, remaining, ms(reset)).with_next_permit_after(ms(next)))
+                }
+                [remaining, reset, retry, next] => {
+                    Ok(Decision::denied(limit, remaining, ms(reset), ms(retry)).with_next_permit_after(ms(next)))
+                }
+                _ => Err(unexpected()),
+            }
         }
         _ => Err(unexpected()),
     }
@@ -395,16 +407,20 @@ mod tests {
         let base = sliding_window_base(&q, 6);
         assert_eq!(base, 80_001, "eight buckets of 10 s, and one");
         let ms = Duration::from_millis;
-        let admitted = parse_sliding_window(&Value::Int(7 * 80_001 + 65_000), 100, base).expect("a decision");
-        assert_eq!(admitted, Decision::allowed(100, 7, ms(65_000)));
-        let denied = Value::Int(-1 - ((2 * 80_001 + 61_000) * 80_001 + 9_500));
+        let admitted = Value::Int((7 * 80_001 + 65_000) * 80_001 + 4_000);
+        let admitted = parse_sliding_window(&admitted, 100, base).expect("a decision");
+        assert_eq!(admitted, Decision::allowed(100, 7, ms(65_000)).with_next_permit_after(ms(4_000)));
+        let denied = Value::Int(-1 - (((2 * 80_001 + 61_000) * 80_001 + 9_500) * 80_001 + 3_000));
         let denied = parse_sliding_window(&denied, 100, base).expect("a decision");
-        assert_eq!(denied, Decision::denied(100, 2, ms(61_000), ms(9_500)));
-        let long = Value::Array(vec![Value::Int(0), Value::Int(61_000), Value::Int(9_500)]);
+        assert_eq!(denied, Decision::denied(100, 2, ms(61_000), ms(9_500)).with_next_permit_after(ms(3_000)));
+        let long = Value::Array(vec![Value::Int(0), Value::Int(61_000), Value::Int(9_500), Value::Int(3_000)]);
         assert_eq!(
             parse_sliding_window(&long, 100, base).expect("a decision"),
-            Decision::denied(100, 0, ms(61_000), ms(9_500))
+            Decision::denied(100, 0, ms(61_000), ms(9_500)).with_next_permit_after(ms(3_000))
         );
+        let long = Value::Array(vec![Value::Int(5), Value::Int(61_000), Value::Int(1)]);
+        let admitted = parse_sliding_window(&long, 100, base).expect("a decision");
+        assert_eq!(admitted, Decision::allowed(100, 5, ms(61_000)).with_next_permit_after(ms(1)));
         for bad in [
             Value::Array(vec![Value::Int(-2), Value::Int(500)]),
             Value::Array(vec![Value::Int(2), Value::Nil]),
