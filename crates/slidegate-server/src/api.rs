@@ -1,6 +1,7 @@
 //! The HTTP/JSON API. Handlers translate JSON to library calls and back; every client mistake
 //! is a 4xx with `{"error": {"code", "message"}}`, never a 500.
 
+use std::borrow::Cow;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -350,41 +351,47 @@ impl From<BytesRejection> for ApiError {
     }
 }
 
-/// One check as clients send it: a rule (with optional tier) or an inline limit and window.
+/// One check as clients send it: a rule (with optional tier) or an inline limit and window. The
+/// strings borrow from the body unless they hold an escape.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct CheckBody {
-    rule: Option<String>,
-    key: Option<String>,
+struct CheckBody<'a> {
+    #[serde(borrow)]
+    rule: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    key: Option<Cow<'a, str>>,
     cost: Option<u64>,
-    tier: Option<String>,
+    #[serde(borrow)]
+    tier: Option<Cow<'a, str>>,
     limit: Option<u64>,
-    window: Option<String>,
+    #[serde(borrow)]
+    window: Option<Cow<'a, str>>,
     #[serde(flatten)]
     algorithm: AlgorithmSpec,
-    checks: Option<Checks>,
+    #[serde(borrow)]
+    checks: Option<Checks<'a>>,
 }
 
 /// A multi-check's list as sent: at most [`slidegate::MAX_CHECKS`] checks are parsed, the rest
 /// only counted, so a 64 KiB body of `{},{},…` (20,000 empty checks, each a few hundred bytes
 /// parsed) costs no more memory than a valid group.
 #[derive(Debug, Default)]
-struct Checks {
-    parsed: Vec<CheckBody>,
+struct Checks<'a> {
+    parsed: Vec<CheckBody<'a>>,
     count: usize,
 }
 
-impl<'de> Deserialize<'de> for Checks {
+impl<'de: 'a, 'a> Deserialize<'de> for Checks<'a> {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Bounded;
-        impl<'de> serde::de::Visitor<'de> for Bounded {
-            type Value = Checks;
+        struct Bounded<'a>(std::marker::PhantomData<Checks<'a>>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Bounded<'a> {
+            type Value = Checks<'a>;
 
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str("a list of checks")
             }
 
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Checks, A::Error> {
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Checks<'a>, A::Error> {
                 let mut checks = Checks::default();
                 while checks.count < slidegate::MAX_CHECKS {
                     match seq.next_element()? {
@@ -399,7 +406,7 @@ impl<'de> Deserialize<'de> for Checks {
                 Ok(checks)
             }
         }
-        deserializer.deserialize_seq(Bounded)
+        deserializer.deserialize_seq(Bounded(std::marker::PhantomData))
     }
 }
 
@@ -412,7 +419,7 @@ struct Resolved {
     cost: u64,
 }
 
-impl CheckBody {
+impl CheckBody<'_> {
     /// Whether any field of a single check is set (they cannot stand beside `checks`).
     fn has_single_fields(&self) -> bool {
         self.rule.is_some()
@@ -455,7 +462,7 @@ impl CheckBody {
                 let quota = r.quota_for(self.tier.as_deref()).ok_or_else(|| {
                     ApiError::bad_request("unknown_tier", format!("rule {rule:?} has no tier {:?}", self.tier))
                 })?;
-                (rule, quota)
+                (rule.into_owned(), quota)
             }
             None => {
                 live.inline.check_enabled()?;
@@ -515,7 +522,7 @@ enum CheckRequest {
 /// Decodes a `/v1/check` body and resolves it against `live`'s rules: anything else than a
 /// request is a client error.
 fn decode_check(body: &[u8], live: &Live) -> Result<CheckRequest, ApiError> {
-    let mut request: CheckBody =
+    let mut request: CheckBody<'_> =
         serde_json::from_slice(body).map_err(|e| ApiError::bad_request("invalid_json", e.to_string()))?;
     match request.checks.take() {
         None => Ok(CheckRequest::One(request.resolve(live)?)),

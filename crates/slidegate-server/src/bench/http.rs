@@ -1,13 +1,16 @@
 //! The load generator's HTTP/1 client: one kept-alive connection per worker (hyper's own
-//! connection, no pool to look up), requests built from bodies encoded once, and an answer read
-//! only as far as its `"allowed":` field. What a request costs the generator is then small
-//! beside what it costs the server, so the server, not the generator, is what a run measures.
+//! connection, no pool to look up), driven by the worker's own task (no wake-up of another task
+//! per request), requests built from bodies encoded once, and an answer read only as far as its
+//! `"allowed":` field. What a request costs the generator is then small beside what it costs
+//! the server, so the server, not the generator, is what a run measures.
+
+use std::pin::Pin;
 
 use anyhow::Context as _;
 use http_body_util::{BodyExt as _, Full};
 use hyper::Request;
 use hyper::body::Bytes;
-use hyper::client::conn::http1::SendRequest;
+use hyper::client::conn::http1::{self, SendRequest};
 use hyper::header::{CONTENT_TYPE, HOST, HeaderValue};
 use hyper::http::{Method, Uri};
 use hyper_util::rt::TokioIo;
@@ -38,15 +41,18 @@ impl HttpTarget {
 
     /// A worker's connection, opened at its first decision.
     pub(super) fn connection(&self) -> Connection<'_> {
-        Connection { target: self, sender: None }
+        Connection { target: self, open: None }
     }
 }
+
+/// hyper's connection: the socket's reads and writes, polled while a request waits on it.
+type Io = Pin<Box<http1::Connection<TokioIo<TcpStream>, Full<Bytes>>>>;
 
 /// One worker's connection to an [`HttpTarget`]; after a failure the next decision opens a new
 /// one.
 pub(super) struct Connection<'a> {
     target: &'a HttpTarget,
-    sender: Option<SendRequest<Full<Bytes>>>,
+    open: Option<(SendRequest<Full<Bytes>>, Io)>,
 }
 
 impl Connection<'_> {
@@ -55,15 +61,15 @@ impl Connection<'_> {
         let outcome = self.try_decide(key_index).await;
         if outcome.is_err() {
             // The connection's state is unknown (an answer half read): start afresh.
-            self.sender = None;
+            self.open = None;
         }
         outcome
     }
 
     async fn try_decide(&mut self, key_index: usize) -> anyhow::Result<bool> {
-        let sender = match &mut self.sender {
-            Some(sender) if !sender.is_closed() => sender,
-            _ => self.sender.insert(open(&self.target.authority).await?),
+        let (sender, io) = match self.open.take() {
+            Some(open) if !open.0.is_closed() => self.open.insert(open),
+            _ => self.open.insert(open(&self.target.authority).await?),
         };
         let mut request = Request::new(Full::new(self.target.bodies[key_index].clone()));
         *request.method_mut() = Method::POST;
@@ -71,22 +77,29 @@ impl Connection<'_> {
         let headers = request.headers_mut();
         headers.insert(HOST, self.target.host.clone());
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        let response = sender.send_request(request).await?;
-        let status = response.status();
-        let body = response.into_body().collect().await?.to_bytes();
+        let exchange = async {
+            // Ready once the connection, polled below, has finished with the last answer.
+            sender.ready().await?;
+            let response = sender.send_request(request).await?;
+            let status = response.status();
+            anyhow::Ok((status, response.into_body().collect().await?.to_bytes()))
+        };
+        let (status, body) = tokio::select! {
+            biased;
+            answered = exchange => answered?,
+            ended = io.as_mut() => anyhow::bail!("the server closed the connection ({ended:?})"),
+        };
         anyhow::ensure!(status.is_success(), "HTTP {status}");
         allowed(&body).with_context(|| format!("no `allowed` in {:?}", String::from_utf8_lossy(&body)))
     }
 }
 
-/// A new HTTP/1 connection to `authority`, its I/O driven by a task of its own.
-async fn open(authority: &str) -> anyhow::Result<SendRequest<Full<Bytes>>> {
+/// A new HTTP/1 connection to `authority`.
+async fn open(authority: &str) -> anyhow::Result<(SendRequest<Full<Bytes>>, Io)> {
     let stream = TcpStream::connect(authority).await.with_context(|| format!("connecting to {authority}"))?;
     stream.set_nodelay(true)?;
-    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
-    // Ends when the sender is dropped or the server closes the connection.
-    tokio::spawn(connection);
-    Ok(sender)
+    let (sender, io) = http1::handshake(TokioIo::new(stream)).await?;
+    Ok((sender, Box::pin(io)))
 }
 
 /// The `allowed` field of a decision as the service writes it (`{"rule":"…","allowed":true,…`):
