@@ -19,10 +19,10 @@ use axum::{Json, Router};
 use http_body_util::{BodyExt as _, LengthLimitError, Limited};
 use hyper::body::Incoming;
 use serde::Deserialize;
-use tower_service::Service as _;
 use serde_json::json;
 use slidegate::headers::{self as rate_limit, RateLimitHeaders};
 use slidegate::{Algorithm, Check, Decision, ErrorClass, Quota};
+use tower_service::Service as _;
 
 use crate::app::{App, Live};
 use crate::config::{AlgorithmSpec, INLINE_RULE, parse_duration};

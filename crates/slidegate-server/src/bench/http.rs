@@ -130,7 +130,10 @@ mod tests {
 
     #[test]
     fn a_target_is_a_host_and_port_without_a_path() {
-        assert_eq!(HttpTarget::new("http://127.0.0.1:8080/", Vec::new()).map(|t| t.authority).ok(), Some("127.0.0.1:8080".into()));
+        assert_eq!(
+            HttpTarget::new("http://127.0.0.1:8080/", Vec::new()).map(|t| t.authority).ok(),
+            Some("127.0.0.1:8080".into())
+        );
         assert!(HttpTarget::new("http://127.0.0.1:8080/prefix", Vec::new()).is_err());
         assert!(HttpTarget::new("http://", Vec::new()).is_err());
     }
