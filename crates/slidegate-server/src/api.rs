@@ -1,7 +1,6 @@
 //! The HTTP/JSON API. Handlers translate JSON to library calls and back; every client mistake
 //! is a 4xx with `{"error": {"code", "message"}}`, never a 500.
 
-use std::borrow::Cow;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -351,47 +350,41 @@ impl From<BytesRejection> for ApiError {
     }
 }
 
-/// One check as clients send it: a rule (with optional tier) or an inline limit and window. The
-/// strings borrow from the body unless they hold an escape.
+/// One check as clients send it: a rule (with optional tier) or an inline limit and window.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct CheckBody<'a> {
-    #[serde(borrow)]
-    rule: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    key: Option<Cow<'a, str>>,
+struct CheckBody {
+    rule: Option<String>,
+    key: Option<String>,
     cost: Option<u64>,
-    #[serde(borrow)]
-    tier: Option<Cow<'a, str>>,
+    tier: Option<String>,
     limit: Option<u64>,
-    #[serde(borrow)]
-    window: Option<Cow<'a, str>>,
+    window: Option<String>,
     #[serde(flatten)]
     algorithm: AlgorithmSpec,
-    #[serde(borrow)]
-    checks: Option<Checks<'a>>,
+    checks: Option<Checks>,
 }
 
 /// A multi-check's list as sent: at most [`slidegate::MAX_CHECKS`] checks are parsed, the rest
 /// only counted, so a 64 KiB body of `{},{},…` (20,000 empty checks, each a few hundred bytes
 /// parsed) costs no more memory than a valid group.
 #[derive(Debug, Default)]
-struct Checks<'a> {
-    parsed: Vec<CheckBody<'a>>,
+struct Checks {
+    parsed: Vec<CheckBody>,
     count: usize,
 }
 
-impl<'de: 'a, 'a> Deserialize<'de> for Checks<'a> {
+impl<'de> Deserialize<'de> for Checks {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Bounded<'a>(std::marker::PhantomData<Checks<'a>>);
-        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Bounded<'a> {
-            type Value = Checks<'a>;
+        struct Bounded;
+        impl<'de> serde::de::Visitor<'de> for Bounded {
+            type Value = Checks;
 
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str("a list of checks")
             }
 
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Checks<'a>, A::Error> {
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Checks, A::Error> {
                 let mut checks = Checks::default();
                 while checks.count < slidegate::MAX_CHECKS {
                     match seq.next_element()? {
@@ -406,7 +399,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for Checks<'a> {
                 Ok(checks)
             }
         }
-        deserializer.deserialize_seq(Bounded(std::marker::PhantomData))
+        deserializer.deserialize_seq(Bounded)
     }
 }
 
@@ -419,7 +412,7 @@ struct Resolved {
     cost: u64,
 }
 
-impl CheckBody<'_> {
+impl CheckBody {
     /// Whether any field of a single check is set (they cannot stand beside `checks`).
     fn has_single_fields(&self) -> bool {
         self.rule.is_some()
@@ -462,7 +455,7 @@ impl CheckBody<'_> {
                 let quota = r.quota_for(self.tier.as_deref()).ok_or_else(|| {
                     ApiError::bad_request("unknown_tier", format!("rule {rule:?} has no tier {:?}", self.tier))
                 })?;
-                (rule.into_owned(), quota)
+                (rule, quota)
             }
             None => {
                 live.inline.check_enabled()?;
@@ -522,7 +515,7 @@ enum CheckRequest {
 /// Decodes a `/v1/check` body and resolves it against `live`'s rules: anything else than a
 /// request is a client error.
 fn decode_check(body: &[u8], live: &Live) -> Result<CheckRequest, ApiError> {
-    let mut request: CheckBody<'_> =
+    let mut request: CheckBody =
         serde_json::from_slice(body).map_err(|e| ApiError::bad_request("invalid_json", e.to_string()))?;
     match request.checks.take() {
         None => Ok(CheckRequest::One(request.resolve(live)?)),
