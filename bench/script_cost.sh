@@ -5,6 +5,7 @@
 # a fraction of a percent.
 #
 #   bash bench/script_cost.sh [calls]     (needs valgrind)
+#   TABLES=3 PIPELINE=1 REDIS_CELL_MODULE=… bash bench/script_cost.sh   (table 3 alone, unpipelined)
 #
 # Table 1, the scripts (collected inside EVALSHA): the classic sorted-set script
 # (bench/baselines/sliding_log_classic.lua) and slidegate's sliding-log script.
@@ -21,6 +22,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 calls=${1:-3000}
+tables=" ${TABLES:-1 2 3} "
+# Commands per round trip: the reply goes to a client buffer holding others' (16) or to an empty one (1).
+pipeline=${PIPELINE:-16}
 classic=bench/baselines/sliding_log_classic.lua
 ours=crates/slidegate/src/redis/sliding_log.lua
 scripts=crates/slidegate/src/redis
@@ -45,10 +49,11 @@ per_call() { # function to collect in, redis-benchmark args (@CLASSIC@/@OURS@ = 
   for name in check one_key; do
     args=("${args[@]/@${name^^}@/$(redis-cli -p "$port" SCRIPT LOAD "$(cat "$scripts/$name.lua")")}")
   done
-  redis-benchmark -p "$port" -n "$calls" -c 4 -P 16 -q "${args[@]}" >/dev/null 2>&1
+  redis-benchmark -p "$port" -n "$calls" -c 4 -P "$pipeline" -q "${args[@]}" >/dev/null 2>&1
   n=$(redis-cli -p "$port" INFO commandstats |
     sed -n 's/^cmdstat_\(evalsha\|slidegate.check\|cl.throttle\):calls=\([0-9]*\),.*/\2/p')
-  redis-cli -p "$port" SHUTDOWN NOSAVE >/dev/null 2>&1 || true
+  # A signal, not SHUTDOWN: that command would run inside processCommand and be counted.
+  kill "$pid"
   wait "$pid" || true
   ir=$(awk '/^(summary|totals):/ { print $2; exit }' "$out")
   rm -f "$out"
@@ -68,40 +73,44 @@ calls_for() { # shape key window limit -> the arrays classic_call, look_call, co
   if [ "$1" = W1 ]; then ours_call=("${look_call[@]}"); else ours_call=("${count_call[@]}"); fi
 }
 
-printf '| shape | classic script (instr/call) | slidegate, look first | slidegate, count first | ratio, the order the backend takes |\n'
-printf '|---|---|---|---|---|\n'
-for shape in "${shapes[@]}"; do
-  IFS=: read -r name rand key window limit <<<"$shape"
-  calls_for "$name" "$key" "$window" "$limit"
-  # shellcheck disable=SC2086
-  s=$(per_call evalShaCommand $rand "${classic_call[@]}")
-  # shellcheck disable=SC2086
-  l=$(per_call evalShaCommand $rand "${look_call[@]}")
-  # shellcheck disable=SC2086
-  c=$(per_call evalShaCommand $rand "${count_call[@]}")
-  taken=$c
-  [ "$name" = W1 ] && taken=$l
-  python3 -c "print(f'| $name | {$s:,} | {$l:,} | {$c:,} | **{$taken / $s:.2f}** |')"
-done
+[[ $tables == *" 1 "* ]] && {
+  printf '| shape | classic script (instr/call) | slidegate, look first | slidegate, count first | ratio, the order the backend takes |\n'
+  printf '|---|---|---|---|---|\n'
+  for shape in "${shapes[@]}"; do
+    IFS=: read -r name rand key window limit <<<"$shape"
+    calls_for "$name" "$key" "$window" "$limit"
+    # shellcheck disable=SC2086
+    s=$(per_call evalShaCommand $rand "${classic_call[@]}")
+    # shellcheck disable=SC2086
+    l=$(per_call evalShaCommand $rand "${look_call[@]}")
+    # shellcheck disable=SC2086
+    c=$(per_call evalShaCommand $rand "${count_call[@]}")
+    taken=$c
+    [ "$name" = W1 ] && taken=$l
+    python3 -c "print(f'| $name | {$s:,} | {$l:,} | {$c:,} | **{$taken / $s:.2f}** |')"
+  done
+}
 
-printf '\n| shape | algorithm | check.lua (instr/call) | one_key.lua (instr/call) | ratio |\n|---|---|---|---|---|\n'
-for shape in "${shapes[@]}"; do
-  IFS=: read -r name rand key window limit <<<"$shape"
-  te=$((window * 1000 / limit))
-  # check.lua ARGV: id, now ("" = TIME), record, then algorithm limit window cost param period cold.
-  # shellcheck disable=SC2086
-  c=$(per_call evalShaCommand $rand EVALSHA @CHECK@ 1 "$key" m__rand_int__ "" 1 f "$limit" "$window" 1 0 0 0)
-  # shellcheck disable=SC2086
-  o=$(per_call evalShaCommand $rand EVALSHA @ONE_KEY@ 1 "$key" f "$window" "$limit" 1)
-  python3 -c "print(f'| $name | fixed_window | {$c:,} | {$o:,} | **{$o / $c:.2f}** |')"
-  # shellcheck disable=SC2086
-  c=$(per_call evalShaCommand $rand EVALSHA @CHECK@ 1 "$key" m__rand_int__ "" 1 g "$limit" "$window" 1 "$limit" 0 0)
-  # shellcheck disable=SC2086
-  o=$(per_call evalShaCommand $rand EVALSHA @ONE_KEY@ 1 "$key" g "$te" $((limit * te)) "$te")
-  python3 -c "print(f'| $name | gcra | {$c:,} | {$o:,} | **{$o / $c:.2f}** |')"
-done
+[[ $tables == *" 2 "* ]] && {
+  printf '\n| shape | algorithm | check.lua (instr/call) | one_key.lua (instr/call) | ratio |\n|---|---|---|---|---|\n'
+  for shape in "${shapes[@]}"; do
+    IFS=: read -r name rand key window limit <<<"$shape"
+    te=$((window * 1000 / limit))
+    # check.lua ARGV: id, now ("" = TIME), record, then algorithm limit window cost param period cold.
+    # shellcheck disable=SC2086
+    c=$(per_call evalShaCommand $rand EVALSHA @CHECK@ 1 "$key" m__rand_int__ "" 1 f "$limit" "$window" 1 0 0 0)
+    # shellcheck disable=SC2086
+    o=$(per_call evalShaCommand $rand EVALSHA @ONE_KEY@ 1 "$key" f "$window" "$limit" 1)
+    python3 -c "print(f'| $name | fixed_window | {$c:,} | {$o:,} | **{$o / $c:.2f}** |')"
+    # shellcheck disable=SC2086
+    c=$(per_call evalShaCommand $rand EVALSHA @CHECK@ 1 "$key" m__rand_int__ "" 1 g "$limit" "$window" 1 "$limit" 0 0)
+    # shellcheck disable=SC2086
+    o=$(per_call evalShaCommand $rand EVALSHA @ONE_KEY@ 1 "$key" g "$te" $((limit * te)) "$te")
+    python3 -c "print(f'| $name | gcra | {$c:,} | {$o:,} | **{$o / $c:.2f}** |')"
+  done
+}
 
-[ -f "$module" ] || exit 0
+[[ $tables == *" 3 "* && -f "$module" ]] || exit 0
 printf '\n| shape | module | slidegate script | classic script | redis-cell | module / classic | module / cell |\n'
 printf '|---|---|---|---|---|---|---|\n'
 for shape in "${shapes[@]}"; do
