@@ -42,12 +42,12 @@ per_call() { # function to collect in, redis-benchmark args (@CLASSIC@/@OURS@ = 
     redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no "${load[@]}" >/dev/null 2>&1 &
   pid=$!
   for _ in $(seq 1 300); do redis-cli -p "$port" PING 2>/dev/null | grep -q PONG && break; sleep 0.1; done
-  local args=("$@")
-  args=("${args[@]/@CLASSIC@/$(redis-cli -p "$port" SCRIPT LOAD "$(cat "$classic")")}")
-  args=("${args[@]/@OURS@/$(redis-cli -p "$port" SCRIPT LOAD "$(cat "$ours")")}")
-  local name
-  for name in check one_key; do
-    args=("${args[@]/@${name^^}@/$(redis-cli -p "$port" SCRIPT LOAD "$(cat "$scripts/$name.lua")")}")
+  # Only the script the call names is loaded: SCRIPT LOAD runs inside processCommand too.
+  local args=("$@") name path
+  for name in CLASSIC:$classic OURS:$ours CHECK:$scripts/check.lua ONE_KEY:$scripts/one_key.lua; do
+    path=${name#*:} name=${name%%:*}
+    [[ "$*" == *"@$name@"* ]] || continue
+    args=("${args[@]/@$name@/$(redis-cli -p "$port" SCRIPT LOAD "$(cat "$path")")}")
   done
   redis-benchmark -p "$port" -n "$calls" -c 4 -P "$pipeline" -q "${args[@]}" >/dev/null 2>&1
   n=$(redis-cli -p "$port" INFO commandstats |
