@@ -60,8 +60,9 @@ pub struct Spec {
     pub cost: u64,
 }
 
-/// Checks a command holds without allocating; more (up to [`MAX_CHECKS`]) go to the heap.
-pub const INLINE_CHECKS: usize = 4;
+/// Checks a command holds without allocating (one key, or two joined by `AND`); more (up to
+/// [`MAX_CHECKS`]) go to the heap. Kept small: the arrays are moved whole.
+pub const INLINE_CHECKS: usize = 2;
 
 /// A parsed `SLIDEGATE.CHECK`.
 #[derive(Debug, Clone, PartialEq, Eq)]

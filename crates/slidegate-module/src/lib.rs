@@ -111,18 +111,15 @@ extern "C" fn check_command(
             context.key_at_pos(i32::try_from(position).unwrap_or(1));
         }
     } else {
-        match check(&context, args) {
-            Ok(integers) => reply_integers(ctx, &integers),
-            Err(e) => {
-                context.reply(Err(e));
-            }
+        if let Err(e) = check(&context, args) {
+            context.reply(Err(e));
         }
     }
     raw::Status::Ok as c_int
 }
 
 /// `SLIDEGATE.CHECK`: one check, or several joined by `AND`, decided all or nothing.
-fn check(ctx: &Context, args: &[Borrowed]) -> Result<Integers, RedisError> {
+fn check(ctx: &Context, args: &[Borrowed]) -> Result<(), RedisError> {
     let checks = args::parse_checks(args)?;
     if checks.keys.len() > 1 && ctx.get_flags().contains(ContextFlags::CLUSTER) {
         // Redis checked that this node serves the first key; the others must share its slot.
@@ -169,7 +166,8 @@ impl args::Arg for Borrowed {
 type Integers = SmallVec<[i64; 1 + 5 * INLINE_CHECKS]>;
 
 /// Writes `integers` as an array reply, straight into the client's buffer.
-fn reply_integers(ctx: *mut raw::RedisModuleCtx, integers: &[i64]) {
+fn reply_integers(ctx: &Context, integers: &[i64]) {
+    let ctx = ctx.get_raw();
     raw::reply_with_array(ctx, c_long::try_from(integers.len()).unwrap_or(c_long::MAX));
     for &n in integers {
         raw::reply_with_long_long(ctx, n);
@@ -250,9 +248,9 @@ impl Slot<'_> {
     }
 }
 
-/// Decides `checks` all or nothing, writes what changed, and replicates the command with the
-/// time it used.
-fn decide(ctx: &Context, argv: &[Borrowed], checks: &Checks) -> Result<Integers, RedisError> {
+/// Decides `checks` all or nothing, writes what changed, replicates the command with the time
+/// it used, and replies (last: nothing after it can fail, and the reply is not copied out).
+fn decide(ctx: &Context, argv: &[Borrowed], checks: &Checks) -> Result<(), RedisError> {
     let now = checks.now.unwrap_or_else(server_now);
     // Every check is evaluated before any is recorded. Evaluating drops expired admissions,
     // which is a change to replicate even when nothing is admitted.
@@ -313,7 +311,8 @@ fn decide(ctx: &Context, argv: &[Borrowed], checks: &Checks) -> Result<Integers,
     if changed {
         replicate_at(ctx, argv, checks.now.is_none().then_some(now));
     }
-    Ok(reply)
+    reply_integers(ctx, &reply);
+    Ok(())
 }
 
 /// The slot of one key: its value (borrowed from Redis for as long as its key stays open and
