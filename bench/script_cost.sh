@@ -5,6 +5,7 @@
 # a fraction of a percent.
 #
 #   bash bench/script_cost.sh [calls]     (needs valgrind)
+#   TABLES=4 PIPELINE=1 REDIS_CELL_MODULE=… bash bench/script_cost.sh   (table 4 alone, unpipelined)
 #
 # Table 1, the scripts (collected inside EVALSHA): the classic sorted-set script
 # (bench/baselines/sliding_log_classic.lua) and slidegate's sliding-log script.
@@ -26,6 +27,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 calls=${1:-3000}
+tables=" ${TABLES:-1 2 3 4} "
+# Commands per round trip: the reply goes to a client buffer holding others' (16) or to an empty one (1).
+pipeline=${PIPELINE:-16}
 classic=bench/baselines/sliding_log_classic.lua
 ours=crates/slidegate/src/redis/sliding_log.lua
 scripts=crates/slidegate/src/redis
@@ -44,17 +48,19 @@ per_call() { # function to collect in, redis-benchmark args (@CLASSIC@/@OURS@ = 
     redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no "${load[@]}" >/dev/null 2>&1 &
   pid=$!
   for _ in $(seq 1 300); do redis-cli -p "$port" PING 2>/dev/null | grep -q PONG && break; sleep 0.1; done
-  local args=("$@")
-  args=("${args[@]/@CLASSIC@/$(redis-cli -p "$port" SCRIPT LOAD "$(cat "$classic")")}")
-  args=("${args[@]/@OURS@/$(redis-cli -p "$port" SCRIPT LOAD "$(cat "$ours")")}")
-  local name
-  for name in check one_key sliding_window; do
-    args=("${args[@]/@${name^^}@/$(redis-cli -p "$port" SCRIPT LOAD "$(cat "$scripts/$name.lua")")}")
+  # Only the script the call names is loaded: SCRIPT LOAD runs inside processCommand too.
+  local args=("$@") name path
+  for name in CLASSIC:$classic OURS:$ours CHECK:$scripts/check.lua ONE_KEY:$scripts/one_key.lua \
+    SLIDING_WINDOW:$scripts/sliding_window.lua; do
+    path=${name#*:} name=${name%%:*}
+    [[ "$*" == *"@$name@"* ]] || continue
+    args=("${args[@]/@$name@/$(redis-cli -p "$port" SCRIPT LOAD "$(cat "$path")")}")
   done
-  redis-benchmark -p "$port" -n "$calls" -c 4 -P 16 -q "${args[@]}" >/dev/null 2>&1
+  redis-benchmark -p "$port" -n "$calls" -c 4 -P "$pipeline" -q "${args[@]}" >/dev/null 2>&1
   n=$(redis-cli -p "$port" INFO commandstats |
     sed -n 's/^cmdstat_\(evalsha\|slidegate.check\|cl.throttle\):calls=\([0-9]*\),.*/\2/p')
-  redis-cli -p "$port" SHUTDOWN NOSAVE >/dev/null 2>&1 || true
+  # A signal, not SHUTDOWN: that command would run inside processCommand and be counted.
+  kill "$pid"
   wait "$pid" || true
   ir=$(awk '/^(summary|totals):/ { print $2; exit }' "$out")
   rm -f "$out"
@@ -74,44 +80,49 @@ calls_for() { # shape key window limit -> the arrays classic_call, look_call, co
   if [ "$1" = W1 ]; then ours_call=("${look_call[@]}"); else ours_call=("${count_call[@]}"); fi
 }
 
-printf '| shape | classic script (instr/call) | slidegate, look first | slidegate, count first | ratio, the order the backend takes |\n'
-printf '|---|---|---|---|---|\n'
-for shape in "${shapes[@]}"; do
-  IFS=: read -r name rand key window limit <<<"$shape"
-  calls_for "$name" "$key" "$window" "$limit"
-  # shellcheck disable=SC2086
-  s=$(per_call evalShaCommand $rand "${classic_call[@]}")
-  # shellcheck disable=SC2086
-  l=$(per_call evalShaCommand $rand "${look_call[@]}")
-  # shellcheck disable=SC2086
-  c=$(per_call evalShaCommand $rand "${count_call[@]}")
-  taken=$c
-  [ "$name" = W1 ] && taken=$l
-  python3 -c "print(f'| $name | {$s:,} | {$l:,} | {$c:,} | **{$taken / $s:.2f}** |')"
-done
+[[ $tables == *" 1 "* ]] && {
+  printf '| shape | classic script (instr/call) | slidegate, look first | slidegate, count first | ratio, the order the backend takes |\n'
+  printf '|---|---|---|---|---|\n'
+  for shape in "${shapes[@]}"; do
+    IFS=: read -r name rand key window limit <<<"$shape"
+    calls_for "$name" "$key" "$window" "$limit"
+    # shellcheck disable=SC2086
+    s=$(per_call evalShaCommand $rand "${classic_call[@]}")
+    # shellcheck disable=SC2086
+    l=$(per_call evalShaCommand $rand "${look_call[@]}")
+    # shellcheck disable=SC2086
+    c=$(per_call evalShaCommand $rand "${count_call[@]}")
+    taken=$c
+    [ "$name" = W1 ] && taken=$l
+    python3 -c "print(f'| $name | {$s:,} | {$l:,} | {$c:,} | **{$taken / $s:.2f}** |')"
+  done
+}
 
-printf '\n| shape | algorithm | check.lua (instr/call) | lean script (instr/call) | ratio | ÷ fixed window |\n'
-printf '|---|---|---|---|---|---|\n'
-for shape in "${shapes[@]}"; do
-  IFS=: read -r name rand key window limit <<<"$shape"
-  te=$((window * 1000 / limit))
-  # check.lua ARGV: id, now ("" = TIME), record, then algorithm limit window cost param period cold.
-  # shellcheck disable=SC2086
-  c=$(per_call evalShaCommand $rand EVALSHA @CHECK@ 1 "$key" m__rand_int__ "" 1 f "$limit" "$window" 1 0 0 0)
-  # shellcheck disable=SC2086
-  fixed=$(per_call evalShaCommand $rand EVALSHA @ONE_KEY@ 1 "$key" f "$window" "$limit" 1)
-  python3 -c "print(f'| $name | fixed_window | {$c:,} | {$fixed:,} | **{$fixed / $c:.2f}** | 1.00 |')"
-  # shellcheck disable=SC2086
-  c=$(per_call evalShaCommand $rand EVALSHA @CHECK@ 1 "$key" m__rand_int__ "" 1 g "$limit" "$window" 1 "$limit" 0 0)
-  # shellcheck disable=SC2086
-  o=$(per_call evalShaCommand $rand EVALSHA @ONE_KEY@ 1 "$key" g "$te" $((limit * te)) "$te")
-  python3 -c "print(f'| $name | gcra | {$c:,} | {$o:,} | **{$o / $c:.2f}** | {$o / $fixed:.2f} |')"
-  # shellcheck disable=SC2086
-  c=$(per_call evalShaCommand $rand EVALSHA @CHECK@ 1 "$key" m__rand_int__ "" 1 w "$limit" "$window" 1 10 0 0)
-  # shellcheck disable=SC2086
-  o=$(per_call evalShaCommand $rand EVALSHA @SLIDING_WINDOW@ 1 "$key" $((window / 10)) 10 "$limit" 1)
-  python3 -c "print(f'| $name | sliding_window | {$c:,} | {$o:,} | **{$o / $c:.2f}** | **{$o / $fixed:.2f}** |')"
-done
+[[ $tables == *" 2 "* ]] && {
+  printf '\n| shape | algorithm | check.lua (instr/call) | lean script (instr/call) | ratio | ÷ fixed window |\n'
+  printf '|---|---|---|---|---|---|\n'
+  for shape in "${shapes[@]}"; do
+    IFS=: read -r name rand key window limit <<<"$shape"
+    te=$((window * 1000 / limit))
+    # check.lua ARGV: id, now ("" = TIME), record, then algorithm limit window cost param period cold.
+    # shellcheck disable=SC2086
+    c=$(per_call evalShaCommand $rand EVALSHA @CHECK@ 1 "$key" m__rand_int__ "" 1 f "$limit" "$window" 1 0 0 0)
+    # shellcheck disable=SC2086
+    fixed=$(per_call evalShaCommand $rand EVALSHA @ONE_KEY@ 1 "$key" f "$window" "$limit" 1)
+    python3 -c "print(f'| $name | fixed_window | {$c:,} | {$fixed:,} | **{$fixed / $c:.2f}** | 1.00 |')"
+    # shellcheck disable=SC2086
+    c=$(per_call evalShaCommand $rand EVALSHA @CHECK@ 1 "$key" m__rand_int__ "" 1 g "$limit" "$window" 1 "$limit" 0 0)
+    # shellcheck disable=SC2086
+    o=$(per_call evalShaCommand $rand EVALSHA @ONE_KEY@ 1 "$key" g "$te" $((limit * te)) "$te")
+    python3 -c "print(f'| $name | gcra | {$c:,} | {$o:,} | **{$o / $c:.2f}** | {$o / $fixed:.2f} |')"
+    # shellcheck disable=SC2086
+    c=$(per_call evalShaCommand $rand EVALSHA @CHECK@ 1 "$key" m__rand_int__ "" 1 w "$limit" "$window" 1 10 0 0)
+    # shellcheck disable=SC2086
+    o=$(per_call evalShaCommand $rand EVALSHA @SLIDING_WINDOW@ 1 "$key" $((window / 10)) 10 "$limit" 1)
+    python3 -c "print(f'| $name | sliding_window | {$c:,} | {$o:,} | **{$o / $c:.2f}** | **{$o / $fixed:.2f}** |')"
+  done
+}
+
 
 per_decision() { # slidegate bench args -> instructions inside processCommand per decision
   local port out pid n ir
@@ -130,7 +141,7 @@ per_decision() { # slidegate bench args -> instructions inside processCommand pe
   echo $((ir / n))
 }
 
-if [ -x "$slidegate" ]; then
+if [[ $tables == *" 3 "* && -x "$slidegate" ]]; then
   printf '\n| shape | sliding_log | sliding_window | fixed_window | gcra | sliding_window ÷ fixed_window |\n'
   printf '|---|---|---|---|---|---|\n'
   for shape in "W1:1:10s" "W2:10000:60s"; do
@@ -144,7 +155,7 @@ if [ -x "$slidegate" ]; then
   done
 fi
 
-[ -f "$module" ] || exit 0
+[[ $tables == *" 4 "* && -f "$module" ]] || exit 0
 printf '\n| shape | module | slidegate script | classic script | redis-cell | module / classic | module / cell |\n'
 printf '|---|---|---|---|---|---|---|\n'
 for shape in "${shapes[@]}"; do
