@@ -145,12 +145,12 @@ fn keys_are_reported_and_groups_of_any_size_answer_per_key() {
         args
     };
     let admitted = ints(&mut c, &as_strs(&group("1")));
-    assert_eq!(admitted.len(), 1 + 5 * 5);
+    assert_eq!(admitted.len(), 1 + 6 * 5);
     assert_eq!(admitted[0], 1);
-    assert!(admitted[1..].chunks(5).all(|row| row[0] == 1), "{admitted:?}");
-    assert_eq!((admitted[2], admitted[22]), (9, 0), "remaining per key");
+    assert!(admitted[1..].chunks(6).all(|row| row[0] == 1), "{admitted:?}");
+    assert_eq!((admitted[2], admitted[26]), (9, 0), "remaining per key");
     let denied = ints(&mut c, &as_strs(&group("1")));
-    assert_eq!((denied.len(), denied[0], denied[21], denied[22]), (26, 0, 0, 0), "the last key is full: {denied:?}");
+    assert_eq!((denied.len(), denied[0], denied[25], denied[26]), (31, 0, 0, 0), "the last key is full: {denied:?}");
     assert_eq!(denied[2], 9, "nothing was recorded for the others");
 }
 
