@@ -85,6 +85,8 @@ async fn accept(listener: TcpListener, ready: mpsc::Sender<io::Result<Slotted>>,
             ::metrics::counter!(metrics::GRPC_CONNECTIONS_REFUSED).increment(1);
             continue;
         };
+        // Answers are small and Envoy waits for each: no Nagle delay before sending one.
+        let _ = stream.set_nodelay(true);
         let ready = ready.clone();
         tokio::spawn(async move {
             if tokio::time::timeout(limits.header_read_timeout, preface(&stream)).await.is_ok_and(|sent| sent) {
