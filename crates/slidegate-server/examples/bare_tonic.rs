@@ -51,10 +51,11 @@ impl RateLimitService for Fixed {
 async fn main() -> std::io::Result<()> {
     let addr = std::env::args().nth(1).unwrap_or_else(|| "127.0.0.1:8091".to_owned());
     let listener = tokio::net::TcpListener::bind(&addr).await?;
-    let service = RateLimitServiceServer::new(Fixed).max_decoding_message_size(slidegate_server::envoy::MAX_REQUEST_BYTES);
+    let service =
+        RateLimitServiceServer::new(Fixed).max_decoding_message_size(slidegate_server::envoy::MAX_REQUEST_BYTES);
     // The same two services as `serve --grpc`: the router matches the path among them.
     let (_reporter, health) = tonic_health::server::health_reporter();
-    let routes = tonic::service::Routes::new(health).add_service(service);
+    let routes = slidegate_server::grpc::routes(service, health);
     slidegate_server::grpc::serve(listener, routes, HttpLimits::default(), std::future::pending())
         .await
         .map_err(std::io::Error::other)

@@ -21,11 +21,16 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
+    RateLimitService, RateLimitServiceServer, SERVICE_NAME,
+};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::server::{Connected, TcpConnectInfo};
+use tonic_health::pb::health_server::Health;
+use tonic_health::pb::health_server::HealthServer;
 
 use crate::http::HttpLimits;
 use crate::metrics;
@@ -47,6 +52,18 @@ const PREFACE_LEN: usize = 24;
 /// server takes each at once; the bound only keeps a stalled server from queuing without end
 /// (the connection cap bounds it too).
 const ACCEPTED_QUEUE: usize = 64;
+
+/// The listener's routes: `health` under its service name, the rate limit service's one method
+/// at its exact path, anything else `UNIMPLEMENTED`. `Routes::add_service` would route the rate
+/// limit service by a `/<service>/{*rest}` pattern, whose capture costs every call an
+/// allocation and a parameter map; an exact path captures nothing.
+pub fn routes(
+    rate_limit: RateLimitServiceServer<impl RateLimitService>,
+    health: HealthServer<impl Health>,
+) -> tonic::service::Routes {
+    let router = tonic::service::Routes::new(health).into_axum_router();
+    router.route_service(&format!("/{SERVICE_NAME}/ShouldRateLimit"), rate_limit).into()
+}
 
 /// Serves `routes` on `listener` within `limits` until `shutdown` completes.
 pub async fn serve(

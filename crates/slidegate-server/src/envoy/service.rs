@@ -178,7 +178,9 @@ fn apply<'a>(
     let node = found.node;
     let counters = match (&found.stats_key, found.limit.unlimited) {
         (_, true) => None,
-        (Some(key), false) => Some(Cow::Owned(node.dynamic.get(key, || format!("{}.{OVERFLOW_SUFFIX}", node.stat_key)))),
+        (Some(key), false) => {
+            Some(Cow::Owned(node.dynamic.get(key, || format!("{}.{OVERFLOW_SUFFIX}", node.stat_key))))
+        }
         (None, false) => Some(Cow::Borrowed(node.counters.get_or_init(|| Counters::new(&node.stat_key)))),
     };
     let key = if found.shared.is_empty() {
