@@ -16,9 +16,11 @@ Redis with --redis).
 
 `--wall` measures calls/s instead (no valgrind; server and Redis on CPU 1, load on CPU 0, the
 servers' order alternating per repetition; medians of the per-repetition ratios): wall-clock
-figures mean something only on a quiet machine.
+figures mean something only on a quiet machine. The generator costs about what a server does
+per call, so it may be what bounds them all; `--h2load` loads W1 with h2load (one connection,
+64 streams, one prebuilt request), which costs less per call than the servers.
 
-    LIMITADOR_BIN=…/limitador-server python3 bench/grpc_floor.py --wall --redis [--reps 5] [--seconds 5]
+    LIMITADOR_BIN=…/limitador-server python3 bench/grpc_floor.py --wall --redis [--h2load] [--reps 5] [--seconds 5]
 """
 import argparse, glob, json, os, shutil, socket, statistics, subprocess, sys, tempfile, time
 
@@ -72,6 +74,22 @@ def load(grpc, keys, seconds):
     if v["errors"]:
         raise SystemExit(f"{v['errors']} failed calls")
     return v
+
+
+def h2load(grpc, seconds, workdir):
+    """W1 from h2load: calls/s of one connection with 64 streams, each a prebuilt request."""
+    pb = lambda field, payload: bytes([field << 3 | 2, len(payload)]) + payload
+    request = pb(1, b"bench") + pb(2, pb(1, pb(1, b"key") + pb(2, b"bench:0")))
+    body = os.path.join(workdir, "w1.grpc")
+    with open(body, "wb") as f:
+        f.write(b"\0" + len(request).to_bytes(4, "big") + request)
+    url = f"http://127.0.0.1:{grpc}/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+    cmd = ["taskset", "-c", "0", "h2load", "-c", "1", "-m", "64", "-D", str(int(seconds)), "-d", body,
+           "-H", "content-type: application/grpc", "-H", "te: trailers", url]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 60).stdout
+    if "0 failed, 0 errored" not in out:
+        raise SystemExit(f"h2load: failed calls\n{out}")
+    return float(out.split(" req/s")[0].rsplit(" ", 1)[1])
 
 
 def instructions(system, backend, keys, redis, args, workdir):
@@ -130,12 +148,15 @@ def measure_wall(systems, backends, redis, args, workdir):
                     grpc = free_port()
                     proc = start(["taskset", "-c", "1", *command(system, backend, redis, grpc, workdir)], grpc, 30)
                     try:
-                        v = load(grpc, keys, args.seconds)
+                        if args.h2load and shape == "W1":
+                            rate = h2load(grpc, args.seconds, workdir)
+                        else:
+                            rate = load(grpc, keys, args.seconds)["decisions_per_sec"]
                     finally:
                         proc.terminate()
                         proc.wait(10)
-                    rows.setdefault((backend, shape, system), []).append(v["decisions_per_sec"])
-                    print(f"rep {rep + 1} {backend} {shape} {system}: {v['decisions_per_sec']:,.0f}/s", file=sys.stderr)
+                    rows.setdefault((backend, shape, system), []).append(rate)
+                    print(f"rep {rep + 1} {backend} {shape} {system}: {rate:,.0f}/s", file=sys.stderr)
     print("| backend | workload | " + " | ".join(f"{s} calls/s" for s in systems) + " | slidegate / limitador |")
     print("|---|---|" + "---|" * (len(systems) + 1))
     for backend in backends:
@@ -156,6 +177,7 @@ def main():
     ap.add_argument("--reps", type=int, default=5, help="--wall: repetitions")
     ap.add_argument("--seconds", type=float, help="the measured load's length (20 s; --wall: 5 s)")
     ap.add_argument("--warmup", type=float, default=10, help="the unmeasured load before it (instructions)")
+    ap.add_argument("--h2load", action="store_true", help="--wall: W1 loaded by h2load")
     ap.add_argument("--keep", help="keep the callgrind files in this directory")
     ap.add_argument("--only", help="these servers alone, e.g. slidegate,limitador")
     args = ap.parse_args()

@@ -107,7 +107,7 @@ async fn accept(listener: TcpListener, ready: mpsc::Sender<io::Result<Slotted>>,
         let ready = ready.clone();
         tokio::spawn(async move {
             if tokio::time::timeout(limits.header_read_timeout, preface(&stream)).await.is_ok_and(|sent| sent) {
-                let _ = ready.send(Ok(Slotted { stream, _slot: slot })).await;
+                let _ = ready.send(Ok(Slotted { stream, _slot: slot, yielded: false })).await;
             }
         });
     }
@@ -128,9 +128,35 @@ async fn preface(stream: &TcpStream) -> bool {
 }
 
 /// A connection and its slot under the cap, released when the server drops the connection.
+///
+/// Its writes are batched: the HTTP/2 connection task writes whatever answers are ready each
+/// time it runs, and each stream's task, on finishing, wakes it to run next (tokio's LIFO slot),
+/// so without a pause it would write each answer alone — a `writev` per call. Before a write it
+/// yields once (its task goes to the back of the run queue), so the answers of the other streams
+/// ready by then go out in the same write.
 struct Slotted {
     stream: TcpStream,
     _slot: OwnedSemaphorePermit,
+    /// Whether the connection yielded before this write already.
+    yielded: bool,
+}
+
+impl Slotted {
+    /// `Pending` once before each write (the task woken at once, to run after the others
+    /// ready), then the write.
+    fn batched<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        write: impl FnOnce(Pin<&mut TcpStream>, &mut Context<'_>) -> Poll<T>,
+    ) -> Poll<T> {
+        if !self.yielded {
+            self.yielded = true;
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
+        self.yielded = false;
+        write(Pin::new(&mut self.stream), cx)
+    }
 }
 
 impl Connected for Slotted {
@@ -149,7 +175,7 @@ impl AsyncRead for Slotted {
 
 impl AsyncWrite for Slotted {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write(cx, buf)
+        self.batched(cx, |stream, cx| stream.poll_write(cx, buf))
     }
 
     fn poll_write_vectored(
@@ -157,7 +183,7 @@ impl AsyncWrite for Slotted {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+        self.batched(cx, |stream, cx| stream.poll_write_vectored(cx, bufs))
     }
 
     fn is_write_vectored(&self) -> bool {
