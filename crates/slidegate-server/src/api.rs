@@ -10,9 +10,10 @@ use ::metrics::Histogram;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
 use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
-use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use axum::handler::Handler;
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{MethodRouter, get, post, put};
+use axum::routing::{MethodFilter, MethodRouter, on};
 use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::json;
@@ -33,31 +34,52 @@ pub const INSPECT_ADMISSIONS: usize = 1_000;
 /// The largest request body accepted (a multi-check of 16 long keys fits easily).
 pub const MAX_BODY: usize = 64 * 1024;
 
+/// One route: its method, its path, and what answers it.
+pub type Route = (Method, &'static str, MethodRouter<Arc<App>>);
+
+/// The route `method path`, answered by `handler`.
+pub(crate) fn route<H, T>(method: Method, path: &'static str, handler: H) -> Route
+where
+    H: Handler<T, Arc<App>>,
+    T: 'static,
+{
+    let filter = MethodFilter::try_from(method.clone()).expect("a method axum routes by");
+    (method, path, on(filter, handler))
+}
+
+/// Every route the service serves: the API's, each with its latency histogram, then the
+/// dashboard's. [`router`] serves these and no other, and `tests/openapi.rs` holds this list
+/// to the OpenAPI document both ways.
+pub fn routes() -> Vec<Route> {
+    let api = [
+        route(Method::POST, "/v1/check", check),
+        route(Method::GET, "/v1/rules", rules),
+        route(Method::GET, "/v1/keys/{rule}/{key}", inspect_key),
+        route(Method::DELETE, "/v1/keys/{rule}/{key}", reset_key),
+        route(Method::PUT, "/v1/overrides/{rule}/{key}", overrides::routes::put),
+        route(Method::DELETE, "/v1/overrides/{rule}/{key}", overrides::routes::delete),
+        route(Method::GET, "/v1/overrides/{rule}", overrides::routes::list),
+        route(Method::GET, "/metrics", render_metrics),
+        route(Method::GET, "/healthz", || async { Json(json!({"status": "ok"})) }),
+        route(Method::GET, "/readyz", ready),
+        route(Method::GET, "/openapi.json", || async {
+            ([(header::CONTENT_TYPE, "application/json")], crate::openapi::DOCUMENT)
+        }),
+    ];
+    // Each route's latency histogram is registered here, once, not looked up per request.
+    let timed = api.into_iter().map(|(method, path, handler)| {
+        let histogram = ::metrics::histogram!(metrics::HTTP_SECONDS, "route" => path);
+        (method, path, handler.layer(TimedLayer(histogram)))
+    });
+    timed.chain(crate::ui::routes()).collect()
+}
+
 /// The service's routes over `app`.
 pub fn router(app: Arc<App>) -> Router {
-    // Each route's latency histogram is registered here, once, not looked up per request.
-    let timed = |route: &'static str, handler: MethodRouter<Arc<App>>| {
-        let histogram = ::metrics::histogram!(metrics::HTTP_SECONDS, "route" => route);
-        (route, handler.layer(TimedLayer(histogram)))
-    };
-    let routes = [
-        timed("/v1/check", post(check)),
-        timed("/v1/rules", get(rules)),
-        timed("/v1/keys/{rule}/{key}", get(inspect_key).delete(reset_key)),
-        timed("/v1/overrides/{rule}/{key}", put(overrides::routes::put).delete(overrides::routes::delete)),
-        timed("/v1/overrides/{rule}", get(overrides::routes::list)),
-        timed("/metrics", get(render_metrics)),
-        timed("/healthz", get(|| async { Json(json!({"status": "ok"})) })),
-        timed("/readyz", get(ready)),
-        timed(
-            "/openapi.json",
-            get(|| async { ([(header::CONTENT_TYPE, "application/json")], crate::openapi::DOCUMENT) }),
-        ),
-    ];
-    routes
+    // Two methods of one path merge into one route.
+    routes()
         .into_iter()
-        .fold(Router::new(), |router, (path, handler)| router.route(path, handler))
-        .merge(crate::ui::routes())
+        .fold(Router::new(), |router, (_, path, handler)| router.route(path, handler))
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such endpoint") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "method not allowed here")

@@ -10,7 +10,7 @@ use anyhow::Context;
 use tokio::net::TcpListener;
 use tracing::{error, info};
 
-use crate::app::{App, admin_state};
+use crate::app::{App, StartError, admin_state};
 use crate::config::{Config, check_redis_url, parse_duration};
 use crate::envoy::{EnvoyOptions, EnvoyRateLimit, HeaderStyle};
 use crate::http::HttpLimits;
@@ -169,9 +169,10 @@ pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
     };
     let grpc = config.grpc;
     let where_ = backend_location(&config);
-    let app = App::start(config, options.config.clone())
-        .await
-        .with_context(|| format!("connecting the backend ({where_})"))?;
+    let app = App::start(config, options.config.clone()).await.map_err(|e| {
+        let doing = starting(&e, &where_);
+        anyhow::Error::new(e).context(doing)
+    })?;
     let app = Arc::new(app);
     crate::shared_rules::start(&app).await.context("reading the shared rules and overrides")?;
     tokio::spawn(crate::overrides::change::lapse_forever(Arc::clone(&app)));
@@ -195,6 +196,16 @@ pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
     watcher.abort();
     info!("slidegate stopped");
     result
+}
+
+/// What the start was doing when it failed with `e`, for the message: `backend` is where the
+/// backend is.
+fn starting(e: &StartError, backend: &str) -> String {
+    match e {
+        StartError::Envoy(_) => "loading the Envoy configuration".to_owned(),
+        StartError::RulesFromRedisWithoutRedis => "checking the rules file".to_owned(),
+        StartError::Backend(_) | StartError::Shared(_) => format!("connecting the backend ({backend})"),
+    }
 }
 
 /// Completes when the stop signal is sent.

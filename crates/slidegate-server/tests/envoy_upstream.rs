@@ -13,7 +13,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use envoy_types::pb::envoy::r#type::v3::RateLimitUnit;
 use envoy_types::pb::google::protobuf::{UInt64Value, value::Kind};
-use support::envoy::{Descriptor, Dir, Envoy, OK, OVER, UNKNOWN, codes, on_both_backends, request};
+use support::envoy::{Descriptor, Dir, Envoy, OK, OVER, UNKNOWN, codes, on_both_backends, refusal, request};
 use support::{RulesFile, run_to_exit};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/envoy");
@@ -27,23 +27,32 @@ fn headers(r: &RateLimitResponse) -> Vec<(&str, &str)> {
 }
 
 #[tokio::test]
-async fn every_refused_file_stops_the_start_naming_file_descriptor_and_reason() {
+async fn every_refused_file_stops_the_start_naming_file_line_descriptor_and_reason() {
     let mut checked = 0;
     for entry in std::fs::read_dir(format!("{FIXTURES}/refused")).expect("fixtures") {
         let path = entry.expect("entry").path();
         let text = std::fs::read_to_string(&path).expect("read");
-        let reason = text.lines().next().and_then(|l| l.strip_prefix("# refused: ")).expect("a `# refused:` line");
         let name = path.file_name().and_then(|n| n.to_str()).expect("name");
         let dir = Dir::with(&[(name, &text)]);
         let grpc = format!("127.0.0.1:{}", slidegate_testkit::free_port());
         let (status, stderr) =
             run_to_exit(&["serve", "--http", "127.0.0.1:0", "--grpc", &grpc, "--envoy-config", dir.arg()]);
         assert!(!status.success(), "{name} started");
-        let file = dir.0.join(name);
-        assert!(stderr.contains(&format!("{}: {reason}", file.display())), "{name}: {stderr}");
+        assert!(stderr.contains(&refusal(&dir.0.join(name), &text)), "{name}: {stderr}");
         checked += 1;
     }
     assert!(checked >= 18);
+}
+
+#[test]
+fn a_refused_file_stops_the_start_as_an_envoy_configuration_problem_not_a_backend_one() {
+    let text = std::fs::read_to_string(format!("{FIXTURES}/refused/unknown_unit.yaml")).expect("read");
+    let dir = Dir::with(&[("edge.yaml", &text)]);
+    let (status, stderr) = run_to_exit(&["serve", "--http", "127.0.0.1:0", "--envoy-config", dir.arg()]);
+    assert!(!status.success());
+    let refused = refusal(&dir.0.join("edge.yaml"), &text);
+    assert!(stderr.contains(&format!("loading the Envoy configuration: {refused}")), "{stderr}");
+    assert!(!stderr.contains("backend"), "{stderr}");
 }
 
 #[tokio::test]
@@ -53,10 +62,9 @@ async fn a_refused_file_on_reload_is_logged_and_the_previous_configuration_keeps
     for entry in std::fs::read_dir(format!("{FIXTURES}/refused")).expect("fixtures") {
         let path = entry.expect("entry").path();
         let text = std::fs::read_to_string(&path).expect("read");
-        let reason = text.lines().next().and_then(|l| l.strip_prefix("# refused: ")).expect("reason").to_owned();
         let file = e.dir.0.join("refused.yaml");
         std::fs::write(&file, &text).expect("write");
-        let logged = format!("{}: {reason}", file.display());
+        let logged = refusal(&file, &text);
         let seen = e.server.log_text().matches(&logged).count();
         let started = Instant::now();
         while e.server.log_text().matches(&logged).count() == seen {
@@ -85,7 +93,9 @@ async fn one_domain_in_two_files_loads_only_with_merging_from_flag_file_or_envir
     let dir = Dir::with(&files);
     let (status, stderr) = run_to_exit(&["serve", "--http", "127.0.0.1:0", "--envoy-config", dir.arg()]);
     assert!(!status.success());
-    assert!(stderr.contains("shop_users.yaml: duplicate domain 'shop' in config file"), "{stderr}");
+    let line = users.lines().position(|l| l.starts_with("domain:")).expect("a domain") + 1;
+    let at = format!("shop_users.yaml:{line}:1: duplicate domain 'shop' in config file");
+    assert!(stderr.contains(&at), "{stderr}");
     let rules = RulesFile::new("envoy_merge_domains = true\n");
     let file_args = ["--config", rules.arg()];
     let ways: [Setting<'_>; 3] =

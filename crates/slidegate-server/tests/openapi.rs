@@ -3,7 +3,8 @@
 //! its content type is one the document names, its JSON body validates against the documented
 //! schema (a JSON Schema 2020-12 validator, as OpenAPI 3.1 specifies), its documented headers
 //! are there and well-formed; the request bodies that succeed validate against the documented
-//! request schema; and every answer the document lists is exercised here.
+//! request schema; and every answer the document lists is exercised here. The routes the
+//! router serves (`api::routes`, the list it is built from) are the document's paths.
 
 mod support;
 
@@ -194,6 +195,30 @@ fn raw(base: &str, bytes: &[u8]) -> Answer {
     Answer::parse(&answer)
 }
 
+#[test]
+fn every_route_served_is_in_the_document_and_every_documented_one_is_served() {
+    let served: BTreeSet<(String, String)> = slidegate_server::api::routes()
+        .into_iter()
+        .map(|(method, path, _)| (method.as_str().to_ascii_lowercase(), path.to_owned()))
+        .collect();
+    let doc: Value = serde_json::from_str(slidegate_server::openapi::DOCUMENT).expect("JSON");
+    const METHODS: [&str; 8] = ["get", "put", "post", "delete", "options", "head", "patch", "trace"];
+    let documented: BTreeSet<(String, String)> = doc["paths"]
+        .as_object()
+        .expect("paths")
+        .iter()
+        .flat_map(|(path, item)| {
+            let methods = item.as_object().expect("path item").keys().filter(|k| METHODS.contains(&k.as_str()));
+            methods.map(move |method| (method.clone(), path.clone()))
+        })
+        .collect();
+    assert!(served.len() >= 16, "{served:?}");
+    let undocumented: Vec<_> = served.difference(&documented).collect();
+    assert!(undocumented.is_empty(), "served but not in openapi.json: {undocumented:?}");
+    let unserved: Vec<_> = documented.difference(&served).collect();
+    assert!(unserved.is_empty(), "in openapi.json but not served: {unserved:?}");
+}
+
 const RULES: &str = r#"admin_token = "t"
 
 [[rules]]
@@ -341,6 +366,15 @@ async fn every_endpoint_answers_as_the_openapi_document_says() {
     let off_rules = RulesFile::new("[ui]\nenabled = false\n");
     let off = Slidegate::serve(&["--config", off_rules.arg()]);
     spec.hold(stats, None, &call(&off, "GET", "/v1/stats", None, None).await);
+    // The dashboard's page and its files, served and refused; `/` redirects to it.
+    for path in ["/ui", "/ui/app.js", "/ui/app.css"] {
+        spec.hold(At::Operation(path, "get"), None, &call(&server, "GET", path, None, None).await);
+        spec.hold(At::Operation(path, "get"), None, &call(&off, "GET", path, None, None).await);
+    }
+    let base = server.base.clone();
+    let root =
+        tokio::task::spawn_blocking(move || raw(&base, b"GET / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"));
+    spec.hold(At::Operation("/", "get"), None, &root.await.expect("raw"));
     // Over max_connections: one connection held open, the next refused.
     let capped = Slidegate::serve(&["--max-connections", "1"]);
     let base = capped.base.clone();

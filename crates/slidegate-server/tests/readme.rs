@@ -426,6 +426,33 @@ async fn the_operations_commands_run_as_written() {
     assert!(log.lines().all(|l| serde_json::from_str::<Value>(l).is_ok()), "{log}");
 }
 
+#[test]
+fn a_refused_envoy_file_is_reported_as_the_operations_guide_shows() {
+    let marker = "A refused Envoy file";
+    let text = doc("docs/operations.md");
+    let file = block(&text, marker, "yaml");
+    let shown = block(&text, marker, "text");
+    let (command, output) = shown.split_once('\n').expect("a command, then its output");
+    let command = command.strip_prefix("$ ").expect("a command").split_whitespace().collect::<Vec<_>>();
+    assert_eq!(command, ["slidegate", "validate", "--envoy-config", "ratelimit-config"]);
+    // The file where its comment says, under a scratch directory: the report names it from there.
+    let scratch = std::env::temp_dir().join(format!(
+        "slidegate-refused-{}-{}",
+        std::process::id(),
+        slidegate_testkit::free_port()
+    ));
+    let name = file.lines().next().and_then(|l| l.strip_prefix("# ")).expect("the file's name");
+    let path = scratch.join(name);
+    std::fs::create_dir_all(path.parent().expect("a directory")).expect("dir");
+    std::fs::write(&path, &file).expect("write");
+    let dir = scratch.join(command[3]);
+    let out = support::run(&["validate", "--envoy-config", dir.to_str().expect("utf-8")]);
+    let _ = std::fs::remove_dir_all(&scratch);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.trim(), format!("{}/{}", scratch.display(), output.trim()));
+}
+
 #[tokio::test]
 async fn changing_limits_at_run_time_works_as_written() {
     let text = doc("docs/operations.md");

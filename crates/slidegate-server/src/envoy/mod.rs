@@ -2,7 +2,8 @@
 //! configured with envoyproxy/ratelimit's YAML files, deciding with slidegate's exact limits.
 //!
 //! - [`config`]: the descriptor trees of the configuration directory, and finding a limit;
-//!   `spec` reads one file as upstream reads it, [`wildcard`] matches `*` values.
+//!   `spec` reads one file as upstream reads it, `position` finds where a refused node is
+//!   written, [`wildcard`] matches `*` values.
 //! - [`service`]: the gRPC service — a request's descriptors matched, decided (`decide`) and
 //!   answered, with [`headers`] and dynamic [`metadata`].
 //! - [`options`]: the settings (upstream's environment variables).
@@ -17,6 +18,7 @@ pub mod headers;
 pub mod key;
 pub mod metadata;
 pub mod options;
+mod position;
 pub mod service;
 mod spec;
 pub mod stats;
@@ -27,6 +29,7 @@ pub use bounds::{MAX_DESCRIPTORS, MAX_ENTRIES, MAX_REQUEST_BYTES};
 pub use config::{EnvoyConfig, EnvoyConfigError};
 pub use key::descriptor_key;
 pub use options::{EnvoyOptions, HeaderStyle};
+pub use position::Position;
 pub use service::EnvoyRateLimit;
 pub use spec::MAX_FLOW_NESTING;
 pub use stats::{MAX_DETAILED_SERIES, MAX_UNKNOWN_DOMAINS};

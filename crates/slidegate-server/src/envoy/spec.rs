@@ -3,10 +3,13 @@
 //! are strings, integers, booleans or empty; then each field is read where it belongs. A known
 //! key in a place where it means nothing (a `unit` beside a descriptor's `key`) is ignored, as
 //! upstream ignores it, with a warning. Scalars read as text take their text (`value: 500` is
-//! the value `"500"`), as upstream's YAML decoder does.
+//! the value `"500"`), as upstream's YAML decoder does. Each problem names the node it is
+//! about (`position`), so that the file's line can be found.
 
 use envoy_types::pb::google::protobuf::{ListValue, Struct, Value as PbValue, value::Kind};
 use serde_yaml_ng::{Mapping, Value};
+
+use super::position::{Place, Position, Problem, Step, join};
 
 /// Every key envoyproxy/ratelimit's loader knows, plus slidegate's `algorithm`.
 const KNOWN_KEYS: [&str; 17] = [
@@ -63,6 +66,8 @@ pub(super) struct FileSpec {
 /// A descriptor as written.
 #[derive(Debug, Default)]
 pub(super) struct DescriptorSpec {
+    /// Where it is in the file, for messages.
+    pub(super) at: Vec<Step>,
     /// `key`.
     pub(super) key: String,
     /// `value`; empty: none.
@@ -103,71 +108,85 @@ pub(super) struct RateLimitSpec {
 }
 
 /// Reads `text`, pushing a warning for each known key that is ignored where it stands.
-pub(super) fn parse(text: &str, warnings: &mut Vec<String>) -> Result<FileSpec, String> {
-    if bracket_depth(text) > MAX_FLOW_NESTING {
-        return Err(format!("brackets nested deeper than {MAX_FLOW_NESTING}"));
+pub(super) fn parse(text: &str, warnings: &mut Vec<String>) -> Result<FileSpec, Problem> {
+    if let Some(at) = too_deep(text) {
+        let message = format!("brackets nested deeper than {MAX_FLOW_NESTING}");
+        return Err(Problem { message, place: Place::Text(Some(at)) });
     }
-    let root: Value = serde_yaml_ng::from_str(text).map_err(|e| format!("error loading config file: {e}"))?;
+    let root: Value = serde_yaml_ng::from_str(text).map_err(|e| Problem {
+        message: format!("error loading config file: {e}"),
+        place: Place::Text(e.location().map(|l| Position { line: l.line(), column: l.column() })),
+    })?;
     let root = match root {
         Value::Null => Mapping::new(),
         Value::Mapping(m) => m,
-        other => return Err(format!("error loading config file: the file is {}, not a map", kind(&other))),
+        other => {
+            let message = format!("error loading config file: the file is {}, not a map", kind(&other));
+            return Err(Problem::at(Vec::new(), message));
+        }
     };
-    check_keys(&root)?;
+    check_keys(&root, &mut Vec::new())?;
     let mut reader = Reader { warnings, path: String::new() };
     reader.ignore_misplaced(&root, FILE_KEYS);
-    let domain = text_of(root.get("domain"), "domain")?;
+    let domain = text_of(root.get("domain"), "domain").map_err(|e| Problem::at(join(&[], &["domain"]), e))?;
     reader.path = domain.clone();
-    let descriptors = reader.descriptors(root.get("descriptors"))?;
+    let descriptors = reader.descriptors(root.get("descriptors"), &join(&[], &["descriptors"]))?;
     Ok(FileSpec { domain, descriptors })
 }
 
-/// How deep `[` and `{` nest in `text`, counting every bracket (also in strings and comments),
-/// which errs on the deep side for brackets the parser sees (closing ones inside strings aside).
-fn bracket_depth(text: &str) -> usize {
-    let (mut depth, mut deepest) = (0usize, 0);
-    for b in text.bytes() {
-        match b {
-            b'[' | b'{' => {
-                depth += 1;
-                deepest = deepest.max(depth);
+/// Where `[` and `{` first nest deeper than [`MAX_FLOW_NESTING`] in `text`, counting every
+/// bracket (also in strings and comments), which errs on the deep side for brackets the parser
+/// sees (closing ones inside strings aside).
+fn too_deep(text: &str) -> Option<Position> {
+    let mut depth = 0usize;
+    for (line, text) in text.lines().enumerate() {
+        for (column, c) in text.chars().enumerate() {
+            match c {
+                '[' | '{' => depth += 1,
+                ']' | '}' => depth = depth.saturating_sub(1),
+                _ => {}
             }
-            b']' | b'}' => depth = depth.saturating_sub(1),
-            _ => {}
+            if depth > MAX_FLOW_NESTING {
+                return Some(Position { line: line + 1, column: column + 1 });
+            }
         }
     }
-    deepest
+    None
 }
 
 /// Upstream's check of the whole tree before anything is read: each key a known one, each list
 /// of maps, each leaf a string, an integer, a boolean or empty (a float is refused). What is
-/// under `metadata` is free-form.
-fn check_keys(map: &Mapping) -> Result<(), String> {
+/// under `metadata` is free-form. `at` is where `map` is, for messages.
+fn check_keys(map: &Mapping, at: &mut Vec<Step>) -> Result<(), Problem> {
     for (k, v) in map {
+        let text = scalar_text(k).unwrap_or_default();
+        at.push(Step::Key(text.clone()));
         let Value::String(key) = k else {
-            return Err(format!("config error, key is not of type string: {}", scalar_text(k).unwrap_or_default()));
+            return Err(Problem::at(at.clone(), format!("config error, key is not of type string: {text}")));
         };
         if !KNOWN_KEYS.contains(&key.as_str()) {
-            return Err(format!("config error, unknown key '{key}'"));
-        }
-        if key == "metadata" {
-            continue;
+            return Err(Problem::at(at.clone(), format!("config error, unknown key '{key}'")));
         }
         match v {
+            _ if key == "metadata" => {}
             Value::Sequence(items) => {
-                for item in items {
+                for (i, item) in items.iter().enumerate() {
+                    at.push(Step::Index(i));
                     let Value::Mapping(m) = item else {
                         let shown = scalar_text(item).unwrap_or_else(|| kind(item).to_owned());
-                        return Err(format!("config error, yaml file contains list of type other than map: {shown}"));
+                        let message = format!("config error, yaml file contains list of type other than map: {shown}");
+                        return Err(Problem::at(at.clone(), message));
                     };
-                    check_keys(m)?;
+                    check_keys(m, at)?;
+                    at.pop();
                 }
             }
-            Value::Mapping(m) => check_keys(m)?,
+            Value::Mapping(m) => check_keys(m, at)?,
             Value::Null | Value::Bool(_) | Value::String(_) => {}
             Value::Number(n) if n.is_i64() || n.is_u64() => {}
-            _ => return Err(format!("config error, the value of '{key}' is {}", kind(v))),
+            _ => return Err(Problem::at(at.clone(), format!("config error, the value of '{key}' is {}", kind(v)))),
         }
+        at.pop();
     }
     Ok(())
 }
@@ -180,66 +199,85 @@ struct Reader<'w> {
 }
 
 impl Reader<'_> {
-    fn descriptors(&mut self, list: Option<&Value>) -> Result<Vec<DescriptorSpec>, String> {
+    /// The descriptors of `list`, which is at `at`.
+    fn descriptors(&mut self, list: Option<&Value>, at: &[Step]) -> Result<Vec<DescriptorSpec>, Problem> {
         let items = match list {
             None | Some(Value::Null) => return Ok(Vec::new()),
             Some(Value::Sequence(items)) => items,
-            Some(other) => return Err(self.at(&format!("descriptors must be a list, not {}", kind(other)))),
+            Some(other) => {
+                return Err(self.at(at.to_vec(), &format!("descriptors must be a list, not {}", kind(other))));
+            }
         };
         let mut out = Vec::with_capacity(items.len());
-        for item in items {
+        for (i, item) in items.iter().enumerate() {
             // check_keys saw every list item is a map.
             let Value::Mapping(m) = item else { continue };
-            out.push(self.descriptor(m)?);
+            let mut here = at.to_vec();
+            here.push(Step::Index(i));
+            out.push(self.descriptor(m, here)?);
         }
         Ok(out)
     }
 
-    fn descriptor(&mut self, m: &Mapping) -> Result<DescriptorSpec, String> {
-        let key = text_of(m.get("key"), "key").map_err(|e| self.at(&e))?;
+    fn descriptor(&mut self, m: &Mapping, at: Vec<Step>) -> Result<DescriptorSpec, Problem> {
+        let key = text_of(m.get("key"), "key").map_err(|e| self.at(join(&at, &["key"]), &e))?;
         if key.is_empty() {
-            return Err(self.at("descriptor has empty key"));
+            return Err(self.at(at, "descriptor has empty key"));
         }
-        let value = text_of(m.get("value"), "value").map_err(|e| self.at(&e))?;
+        let value = text_of(m.get("value"), "value").map_err(|e| self.at(join(&at, &["value"]), &e))?;
         let parent = std::mem::take(&mut self.path);
         let segment = if value.is_empty() { key.clone() } else { format!("{key}_{value}") };
         self.path = format!("{parent}.{segment}");
         self.ignore_misplaced(m, DESCRIPTOR_KEYS);
-        let mut spec = self.fields(m).map_err(|e| self.at(&e))?;
+        let mut spec = self.fields(m).map_err(|(field, e)| self.at(join(&at, &field), &e))?;
         (spec.key, spec.value) = (key, value);
-        spec.descriptors = self.descriptors(m.get("descriptors"))?;
+        spec.descriptors = self.descriptors(m.get("descriptors"), &join(&at, &["descriptors"]))?;
+        spec.at = at;
         self.path = parent;
         Ok(spec)
     }
 
-    /// A descriptor's own fields (not `key`, `value` and `descriptors`).
-    fn fields(&mut self, m: &Mapping) -> Result<DescriptorSpec, String> {
-        let flag = |name: &str| flag_of(m.get(name), name);
+    /// A descriptor's own fields (not `key`, `value` and `descriptors`); an error names the
+    /// field it is about.
+    fn fields(&mut self, m: &Mapping) -> Result<DescriptorSpec, (Vec<&'static str>, String)> {
+        let flag = |name: &'static str| flag_of(m.get(name), name).map_err(|e| (vec![name], e));
+        let rate_limit = match m.get("rate_limit") {
+            None | Some(Value::Null) => None,
+            Some(Value::Mapping(r)) => Some(self.rate_limit(r).map_err(|(field, e)| (vec!["rate_limit", field], e))?),
+            Some(other) => return Err((vec!["rate_limit"], format!("rate_limit must be a map, not {}", kind(other)))),
+        };
+        let metadata =
+            metadata(m.get("metadata")).map_err(|e| (vec!["metadata"], format!("error parsing metadata: {e}")));
         Ok(DescriptorSpec {
-            rate_limit: match m.get("rate_limit") {
-                None | Some(Value::Null) => None,
-                Some(Value::Mapping(r)) => Some(self.rate_limit(r)?),
-                Some(other) => return Err(format!("rate_limit must be a map, not {}", kind(other))),
-            },
+            rate_limit,
             shadow_mode: flag("shadow_mode")?,
             quota_mode: flag("quota_mode")?,
             detailed_metric: flag("detailed_metric")?,
             value_to_metric: flag("value_to_metric")?,
             share_threshold: flag("share_threshold")?,
-            metadata: metadata(m.get("metadata")).map_err(|e| format!("error parsing metadata: {e}"))?,
+            metadata: metadata?,
             ..DescriptorSpec::default()
         })
     }
 
-    fn rate_limit(&mut self, r: &Mapping) -> Result<RateLimitSpec, String> {
+    /// A `rate_limit`; an error names the field it is about.
+    fn rate_limit(&mut self, r: &Mapping) -> Result<RateLimitSpec, (&'static str, String)> {
         self.ignore_misplaced(r, RATE_LIMIT_KEYS);
+        let text = |name: &'static str| text_of(r.get(name), name).map_err(|e| (name, e));
         let requests_per_unit = match r.get("requests_per_unit") {
             None | Some(Value::Null) => 0,
-            Some(Value::Number(n)) => n
-                .as_u64()
-                .and_then(|n| u32::try_from(n).ok())
-                .ok_or_else(|| format!("requests_per_unit must be a whole number from 0 to {}, got {n}", u32::MAX))?,
-            Some(other) => return Err(format!("requests_per_unit must be a whole number, not {}", kind(other))),
+            Some(Value::Number(n)) => n.as_u64().and_then(|n| u32::try_from(n).ok()).ok_or_else(|| {
+                (
+                    "requests_per_unit",
+                    format!("requests_per_unit must be a whole number from 0 to {}, got {n}", u32::MAX),
+                )
+            })?,
+            Some(other) => {
+                return Err((
+                    "requests_per_unit",
+                    format!("requests_per_unit must be a whole number, not {}", kind(other)),
+                ));
+            }
         };
         let replaces = match r.get("replaces") {
             None | Some(Value::Null) => Vec::new(),
@@ -248,21 +286,21 @@ impl Reader<'_> {
                 for item in items {
                     let Value::Mapping(entry) = item else { continue };
                     self.ignore_misplaced(entry, REPLACES_KEYS);
-                    names.push(text_of(entry.get("name"), "replaces name")?);
+                    names.push(text_of(entry.get("name"), "replaces name").map_err(|e| ("replaces", e))?);
                 }
                 names
             }
-            Some(other) => return Err(format!("replaces must be a list, not {}", kind(other))),
+            Some(other) => return Err(("replaces", format!("replaces must be a list, not {}", kind(other)))),
         };
         Ok(RateLimitSpec {
             requests_per_unit,
-            unit: text_of(r.get("unit"), "unit")?,
-            unlimited: flag_of(r.get("unlimited"), "unlimited")?,
-            name: text_of(r.get("name"), "name")?,
+            unit: text("unit")?,
+            unlimited: flag_of(r.get("unlimited"), "unlimited").map_err(|e| ("unlimited", e))?,
+            name: text("name")?,
             replaces,
             algorithm: match r.get("algorithm") {
                 None | Some(Value::Null) => None,
-                Some(a) => Some(text_of(Some(a), "algorithm")?),
+                Some(_) => Some(text("algorithm")?),
             },
         })
     }
@@ -276,9 +314,9 @@ impl Reader<'_> {
         }
     }
 
-    /// `message` about the descriptor being read.
-    fn at(&self, message: &str) -> String {
-        format!("descriptor '{}': {message}", self.path)
+    /// `message` about the descriptor being read, and the node at `at`.
+    fn at(&self, at: Vec<Step>, message: &str) -> Problem {
+        Problem::at(at, format!("descriptor '{}': {message}", self.path))
     }
 }
 

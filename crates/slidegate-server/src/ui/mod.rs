@@ -13,13 +13,11 @@ mod report;
 
 use std::sync::Arc;
 
-use axum::Router;
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
-use axum::routing::get;
 
-use crate::api::{ApiError, authorize};
+use crate::api::{ApiError, Route, authorize, route};
 use crate::app::{App, Live};
 
 pub use report::MAX_LISTED;
@@ -48,13 +46,14 @@ const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-
                    connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
 /// The dashboard's routes.
-pub fn routes() -> Router<Arc<App>> {
-    Router::new()
-        .route("/", get(|| async { Redirect::to("/ui") }))
-        .route("/ui", get(|app| asset(app, PAGE, "text/html; charset=utf-8")))
-        .route("/ui/app.js", get(|app| asset(app, SCRIPT, "text/javascript; charset=utf-8")))
-        .route("/ui/app.css", get(|app| asset(app, STYLE, "text/css; charset=utf-8")))
-        .route("/v1/stats", get(stats))
+pub fn routes() -> Vec<Route> {
+    vec![
+        route(Method::GET, "/", || async { Redirect::to("/ui") }),
+        route(Method::GET, "/ui", |app| asset(app, PAGE, "text/html; charset=utf-8")),
+        route(Method::GET, "/ui/app.js", |app| asset(app, SCRIPT, "text/javascript; charset=utf-8")),
+        route(Method::GET, "/ui/app.css", |app| asset(app, STYLE, "text/css; charset=utf-8")),
+        route(Method::GET, "/v1/stats", stats),
+    ]
 }
 
 /// Refuses everything of the dashboard when `[ui] enabled = false`.

@@ -1,6 +1,6 @@
 //! An Envoy RLS client (tonic) against a real `slidegate serve` with a configuration directory.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
@@ -53,6 +53,23 @@ impl Drop for Dir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
+}
+
+/// How the loader refuses a fixture of `tests/fixtures/envoy/refused` written at `file`:
+/// `file:line:column: reason`, the reason from the fixture's first line (`# refused: <reason>`),
+/// the line the one that ends in `# refused at: <text>`, the column that of the first `<text>`
+/// on it (the offending node).
+pub fn refusal(file: &Path, text: &str) -> String {
+    let reason = text.lines().next().and_then(|l| l.strip_prefix("# refused: ")).expect("a `# refused:` line");
+    let (line, column) = text
+        .lines()
+        .enumerate()
+        .find_map(|(i, line)| {
+            let (_, at) = line.rsplit_once("# refused at: ")?;
+            Some((i + 1, line[..line.find(at)?].chars().count() + 1))
+        })
+        .expect("a `# refused at:` mark");
+    format!("{}:{line}:{column}: {reason}", file.display())
 }
 
 impl Envoy {
