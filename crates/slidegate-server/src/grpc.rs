@@ -29,8 +29,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::server::{Connected, TcpConnectInfo};
-use tonic_health::pb::health_server::Health;
-use tonic_health::pb::health_server::HealthServer;
+use tonic_health::pb::health_server::{Health, HealthServer};
 
 use crate::http::HttpLimits;
 use crate::metrics;
