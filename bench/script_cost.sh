@@ -5,12 +5,18 @@
 # a fraction of a percent.
 #
 #   bash bench/script_cost.sh [calls]     (needs valgrind)
+#   TABLES=4 PIPELINE=1 REDIS_CELL_MODULE=… bash bench/script_cost.sh   (table 4 alone, unpipelined)
 #
 # Table 1, the scripts (collected inside EVALSHA): the classic sorted-set script
 # (bench/baselines/sliding_log_classic.lua) and slidegate's sliding-log script.
-# Table 2, the fixed window and the GCRA: one_key.lua beside check.lua, which decides
-# them in groups and with warm-up (collected inside EVALSHA).
-# Table 3, when the module is built (cargo build --release -p slidegate-module), collected inside
+# Table 2, the counters: one_key.lua (fixed window, GCRA) and sliding_window.lua (the sliding
+# window counter, 10 buckets) beside check.lua, which decides them in groups and with warm-up
+# (collected inside EVALSHA); the last column sets each against the fixed window's one_key.lua.
+# Table 3, when slidegate is built with the load generator (cargo build --release -p
+# slidegate-server --features bench): the issue's own measure, collected inside processCommand
+# while `slidegate bench --redis-engine lua` loads the server, per decision, each algorithm on
+# W1 (one key, 100 per 10 s) and W2 (10,000 keys, 100 per 60 s), and each ÷ the fixed window.
+# Table 4, when the module is built (cargo build --release -p slidegate-module), collected inside
 # processCommand (command lookup, the command, replication bookkeeping, the reply): slidegate's
 # module, both scripts, and redis-cell's CL.THROTTLE when REDIS_CELL_MODULE names its .so.
 #
@@ -21,10 +27,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 calls=${1:-3000}
+tables=" ${TABLES:-1 2 3 4} "
+# Commands per round trip: the reply goes to a client buffer holding others' (16) or to an empty one (1).
+pipeline=${PIPELINE:-16}
 classic=bench/baselines/sliding_log_classic.lua
 ours=crates/slidegate/src/redis/sliding_log.lua
 scripts=crates/slidegate/src/redis
 module=target/release/libslidegate_module.so
+slidegate=target/release/slidegate
 command -v valgrind >/dev/null || { echo "valgrind is needed (apt-get install valgrind)"; exit 1; }
 
 per_call() { # function to collect in, redis-benchmark args (@CLASSIC@/@OURS@ = SHAs) -> instructions per call
@@ -38,17 +48,19 @@ per_call() { # function to collect in, redis-benchmark args (@CLASSIC@/@OURS@ = 
     redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no "${load[@]}" >/dev/null 2>&1 &
   pid=$!
   for _ in $(seq 1 300); do redis-cli -p "$port" PING 2>/dev/null | grep -q PONG && break; sleep 0.1; done
-  local args=("$@")
-  args=("${args[@]/@CLASSIC@/$(redis-cli -p "$port" SCRIPT LOAD "$(cat "$classic")")}")
-  args=("${args[@]/@OURS@/$(redis-cli -p "$port" SCRIPT LOAD "$(cat "$ours")")}")
-  local name
-  for name in check one_key; do
-    args=("${args[@]/@${name^^}@/$(redis-cli -p "$port" SCRIPT LOAD "$(cat "$scripts/$name.lua")")}")
+  # Only the script the call names is loaded: SCRIPT LOAD runs inside processCommand too.
+  local args=("$@") name path
+  for name in CLASSIC:$classic OURS:$ours CHECK:$scripts/check.lua ONE_KEY:$scripts/one_key.lua \
+    SLIDING_WINDOW:$scripts/sliding_window.lua; do
+    path=${name#*:} name=${name%%:*}
+    [[ "$*" == *"@$name@"* ]] || continue
+    args=("${args[@]/@$name@/$(redis-cli -p "$port" SCRIPT LOAD "$(cat "$path")")}")
   done
-  redis-benchmark -p "$port" -n "$calls" -c 4 -P 16 -q "${args[@]}" >/dev/null 2>&1
+  redis-benchmark -p "$port" -n "$calls" -c 4 -P "$pipeline" -q "${args[@]}" >/dev/null 2>&1
   n=$(redis-cli -p "$port" INFO commandstats |
     sed -n 's/^cmdstat_\(evalsha\|slidegate.check\|cl.throttle\):calls=\([0-9]*\),.*/\2/p')
-  redis-cli -p "$port" SHUTDOWN NOSAVE >/dev/null 2>&1 || true
+  # A signal, not SHUTDOWN: that command would run inside processCommand and be counted.
+  kill "$pid"
   wait "$pid" || true
   ir=$(awk '/^(summary|totals):/ { print $2; exit }' "$out")
   rm -f "$out"
@@ -68,40 +80,82 @@ calls_for() { # shape key window limit -> the arrays classic_call, look_call, co
   if [ "$1" = W1 ]; then ours_call=("${look_call[@]}"); else ours_call=("${count_call[@]}"); fi
 }
 
-printf '| shape | classic script (instr/call) | slidegate, look first | slidegate, count first | ratio, the order the backend takes |\n'
-printf '|---|---|---|---|---|\n'
-for shape in "${shapes[@]}"; do
-  IFS=: read -r name rand key window limit <<<"$shape"
-  calls_for "$name" "$key" "$window" "$limit"
-  # shellcheck disable=SC2086
-  s=$(per_call evalShaCommand $rand "${classic_call[@]}")
-  # shellcheck disable=SC2086
-  l=$(per_call evalShaCommand $rand "${look_call[@]}")
-  # shellcheck disable=SC2086
-  c=$(per_call evalShaCommand $rand "${count_call[@]}")
-  taken=$c
-  [ "$name" = W1 ] && taken=$l
-  python3 -c "print(f'| $name | {$s:,} | {$l:,} | {$c:,} | **{$taken / $s:.2f}** |')"
-done
+[[ $tables == *" 1 "* ]] && {
+  printf '| shape | classic script (instr/call) | slidegate, look first | slidegate, count first | ratio, the order the backend takes |\n'
+  printf '|---|---|---|---|---|\n'
+  for shape in "${shapes[@]}"; do
+    IFS=: read -r name rand key window limit <<<"$shape"
+    calls_for "$name" "$key" "$window" "$limit"
+    # shellcheck disable=SC2086
+    s=$(per_call evalShaCommand $rand "${classic_call[@]}")
+    # shellcheck disable=SC2086
+    l=$(per_call evalShaCommand $rand "${look_call[@]}")
+    # shellcheck disable=SC2086
+    c=$(per_call evalShaCommand $rand "${count_call[@]}")
+    taken=$c
+    [ "$name" = W1 ] && taken=$l
+    python3 -c "print(f'| $name | {$s:,} | {$l:,} | {$c:,} | **{$taken / $s:.2f}** |')"
+  done
+}
 
-printf '\n| shape | algorithm | check.lua (instr/call) | one_key.lua (instr/call) | ratio |\n|---|---|---|---|---|\n'
-for shape in "${shapes[@]}"; do
-  IFS=: read -r name rand key window limit <<<"$shape"
-  te=$((window * 1000 / limit))
-  # check.lua ARGV: id, now ("" = TIME), record, then algorithm limit window cost param period cold.
-  # shellcheck disable=SC2086
-  c=$(per_call evalShaCommand $rand EVALSHA @CHECK@ 1 "$key" m__rand_int__ "" 1 f "$limit" "$window" 1 0 0 0)
-  # shellcheck disable=SC2086
-  o=$(per_call evalShaCommand $rand EVALSHA @ONE_KEY@ 1 "$key" f "$window" "$limit" 1)
-  python3 -c "print(f'| $name | fixed_window | {$c:,} | {$o:,} | **{$o / $c:.2f}** |')"
-  # shellcheck disable=SC2086
-  c=$(per_call evalShaCommand $rand EVALSHA @CHECK@ 1 "$key" m__rand_int__ "" 1 g "$limit" "$window" 1 "$limit" 0 0)
-  # shellcheck disable=SC2086
-  o=$(per_call evalShaCommand $rand EVALSHA @ONE_KEY@ 1 "$key" g "$te" $((limit * te)) "$te")
-  python3 -c "print(f'| $name | gcra | {$c:,} | {$o:,} | **{$o / $c:.2f}** |')"
-done
+[[ $tables == *" 2 "* ]] && {
+  printf '\n| shape | algorithm | check.lua (instr/call) | lean script (instr/call) | ratio | ÷ fixed window |\n'
+  printf '|---|---|---|---|---|---|\n'
+  for shape in "${shapes[@]}"; do
+    IFS=: read -r name rand key window limit <<<"$shape"
+    te=$((window * 1000 / limit))
+    # check.lua ARGV: id, now ("" = TIME), record, then algorithm limit window cost param period cold.
+    # shellcheck disable=SC2086
+    c=$(per_call evalShaCommand $rand EVALSHA @CHECK@ 1 "$key" m__rand_int__ "" 1 f "$limit" "$window" 1 0 0 0)
+    # shellcheck disable=SC2086
+    fixed=$(per_call evalShaCommand $rand EVALSHA @ONE_KEY@ 1 "$key" f "$window" "$limit" 1)
+    python3 -c "print(f'| $name | fixed_window | {$c:,} | {$fixed:,} | **{$fixed / $c:.2f}** | 1.00 |')"
+    # shellcheck disable=SC2086
+    c=$(per_call evalShaCommand $rand EVALSHA @CHECK@ 1 "$key" m__rand_int__ "" 1 g "$limit" "$window" 1 "$limit" 0 0)
+    # shellcheck disable=SC2086
+    o=$(per_call evalShaCommand $rand EVALSHA @ONE_KEY@ 1 "$key" g "$te" $((limit * te)) "$te")
+    python3 -c "print(f'| $name | gcra | {$c:,} | {$o:,} | **{$o / $c:.2f}** | {$o / $fixed:.2f} |')"
+    # shellcheck disable=SC2086
+    c=$(per_call evalShaCommand $rand EVALSHA @CHECK@ 1 "$key" m__rand_int__ "" 1 w "$limit" "$window" 1 10 0 0)
+    # shellcheck disable=SC2086
+    o=$(per_call evalShaCommand $rand EVALSHA @SLIDING_WINDOW@ 1 "$key" $((window / 10)) 10 "$limit" 1)
+    python3 -c "print(f'| $name | sliding_window | {$c:,} | {$o:,} | **{$o / $c:.2f}** | **{$o / $fixed:.2f}** |')"
+  done
+}
 
-[ -f "$module" ] || exit 0
+
+per_decision() { # slidegate bench args -> instructions inside processCommand per decision
+  local port out pid n ir
+  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  out=$(mktemp)
+  valgrind --tool=callgrind --callgrind-out-file="$out" --toggle-collect=processCommand \
+    redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no >/dev/null 2>&1 &
+  pid=$!
+  for _ in $(seq 1 300); do redis-cli -p "$port" PING 2>/dev/null | grep -q PONG && break; sleep 0.1; done
+  "$slidegate" bench --target "redis://127.0.0.1:$port" --redis-engine lua --concurrency 16 --json "$@" >/dev/null
+  n=$(redis-cli -p "$port" INFO commandstats | awk -F'[:=,]' '/^cmdstat_eval(sha)?:/ { n += $3 } END { print n }')
+  redis-cli -p "$port" SHUTDOWN NOSAVE >/dev/null 2>&1 || true
+  wait "$pid" || true
+  ir=$(awk '/^(summary|totals):/ { print $2; exit }' "$out")
+  rm -f "$out"
+  echo $((ir / n))
+}
+
+if [[ $tables == *" 3 "* && -x "$slidegate" ]]; then
+  printf '\n| shape | sliding_log | sliding_window | fixed_window | gcra | sliding_window ÷ fixed_window |\n'
+  printf '|---|---|---|---|---|---|\n'
+  for shape in "W1:1:10s" "W2:10000:60s"; do
+    IFS=: read -r name keys window <<<"$shape"
+    declare -A cost=()
+    for algorithm in sliding_log sliding_window fixed_window gcra; do
+      cost[$algorithm]=$(per_decision --keys "$keys" --limit 100 --window "$window" --algorithm "$algorithm" \
+        --duration "${BENCH_DURATION:-10s}")
+    done
+    python3 -c "print(f'| $name | {${cost[sliding_log]}:,} | {${cost[sliding_window]}:,} | {${cost[fixed_window]}:,} | {${cost[gcra]}:,} | **{${cost[sliding_window]} / ${cost[fixed_window]}:.2f}** |')"
+  done
+fi
+
+[[ $tables == *" 4 "* && -f "$module" ]] || exit 0
 printf '\n| shape | module | slidegate script | classic script | redis-cell | module / classic | module / cell |\n'
 printf '|---|---|---|---|---|---|---|\n'
 for shape in "${shapes[@]}"; do

@@ -14,6 +14,8 @@
 
 use std::time::Duration;
 
+use smallvec::SmallVec;
+
 use slidegate::state::MAX_TIME_MS;
 use slidegate::{Algorithm, MAX_CHECKS, Quota, quota::DEFAULT_BUCKETS};
 
@@ -58,13 +60,17 @@ pub struct Spec {
     pub cost: u64,
 }
 
+/// Checks a command holds without allocating (one key, or two joined by `AND`); more (up to
+/// [`MAX_CHECKS`]) go to the heap. Kept small: the arrays are moved whole.
+pub const INLINE_CHECKS: usize = 2;
+
 /// A parsed `SLIDEGATE.CHECK`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Checks {
     /// Where each check's key is among the arguments (the command's name is argument 0).
-    pub keys: Vec<usize>,
+    pub keys: SmallVec<[usize; INLINE_CHECKS]>,
     /// One per key.
-    pub specs: Vec<Spec>,
+    pub specs: SmallVec<[Spec; INLINE_CHECKS]>,
     /// `NOW ms`, when given; otherwise the server's clock decides.
     pub now: Option<u64>,
 }
@@ -72,7 +78,7 @@ pub struct Checks {
 /// Parses `SLIDEGATE.CHECK`'s arguments (`args[0]` is the command's name). Keys must be distinct.
 pub fn parse_checks<A: Arg>(args: &[A]) -> Result<Checks, Error> {
     let mut p = Parser { args, at: 1, now: None, times: None, inspecting: false };
-    let (mut keys, mut specs) = (Vec::new(), Vec::new());
+    let (mut keys, mut specs) = (SmallVec::new(), SmallVec::new());
     loop {
         let key = p.at;
         let name = p.next("key")?;
@@ -96,7 +102,7 @@ pub fn parse_checks<A: Arg>(args: &[A]) -> Result<Checks, Error> {
 /// Where `SLIDEGATE.CHECK`'s keys are, for Redis' key-position requests: those of a well-formed
 /// command, or the first argument alone (the command then fails with its error when run).
 pub fn key_positions<A: Arg>(args: &[A]) -> Vec<usize> {
-    parse_checks(args).map_or_else(|_| if args.len() > 1 { vec![1] } else { Vec::new() }, |c| c.keys)
+    parse_checks(args).map_or_else(|_| if args.len() > 1 { vec![1] } else { Vec::new() }, |c| c.keys.into_vec())
 }
 
 /// `SLIDEGATE.INSPECT`'s arguments after the key.
@@ -146,10 +152,7 @@ impl<A: Arg> Parser<'_, A> {
 
     fn number(&mut self, what: &str) -> Result<u64, Error> {
         let arg = self.next(what)?;
-        std::str::from_utf8(arg)
-            .ok()
-            .filter(|s| !s.starts_with('+'))
-            .and_then(|s| s.parse().ok())
+        whole_number(arg)
             .ok_or_else(|| Error::Syntax(format!("{what} must be a whole number, got \"{}\"", arg.escape_ascii())))
     }
 
@@ -257,6 +260,18 @@ impl<A: Arg> Parser<'_, A> {
     }
 }
 
+/// ASCII digits (at least one, nothing else) as a `u64`, `None` past its range: read from the
+/// bytes directly, without the UTF-8 check and sign handling `str::parse` would add.
+fn whole_number(digits: &[u8]) -> Option<u64> {
+    if digits.is_empty() {
+        return None;
+    }
+    digits.iter().try_fold(0u64, |n, &d| {
+        let digit = d.checked_sub(b'0').filter(|&d| d <= 9)?;
+        n.checked_mul(10)?.checked_add(u64::from(digit))
+    })
+}
+
 fn window(ms: u64) -> Result<Duration, Error> {
     // Out-of-range values are refused by the quota; this only keeps them representable.
     Ok(Duration::from_millis(ms))
@@ -347,6 +362,21 @@ mod tests {
     }
 
     proptest::proptest! {
+        /// The byte-level number parser accepts exactly what `u64::from_str` accepts without a
+        /// sign: any text, digits near `u64::MAX` and past it.
+        #[test]
+        fn whole_numbers_read_as_the_standard_parser_reads_them(
+            text in proptest::prop_oneof![
+                proptest::string::string_regex("[+-]?[0-9]{0,21}").expect("regex"),
+                proptest::string::string_regex(".{0,6}").expect("regex"),
+                proptest::strategy::Strategy::prop_map(u64::MAX - 1_000..=u64::MAX, |n| n.to_string()),
+                proptest::strategy::Strategy::prop_map(u64::MAX / 10 - 10..=u64::MAX / 10 + 10, |n| format!("{n}9")),
+            ],
+        ) {
+            let expected = if text.starts_with('+') { None } else { text.parse::<u64>().ok() };
+            proptest::prop_assert_eq!(whole_number(text.as_bytes()), expected);
+        }
+
         /// Whatever the arguments, the parser answers (checks or an error), never panics, and
         /// every key it reports is an argument; what it accepts is in bounds (at most
         /// `MAX_CHECKS` checks, each cost valid for its quota, `NOW` at most `MAX_TIME_MS`).

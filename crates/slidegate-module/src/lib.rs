@@ -36,11 +36,15 @@
 pub mod args;
 mod value;
 
+use std::ffi::{c_int, c_long};
+use std::mem::ManuallyDrop;
+
 use redis_module::key::RedisKeyWritable;
 use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue, raw, redis_module};
 use slidegate::state::Counter;
+use smallvec::SmallVec;
 
-use crate::args::{Checks, Spec};
+use crate::args::{Arg as _, Checks, INLINE_CHECKS, Spec};
 use crate::value::{SLIDEGATE_TYPE, Value};
 
 /// Keys hold this much longer than their last admission needs when the caller gives `NOW`:
@@ -89,25 +93,85 @@ impl From<Error> for RedisError {
     }
 }
 
-/// `SLIDEGATE.CHECK`: one check, or several joined by `AND`, decided all or nothing.
-#[allow(clippy::needless_pass_by_value, reason = "the signature redis-module calls")]
-fn check(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    if ctx.is_keys_position_request() {
+/// `SLIDEGATE.CHECK` as Redis calls it. Registered by hand rather than through `redis_module!`,
+/// whose wrapper allocates a vector of the arguments, retains and frees each one, and builds the
+/// reply as a vector of values: on the hot path that was most of the allocations per call.
+#[allow(unsafe_code)]
+extern "C" fn check_command(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+) -> c_int {
+    let context = Context::new(ctx);
+    // SAFETY: Redis passes `argc` arguments, alive for the call.
+    let args = unsafe { Borrowed::all(argv, argc) };
+    if context.is_keys_position_request() {
         // Asked by Redis (Cluster routing, ACLs, `COMMAND GETKEYS`) where the keys are.
-        for position in args::key_positions(&args) {
-            ctx.key_at_pos(i32::try_from(position).unwrap_or(1));
+        for position in args::key_positions(args) {
+            context.key_at_pos(i32::try_from(position).unwrap_or(1));
         }
-        return Ok(RedisValue::NoReply);
+    } else {
+        if let Err(e) = check(&context, args) {
+            context.reply(Err(e));
+        }
     }
-    let checks = args::parse_checks(&args)?;
+    raw::Status::Ok as c_int
+}
+
+/// `SLIDEGATE.CHECK`: one check, or several joined by `AND`, decided all or nothing.
+fn check(ctx: &Context, args: &[Borrowed]) -> Result<(), RedisError> {
+    let checks = args::parse_checks(args)?;
     if checks.keys.len() > 1 && ctx.get_flags().contains(ContextFlags::CLUSTER) {
         // Redis checked that this node serves the first key; the others must share its slot.
-        let slot = |at: &usize| slidegate::key_slot(args[*at].as_slice());
+        let slot = |at: &usize| slidegate::key_slot(args[*at].bytes());
         if checks.keys.iter().any(|at| slot(at) != slot(&checks.keys[0])) {
             return Err(RedisError::Str("CROSSSLOT Keys in request don't hash to the same slot"));
         }
     }
-    decide(ctx, &args, &checks)
+    decide(ctx, args, &checks)
+}
+
+/// A command argument as Redis passed it, borrowed for the call: neither retained nor freed.
+#[repr(transparent)]
+struct Borrowed(*mut raw::RedisModuleString);
+
+impl Borrowed {
+    /// The arguments of a command call.
+    ///
+    /// # Safety
+    /// `argv` holds `argc` strings that Redis keeps alive for the call (`'a`).
+    #[allow(unsafe_code)]
+    unsafe fn all<'a>(argv: *mut *mut raw::RedisModuleString, argc: c_int) -> &'a [Self] {
+        match usize::try_from(argc) {
+            // SAFETY: as the caller promises; `Borrowed` is a transparent pointer.
+            Ok(len) if !argv.is_null() => unsafe { std::slice::from_raw_parts(argv.cast::<Self>(), len) },
+            _ => &[],
+        }
+    }
+
+    /// The argument as redis-module's string, for its key API: never dropped, so never freed.
+    fn string(&self, ctx: &Context) -> ManuallyDrop<RedisString> {
+        ManuallyDrop::new(RedisString::from_redis_module_string(ctx.get_raw(), self.0))
+    }
+}
+
+impl args::Arg for Borrowed {
+    fn bytes(&self) -> &[u8] {
+        RedisString::string_as_slice(self.0)
+    }
+}
+
+/// `CHECK`'s reply, `admitted` then five integers per key: on the stack for up to
+/// [`INLINE_CHECKS`] keys.
+type Integers = SmallVec<[i64; 1 + 5 * INLINE_CHECKS]>;
+
+/// Writes `integers` as an array reply, straight into the client's buffer.
+fn reply_integers(ctx: &Context, integers: &[i64]) {
+    let ctx = ctx.get_raw();
+    raw::reply_with_array(ctx, c_long::try_from(integers.len()).unwrap_or(c_long::MAX));
+    for &n in integers {
+        raw::reply_with_long_long(ctx, n);
+    }
 }
 
 /// `SLIDEGATE.INSPECT`: what a key holds now, changing nothing.
@@ -184,17 +248,18 @@ impl Slot<'_> {
     }
 }
 
-/// Decides `checks` all or nothing, writes what changed, and replicates the command with the
-/// time it used.
-fn decide(ctx: &Context, argv: &[RedisString], checks: &Checks) -> RedisResult {
+/// Decides `checks` all or nothing, writes what changed, replicates the command with the time
+/// it used, and replies (last: nothing after it can fail, and the reply is not copied out).
+fn decide(ctx: &Context, argv: &[Borrowed], checks: &Checks) -> Result<(), RedisError> {
     let now = checks.now.unwrap_or_else(server_now);
     // Every check is evaluated before any is recorded. Evaluating drops expired admissions,
     // which is a change to replicate even when nothing is admitted.
     let mut changed = false;
-    let mut evaluated = Vec::with_capacity(checks.keys.len());
+    let mut evaluated = SmallVec::<[_; INLINE_CHECKS]>::new();
     for (&at, spec) in checks.keys.iter().zip(&checks.specs) {
-        let key = ctx.open_key_writable(&argv[at]);
-        let mut slot = slot(ctx, &key, &argv[at], spec)?;
+        let name = argv[at].string(ctx);
+        let key = ctx.open_key_writable(&name);
+        let mut slot = slot(ctx, &key, &name, spec)?;
         let stored = matches!(slot, Slot::Stored(_));
         let counter = &mut slot.value().counter;
         let before = counter.len();
@@ -204,9 +269,10 @@ fn decide(ctx: &Context, argv: &[RedisString], checks: &Checks) -> RedisResult {
     }
     let admitted = evaluated.iter().all(|(.., verdict)| verdict.allowed);
     let slack = if checks.now.is_some() { CALLER_CLOCK_SLACK_MS } else { 0 };
-    let mut reply = Vec::with_capacity(1 + 5 * evaluated.len());
-    reply.push(int(i64::from(admitted)));
-    for (key, mut slot, spec, verdict) in evaluated {
+    let mut reply = Integers::new();
+    reply.push(i64::from(admitted));
+    // Drained in place: moving the array of keys out would copy it whole.
+    for (key, mut slot, spec, verdict) in evaluated.drain(..) {
         let value = slot.value();
         let decision = if admitted {
             value.counter.record(now, &spec.quota, spec.cost);
@@ -235,17 +301,18 @@ fn decide(ctx: &Context, argv: &[RedisString], checks: &Checks) -> RedisResult {
             _ => {}
         }
         reply.extend([
-            int(i64::from(decision.allowed || decision.retry_after.is_none())),
-            int(clamp(decision.remaining)),
-            int(millis(decision.reset_after)),
-            decision.retry_after.map_or(int(-1), |r| int(millis(r))),
-            int(clamp(decision.limit)),
+            i64::from(decision.allowed || decision.retry_after.is_none()),
+            clamp(decision.remaining),
+            millis(decision.reset_after),
+            decision.retry_after.map_or(-1, millis),
+            clamp(decision.limit),
         ]);
     }
     if changed {
         replicate_at(ctx, argv, checks.now.is_none().then_some(now));
     }
-    Ok(RedisValue::Array(reply))
+    reply_integers(ctx, &reply);
+    Ok(())
 }
 
 /// The slot of one key: its value (borrowed from Redis for as long as its key stays open and
@@ -287,7 +354,7 @@ const MAX_TTL: std::time::Duration = slidegate::MAX_WINDOW.saturating_mul(2);
 
 /// Replicates the command as it was run, with `NOW <ms>` appended when the server's clock
 /// decided: replicas and AOF reloads then decide with the master's time.
-fn replicate_at(ctx: &Context, argv: &[RedisString], server_now: Option<u64>) {
+fn replicate_at(ctx: &Context, argv: &[Borrowed], server_now: Option<u64>) {
     let Some(now) = server_now else {
         ctx.replicate_verbatim();
         return;
@@ -300,11 +367,11 @@ fn replicate_at(ctx: &Context, argv: &[RedisString], server_now: Option<u64>) {
     let heap: Vec<*mut raw::RedisModuleString>;
     let args: &[*mut raw::RedisModuleString] = if argv.len() <= stack.len() {
         for (slot, s) in stack.iter_mut().zip(&argv[1..]) {
-            *slot = s.inner;
+            *slot = s.0;
         }
         &stack[..argv.len() - 1]
     } else {
-        heap = argv[1..].iter().map(|s| s.inner).collect();
+        heap = argv[1..].iter().map(|s| s.0).collect();
         &heap
     };
     let now = std::ffi::c_longlong::try_from(now).unwrap_or(std::ffi::c_longlong::MAX);
@@ -361,7 +428,8 @@ fn millis(d: std::time::Duration) -> i64 {
 /// tests, outside Redis, keep the system's.
 #[allow(missing_docs)]
 mod entry {
-    use super::{SLIDEGATE_TYPE, check, inspect, redis_module, restore};
+    use super::{SLIDEGATE_TYPE, check_command, inspect, raw, redis_module, restore};
+    use redis_module::{Context, RedisString, Status};
 
     #[cfg(not(test))]
     use redis_module::alloc::RedisAlloc as Allocator;
@@ -373,11 +441,32 @@ mod entry {
         version: 1,
         allocator: (Allocator, Allocator),
         data_types: [SLIDEGATE_TYPE],
+        init: create_check,
         commands: [
-            // `getkeys-api`: the keys after the first are found by parsing (`AND` checks).
-            ["slidegate.check", check, "write deny-oom getkeys-api", 1, 1, 1, ""],
             ["slidegate.inspect", inspect, "readonly", 1, 1, 1, ""],
             ["slidegate.restore", restore, "write deny-oom", 1, 1, 1, ""],
         ],
+    }
+
+    /// Registers `SLIDEGATE.CHECK` with its own entry point ([`check_command`]).
+    fn create_check(ctx: &Context, _args: &[RedisString]) -> Status {
+        // SAFETY: Redis fills the API table before `OnLoad`; the name and flags are C strings
+        // and the handler has the signature Redis calls.
+        #[allow(unsafe_code)]
+        let created = unsafe {
+            raw::RedisModule_CreateCommand.map(|create| {
+                create(
+                    ctx.get_raw(),
+                    c"slidegate.check".as_ptr(),
+                    Some(check_command),
+                    // `getkeys-api`: the keys after the first are found by parsing (`AND` checks).
+                    c"write deny-oom getkeys-api".as_ptr(),
+                    1,
+                    1,
+                    1,
+                )
+            })
+        };
+        if created == Some(raw::Status::Ok as i32) { Status::Ok } else { Status::Err }
     }
 }

@@ -102,6 +102,62 @@ fn counts_from_another_quota_never_overflow_a_keys_expiry() {
     assert_eq!(run(&mut c, &["PING"]).expect("alive"), Value::SimpleString("PONG".into()));
 }
 
+/// `SLIDEGATE.CHECK` has its own entry point: Redis still learns every key of an `AND` group
+/// (`COMMAND GETKEYS`), and groups past the checks kept inline answer one row per key, all or
+/// nothing.
+#[test]
+fn keys_are_reported_and_groups_of_any_size_answer_per_key() {
+    let server = RedisServer::start_with_module(&[]);
+    let mut c = server.conn();
+    let keys: Vec<String> = redis::cmd("COMMAND")
+        .arg(&[
+            "GETKEYS",
+            "SLIDEGATE.CHECK",
+            "a",
+            "gcra",
+            "5",
+            "1000",
+            "1",
+            "AND",
+            "b",
+            "sliding_log",
+            "5",
+            "1000",
+            "1",
+        ])
+        .query(&mut c)
+        .expect("getkeys");
+    assert_eq!(keys, ["a", "b"]);
+    let first: Vec<String> =
+        redis::cmd("COMMAND").arg(&["GETKEYS", "SLIDEGATE.CHECK", "a", "nonsense"]).query(&mut c).expect("getkeys");
+    assert_eq!(first, ["a"], "a malformed command names its first argument");
+    let group = |limit: &str| -> Vec<String> {
+        let mut args = vec!["SLIDEGATE.CHECK".to_string()];
+        for k in 0..5 {
+            if k > 0 {
+                args.push("AND".into());
+            }
+            // The last key's limit decides whether the group fits.
+            let limit = if k == 4 { limit } else { "10" };
+            args.extend([format!("g{k}"), "fixed_window".into(), limit.into(), "60000".into(), "1".into()]);
+        }
+        args.extend(["NOW".into(), "1700000000000".into()]);
+        args
+    };
+    let admitted = ints(&mut c, &as_strs(&group("1")));
+    assert_eq!(admitted.len(), 1 + 5 * 5);
+    assert_eq!(admitted[0], 1);
+    assert!(admitted[1..].chunks(5).all(|row| row[0] == 1), "{admitted:?}");
+    assert_eq!((admitted[2], admitted[22]), (9, 0), "remaining per key");
+    let denied = ints(&mut c, &as_strs(&group("1")));
+    assert_eq!((denied.len(), denied[0], denied[21], denied[22]), (26, 0, 0, 0), "the last key is full: {denied:?}");
+    assert_eq!(denied[2], 9, "nothing was recorded for the others");
+}
+
+fn as_strs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
 /// A pool of arguments that makes most generated commands almost valid.
 fn argument() -> impl Strategy<Value = String> {
     prop_oneof![

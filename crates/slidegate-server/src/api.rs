@@ -1,20 +1,23 @@
 //! The HTTP/JSON API. Handlers translate JSON to library calls and back; every client mistake
 //! is a 4xx with `{"error": {"code", "message"}}`, never a 500.
 
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 use std::time::{Duration, Instant};
 
 use ::metrics::Histogram;
-use axum::body::Bytes;
+use axum::body::{Body, Bytes};
 use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
-use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
+use axum::extract::{ConnectInfo, DefaultBodyLimit, Path, Query, Request, State};
 use axum::handler::Handler;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodFilter, MethodRouter, on};
 use axum::{Json, Router};
+use http_body_util::{BodyExt as _, LengthLimitError, Limited};
+use hyper::body::Incoming;
 use serde::Deserialize;
 use serde_json::json;
 use slidegate::headers::{self as rate_limit, RateLimitHeaders};
@@ -34,6 +37,71 @@ pub const INSPECT_ADMISSIONS: usize = 1_000;
 /// The largest request body accepted (a multi-check of 16 long keys fits easily).
 pub const MAX_BODY: usize = 64 * 1024;
 
+/// The decision route.
+const CHECK: &str = "/v1/check";
+
+/// The service's routes over `app`, as the listener calls them: `POST /v1/check`, the route
+/// every decision takes, straight to its handler; everything else through [`router`]. Axum's
+/// router costs a decision about a fifth of the service's work (the route lookup, a boxed
+/// clone of the route and a boxed future per layer, the request's extension map), spent to find
+/// the one route whose path and method are two comparisons.
+#[derive(Clone)]
+pub struct Routes {
+    router: Router,
+    check: Arc<CheckRoute>,
+}
+
+/// `POST /v1/check` outside the router: the state and the latency histogram its handler would
+/// have there.
+struct CheckRoute {
+    app: Arc<App>,
+    histogram: Histogram,
+}
+
+/// An answer on its way.
+pub(crate) type Answer = Pin<Box<dyn Future<Output = Response> + Send>>;
+
+impl Routes {
+    /// The routes over `app`.
+    pub fn new(app: Arc<App>) -> Self {
+        let histogram = ::metrics::histogram!(metrics::HTTP_SECONDS, "route" => CHECK);
+        Self { router: router(Arc::clone(&app)), check: Arc::new(CheckRoute { app, histogram }) }
+    }
+
+    /// Answers `request`, which came from `peer`.
+    pub(crate) fn call(&self, mut request: hyper::Request<Incoming>, peer: SocketAddr) -> Answer {
+        if request.method() == Method::POST && request.uri().path() == CHECK {
+            let route = Arc::clone(&self.check);
+            return Box::pin(async move { route.answer(request.into_body()).await });
+        }
+        // The admin routes' audit trail names the client; decisions have no use for it.
+        request.extensions_mut().insert(ConnectInfo(peer));
+        // A router is always ready (axum's `Router::poll_ready` returns `Ready` at once).
+        let answer = tower_service::Service::call(&mut self.router.clone(), request);
+        Box::pin(async move {
+            match answer.await {
+                Ok(response) => response,
+                Err(never) => match never {},
+            }
+        })
+    }
+}
+
+impl CheckRoute {
+    /// What the router would answer, body limit and latency histogram included.
+    async fn answer(&self, body: Incoming) -> Response {
+        let started = Instant::now();
+        let answer = match Limited::new(body, MAX_BODY).collect().await {
+            Ok(body) => decide(&self.app, &body.to_bytes()).await,
+            Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => Err(ApiError::body_too_large()),
+            Err(e) => Err(ApiError::bad_request("invalid_body", format!("failed to read the request body: {e}"))),
+        };
+        let answer = answer.unwrap_or_else(IntoResponse::into_response);
+        self.histogram.record(started.elapsed().as_secs_f64());
+        answer
+    }
+}
+
 /// One route: its method, its path, and what answers it.
 pub type Route = (Method, &'static str, MethodRouter<Arc<App>>);
 
@@ -52,7 +120,7 @@ where
 /// to the OpenAPI document both ways.
 pub fn routes() -> Vec<Route> {
     let api = [
-        route(Method::POST, "/v1/check", check),
+        route(Method::POST, CHECK, check),
         route(Method::GET, "/v1/rules", rules),
         route(Method::GET, "/v1/keys/{rule}/{key}", inspect_key),
         route(Method::DELETE, "/v1/keys/{rule}/{key}", reset_key),
@@ -74,7 +142,7 @@ pub fn routes() -> Vec<Route> {
     timed.chain(crate::ui::routes()).collect()
 }
 
-/// The service's routes over `app`.
+/// The service's routes over `app`, through axum's router.
 pub fn router(app: Arc<App>) -> Router {
     // Two methods of one path merge into one route.
     routes()
@@ -148,8 +216,9 @@ fn json_response(body: String, items: &[(&str, &Quota, &Decision)], retry_after:
     // Names as constants: `from_static` validates its argument each time it runs.
     const POLICY: HeaderName = HeaderName::from_static(rate_limit::POLICY);
     const STATE: HeaderName = HeaderName::from_static(rate_limit::STATE);
-    let mut response = body.into_response();
+    let mut response = Response::new(Body::from(body));
     let headers = response.headers_mut();
+    headers.reserve(4);
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     let values = RateLimitHeaders::new(items, retry_after);
     for (name, value) in
@@ -224,6 +293,10 @@ impl ApiError {
         Self::new(StatusCode::BAD_REQUEST, code, message)
     }
 
+    fn body_too_large() -> Self {
+        Self::new(StatusCode::PAYLOAD_TOO_LARGE, "body_too_large", format!("request body over {MAX_BODY} bytes"))
+    }
+
     /// The error's code, as the answer spells it.
     #[cfg(test)]
     pub(crate) fn code(&self) -> &'static str {
@@ -291,7 +364,7 @@ pub(crate) fn request_timed_out(limit: Duration) -> Response {
 impl From<BytesRejection> for ApiError {
     fn from(r: BytesRejection) -> Self {
         if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            Self::new(StatusCode::PAYLOAD_TOO_LARGE, "body_too_large", format!("request body over {MAX_BODY} bytes"))
+            Self::body_too_large()
         } else {
             Self::bad_request("invalid_body", r.body_text())
         }
@@ -429,16 +502,20 @@ impl CheckBody {
 }
 
 async fn check(State(app): State<Arc<App>>, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
-    let body = body?;
+    decide(&app, &body?).await
+}
+
+/// Answers a `/v1/check` body.
+async fn decide(app: &App, body: &[u8]) -> Result<Response, ApiError> {
     let live = app.live();
-    match decode_check(&body, &live)? {
+    match decode_check(body, &live)? {
         CheckRequest::One(mut resolved) => {
-            overridden(&app, &mut resolved);
-            check_one(&app, &live, resolved).await
+            overridden(app, &mut resolved);
+            check_one(app, &live, resolved).await
         }
         CheckRequest::Many(mut resolved) => {
-            resolved.iter_mut().for_each(|r| overridden(&app, r));
-            check_many(&app, &live, &resolved).await
+            resolved.iter_mut().for_each(|r| overridden(app, r));
+            check_many(app, &live, &resolved).await
         }
     }
 }

@@ -25,19 +25,16 @@ use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
-use axum::Router;
-use axum::extract::ConnectInfo;
 use axum::response::Response;
-use axum::routing::future::RouteFuture;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use tower_service::Service as _;
 use tracing::{error, warn};
 
+use crate::api::{Answer, Routes};
 use crate::metrics;
 
 /// The time a client gets to send a request head unless `[server] header_read_timeout` says
@@ -159,11 +156,11 @@ impl HttpLimits {
     }
 }
 
-/// Serves `router` on `listener` within `limits` until `shutdown` completes; then stops
+/// Serves `routes` on `listener` within `limits` until `shutdown` completes; then stops
 /// accepting, and lets requests in flight finish (each is bounded by its deadlines).
 pub async fn serve(
     listener: TcpListener,
-    router: Router,
+    routes: Routes,
     limits: HttpLimits,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
@@ -188,7 +185,7 @@ pub async fn serve(
             refuse(stream);
             continue;
         };
-        let service = RequestDeadline { router: router.clone(), limit: limits.request_timeout, peer };
+        let service = RequestDeadline { routes: routes.clone(), limit: limits.request_timeout, peer };
         let connection = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
         tokio::spawn(async move {
             let _open = OpenConnection::new(slot);
@@ -248,12 +245,12 @@ pub(crate) async fn accept_failed(e: std::io::Error) {
     tokio::time::sleep(Duration::from_secs(1)).await;
 }
 
-/// The router under the request deadline.
+/// The routes under the request deadline.
 #[derive(Clone)]
 struct RequestDeadline {
-    router: Router,
+    routes: Routes,
     limit: Duration,
-    /// The client's address, attached to requests for the admin routes' audit trail.
+    /// The client's address, for the admin routes' audit trail.
     peer: SocketAddr,
 }
 
@@ -262,14 +259,8 @@ impl hyper::service::Service<hyper::Request<Incoming>> for RequestDeadline {
     type Error = Infallible;
     type Future = Deadline;
 
-    fn call(&self, mut request: hyper::Request<Incoming>) -> Deadline {
-        // Not on decisions: attaching it allocates the request's extension map, work the
-        // decision path has no use for.
-        if request.uri().path() != "/v1/check" {
-            request.extensions_mut().insert(ConnectInfo(self.peer));
-        }
-        // A router is always ready (axum's `Router::poll_ready` returns `Ready` at once).
-        let answer = self.router.clone().call(request);
+    fn call(&self, request: hyper::Request<Incoming>) -> Deadline {
+        let answer = self.routes.call(request, self.peer);
         Deadline { answer: tokio::time::timeout(self.limit, answer), limit: self.limit }
     }
 }
@@ -278,7 +269,7 @@ pin_project_lite::pin_project! {
     /// A request's answer, or 408 when it is not ready by the deadline.
     struct Deadline {
         #[pin]
-        answer: tokio::time::Timeout<RouteFuture<Infallible>>,
+        answer: tokio::time::Timeout<Answer>,
         limit: Duration,
     }
 }
@@ -289,7 +280,7 @@ impl Future for Deadline {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         match ready!(this.answer.poll(cx)) {
-            Ok(answer) => Poll::Ready(answer),
+            Ok(answer) => Poll::Ready(Ok(answer)),
             Err(_) => Poll::Ready(Ok(crate::api::request_timed_out(*this.limit))),
         }
     }

@@ -335,7 +335,7 @@ pub async fn run(
     limits: HttpLimits,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
-    crate::http::serve(listener, crate::api::router(app), limits, shutdown).await?;
+    crate::http::serve(listener, crate::api::Routes::new(app), limits, shutdown).await?;
     Ok(())
 }
 

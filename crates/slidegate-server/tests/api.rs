@@ -461,6 +461,23 @@ fn bench_reports_json_against_memory_and_a_server() {
     }
 }
 
+#[cfg(feature = "bench")]
+#[test]
+fn bench_counts_refused_connections_as_errors_and_still_ends() {
+    // Two connections at most: two of the four workers hold one, the others are refused on
+    // every attempt to open their own.
+    let server = Slidegate::serve(&["--max-connections", "2"]);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_slidegate"))
+        .args(["bench", "--target", server.base.as_str(), "--keys", "10", "--concurrency", "4"])
+        .args(["--duration", "300ms", "--limit", "5", "--window", "60s", "--json"])
+        .output()
+        .expect("run");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert!(v["errors"].as_u64().is_some_and(|e| e > 0), "refusals are errors: {v}");
+    assert_eq!(v["allowed"], 50, "the workers that hold a connection decide: {v}");
+}
+
 /// The body of an error answer: (status, code, message).
 async fn error_of(client: &reqwest::Client, server: &Slidegate, body: &Value) -> (u16, String, String) {
     let (status, _, v) = check(client, server, body).await;

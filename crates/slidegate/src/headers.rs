@@ -106,9 +106,11 @@ fn push_escaped(out: &mut String, text: &str) {
     }
 }
 
-/// Whole seconds, rounded up: a client that waits this long is never early.
+/// Whole seconds, rounded up: a client that waits this long is never early. Whole
+/// milliseconds count (a part of one does not), as everywhere the API answers in ms; no 128-bit
+/// division, as this runs up to three times per answer.
 pub fn ceil_secs(d: Duration) -> u64 {
-    d.as_millis().div_ceil(1000).try_into().unwrap_or(u64::MAX)
+    d.as_secs().saturating_add(u64::from(d.subsec_millis() > 0))
 }
 
 #[cfg(test)]

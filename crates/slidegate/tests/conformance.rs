@@ -221,6 +221,25 @@ async fn named_edge_cases_agree() {
     }
 }
 
+/// A counter whose answer does not fit the lean sliding-window script's one packed integer
+/// (limit × window past 2^53) answers in a table instead: both forms, each outcome.
+#[tokio::test]
+async fn huge_counters_agree_past_the_packed_reply() {
+    let b = Backends::start().await;
+    let requests = vec![(0, 1), (1, 100_000_000), (2, 250_000_000), (3, 199_999_999), (12_500_000, 2), (25_000_001, 1)];
+    for buckets in [1, 5] {
+        let q = quota(300_000_000, 25_000_000, Algorithm::SlidingWindow { buckets });
+        let d = b
+            .agree(&Scenario { quota: q, start_ms: EPOCH_2026, requests: requests.clone() }, &format!("huge{buckets}"))
+            .await;
+        assert_eq!(
+            allowed(&d),
+            [true, true, false, true, false, true],
+            "{buckets} buckets: full until the window ends"
+        );
+    }
+}
+
 #[tokio::test]
 async fn fixed_window_lets_twice_the_limit_through_at_an_edge() {
     let b = Backends::start().await;

@@ -211,14 +211,7 @@ async fn denied_requests_leave_no_trace() {
         assert!(limiter.check("k", &q).await.expect("fill").allowed);
     }
     let entries = |s: &RedisServer| s.query::<Vec<(String, u64)>>(&["ZRANGE", "slidegate:k", "0", "-1", "WITHSCORES"]);
-    let writes = |s: &RedisServer| {
-        let info: String = s.query(&["INFO", "persistence"]);
-        info.lines()
-            .find_map(|l| l.strip_prefix("rdb_changes_since_last_save:"))
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .expect("rdb_changes_since_last_save")
-    };
-    let (before, writes_before) = (entries(&server), writes(&server));
+    let (before, writes_before) = (entries(&server), rdb_changes(&server));
     let ttl_before: i64 = server.query(&["PTTL", "slidegate:k"]);
     // The first denial is taken in the order for an admission (the key's last outcome), the
     // others in the order for a denial: neither writes.
@@ -227,7 +220,7 @@ async fn denied_requests_leave_no_trace() {
         assert!(!d.allowed);
     }
     assert_eq!(entries(&server), before);
-    assert_eq!(writes(&server), writes_before, "a denial wrote to Redis");
+    assert_eq!(rdb_changes(&server), writes_before, "a denial wrote to Redis");
     assert!(server.query::<i64>(&["PTTL", "slidegate:k"]) <= ttl_before, "a denial extended the TTL");
 }
 
@@ -243,16 +236,7 @@ async fn cost_contract_runs_of_one_outcome_take_that_outcomes_cheaper_order() {
     let server = RedisServer::start();
     let limiter = Limiter::new(backend(&server).await.with_engine(RedisEngine::Lua));
     let q = quota(10, 60_000);
-    let calls = |s: &RedisServer| {
-        let info: String = s.query(&["INFO", "commandstats"]);
-        let count = |command: &str| {
-            info.lines()
-                .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
-                .and_then(|rest| rest.split(',').next()?.parse::<u64>().ok())
-                .unwrap_or(0)
-        };
-        ["zcard", "zrange", "zremrangebyscore", "zadd", "pttl"].map(count)
-    };
+    let calls = |s: &RedisServer| command_calls(s, ["zcard", "zrange", "zremrangebyscore", "zadd", "pttl"]);
     server.query::<()>(&["CONFIG", "RESETSTAT"]);
     for _ in 0..10 {
         assert!(limiter.check("k", &q).await.expect("admission").allowed);
@@ -265,6 +249,117 @@ async fn cost_contract_runs_of_one_outcome_take_that_outcomes_cheaper_order() {
     }
     // The first denial was guessed an admission (one count more); the 19 after it were not.
     assert_eq!(calls(&server), [1, 20, 0, 0, 20], "zcard, zrange, zremrangebyscore, zadd, pttl");
+}
+
+/// Redis' count of calls of each of `commands` since the last `CONFIG RESETSTAT` (calls made by
+/// scripts included).
+fn command_calls<const N: usize>(server: &RedisServer, commands: [&str; N]) -> [u64; N] {
+    let info: String = server.query(&["INFO", "commandstats"]);
+    commands.map(|command| {
+        info.lines()
+            .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
+            .and_then(|rest| rest.split(',').next()?.parse::<u64>().ok())
+            .unwrap_or(0)
+    })
+}
+
+fn script_loaded(server: &RedisServer, body: &str) -> bool {
+    let sha = redis::Script::new(body).get_hash().to_owned();
+    server.query::<Vec<i64>>(&["SCRIPT", "EXISTS", &sha]) == [1]
+}
+
+/// Which script decides a sliding window counter, seen in Redis' script cache after `SCRIPT
+/// FLUSH` (the one that ran is back in it): one key without warm-up, its own lean script; with
+/// a warm-up, or in a group, `check.lua`. All on the same hash.
+#[tokio::test]
+async fn a_one_key_sliding_window_counter_runs_its_lean_script() {
+    let server = RedisServer::start();
+    let limiter = Limiter::new(backend(&server).await.with_engine(RedisEngine::Lua));
+    let (lean, general) = (include_str!("../src/redis/sliding_window.lua"), include_str!("../src/redis/check.lua"));
+    let q = quota(3, 60_000).with_algorithm(Algorithm::SlidingWindow { buckets: 6 }).expect("quota");
+    let _: String = server.query(&["SCRIPT", "FLUSH"]);
+    for remaining in [2, 1] {
+        assert_eq!(limiter.check("w", &q).await.expect("check").remaining, remaining);
+    }
+    assert!(script_loaded(&server, lean), "the single check ran sliding_window.lua");
+    assert!(!script_loaded(&server, general), "the single check did not run check.lua");
+    let warm = q.with_warm_up(Duration::from_secs(60), 1.0).expect("quota");
+    let d = limiter.check("w", &warm).await.expect("warm-up");
+    assert_eq!((d.allowed, d.remaining), (true, 0), "check.lua counts what the lean script wrote");
+    assert!(script_loaded(&server, general), "a warm-up runs check.lua");
+    assert!(!limiter.check("w", &q).await.expect("check").allowed, "and the lean script what check.lua wrote");
+}
+
+/// A performance contract, not behaviour: the Redis calls the sliding window counter's lean
+/// script makes. Every decision reads the hash once; an admission increments its bucket, sets
+/// the expiry only when the bucket is new, and deletes buckets that left the window; a denial
+/// writes nothing. A change that keeps every decision but adds calls fails here on purpose:
+/// update the counts (and BENCHMARKS.md) knowingly.
+#[tokio::test]
+async fn cost_contract_the_sliding_window_counter_writes_once_per_admission() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(1_795_000_000_000);
+    let limiter = Limiter::new(backend(&server).await.with_engine(RedisEngine::Lua).with_clock(clock.clone()));
+    // 10 per minute in six buckets of 10 s; the clock starts on a bucket's edge.
+    let q = quota(10, 60_000).with_algorithm(Algorithm::SlidingWindow { buckets: 6 }).expect("quota");
+    let commands = ["hgetall", "hincrby", "pexpire", "hdel"];
+    let key = "slidegate.sw:k";
+    server.query::<()>(&["CONFIG", "RESETSTAT"]);
+    for i in 0..10 {
+        clock.set_ms(1_795_000_000_000 + i);
+        assert!(limiter.check("k", &q).await.expect("admission").allowed);
+    }
+    assert_eq!(command_calls(&server, commands), [10, 10, 1, 0], "{commands:?}: one bucket, one expiry");
+    // The bucket ends 10 s on, the window after six more: 70 s, plus the caller's clock's minute.
+    let ttl: u64 = server.query(&["PTTL", key]);
+    assert!((120_000..=130_000).contains(&ttl), "{ttl} ms");
+    let (fields, writes_before) = (server.query::<Vec<String>>(&["HGETALL", key]), rdb_changes(&server));
+    server.query::<()>(&["CONFIG", "RESETSTAT"]);
+    for _ in 0..20 {
+        assert!(!limiter.check("k", &q).await.expect("denial").allowed);
+    }
+    assert_eq!(command_calls(&server, commands), [20, 0, 0, 0], "{commands:?}: denials only read");
+    assert_eq!((server.query::<Vec<String>>(&["HGETALL", key]), rdb_changes(&server)), (fields, writes_before));
+    server.query::<()>(&["CONFIG", "RESETSTAT"]);
+    // 70 s on, the first bucket has left the window and its weight: the admission deletes it.
+    clock.set_ms(1_795_000_070_000);
+    assert_eq!(limiter.check("k", &q).await.expect("admission").remaining, 9);
+    assert_eq!(command_calls(&server, commands), [1, 1, 1, 1], "{commands:?}: a new bucket, an old one gone");
+    assert_eq!(server.query::<Vec<String>>(&["HKEYS", key]), ["179500007"]);
+}
+
+/// The memory one sliding window counter key holds, measured as BENCHMARKS.md's bytes-per-key
+/// table measures it (six buckets of a one-minute window, filled to the limit over 50 s, the
+/// key named as there): at most 150 bytes while a bucket's count fits Redis' 24-bit integer
+/// encoding (limits up to about 40 million a minute; at MAX_LIMIT the counts take 32 bits and
+/// the key 152 bytes).
+#[tokio::test]
+async fn a_sliding_window_counter_key_holds_at_most_150_bytes_up_to_ten_million_a_minute() {
+    let server = RedisServer::start();
+    let start = 1_795_000_000_000;
+    let clock = ManualClock::new(start);
+    let limiter = Limiter::new(backend(&server).await.with_engine(RedisEngine::Lua).with_clock(clock.clone()));
+    for limit in [100, 100_000, 10_000_000] {
+        let q = Quota::per_minute(limit).and_then(|q| q.with_algorithm(Algorithm::SlidingWindow { buckets: 6 }));
+        let q = q.expect("quota");
+        let calls = limit.min(1_000);
+        for i in 0..calls {
+            clock.set_ms(start + i * (50_000 / calls));
+            assert!(limiter.check_cost("footprint", &q, limit / calls).await.expect("fill").allowed);
+        }
+        let bytes: u64 = server.query(&["MEMORY", "USAGE", "slidegate.sw:footprint", "SAMPLES", "0"]);
+        eprintln!("limit {limit}: {bytes} bytes");
+        assert!(bytes <= 150, "limit {limit}: {bytes} bytes");
+        limiter.reset("footprint").await.expect("reset");
+    }
+}
+
+fn rdb_changes(server: &RedisServer) -> u64 {
+    let info: String = server.query(&["INFO", "persistence"]);
+    info.lines()
+        .find_map(|l| l.strip_prefix("rdb_changes_since_last_save:"))
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .expect("rdb_changes_since_last_save")
 }
 
 #[tokio::test]

@@ -16,6 +16,7 @@
 //! that the HTTP client it loads a server with is not part of the production server.
 
 mod histogram;
+mod http;
 mod report;
 mod target;
 mod worker;

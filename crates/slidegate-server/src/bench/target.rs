@@ -1,5 +1,5 @@
 //! What the load generator sends its decisions to: the library over a backend, a running server
-//! over HTTP, or its Envoy rate limit service over gRPC.
+//! over HTTP, or its Envoy rate limit service over gRPC; and each worker's way to it.
 
 use std::time::Duration;
 
@@ -11,16 +11,13 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use slidegate::{Limiter, MemoryBackend, Quota, RedisBackend};
 
+use super::http::{Connection, HttpTarget};
 use super::{BenchOptions, GRPC_DOMAIN};
 use crate::backend::AnyBackend;
 
 pub(super) enum Target {
     Library(Limiter<AnyBackend>),
-    Http {
-        client: reqwest::Client,
-        url: String,
-        bodies: Vec<String>,
-    },
+    Http(HttpTarget),
     /// The Envoy rate limit service: domain `bench`, one descriptor `key` = the key.
     Grpc(RateLimitServiceClient<tonic::transport::Channel>),
 }
@@ -60,7 +57,6 @@ impl Target {
     }
 
     fn http(options: &BenchOptions, keys: &[String]) -> anyhow::Result<Self> {
-        let url = format!("{}/v1/check", options.target.trim_end_matches('/'));
         let q = &options.quota;
         let bodies = keys
             .iter()
@@ -72,11 +68,7 @@ impl Target {
                 .to_string(),
             })
             .collect();
-        let client = reqwest::Client::builder()
-            .pool_max_idle_per_host(options.concurrency)
-            .timeout(Duration::from_secs(5))
-            .build()?;
-        Ok(Self::Http { client, url, bodies })
+        Ok(Self::Http(HttpTarget::new(&options.target, bodies)?))
     }
 
     /// With a library target, the code that decides: `memory`, `lua` or `module`.
@@ -87,22 +79,29 @@ impl Target {
         }
     }
 
+    /// A worker's way to the target: over HTTP a connection of its own, otherwise the target.
+    pub(super) fn session(&self) -> Session<'_> {
+        match self {
+            Self::Library(limiter) => Session::Library(limiter),
+            Self::Http(target) => Session::Http(target.connection()),
+            Self::Grpc(client) => Session::Grpc(client.clone()),
+        }
+    }
+}
+
+/// One worker's way to the [`Target`].
+pub(super) enum Session<'a> {
+    Library(&'a Limiter<AnyBackend>),
+    Http(Connection<'a>),
+    Grpc(RateLimitServiceClient<tonic::transport::Channel>),
+}
+
+impl Session<'_> {
     /// One decision: `Ok(allowed)`.
-    pub(super) async fn decide(&self, key_index: usize, keys: &[String], quota: &Quota) -> anyhow::Result<bool> {
+    pub(super) async fn decide(&mut self, key_index: usize, keys: &[String], quota: &Quota) -> anyhow::Result<bool> {
         match self {
             Self::Library(limiter) => Ok(limiter.check(&keys[key_index], quota).await?.allowed),
-            Self::Http { client, url, bodies } => {
-                let response = client
-                    .post(url.as_str())
-                    .header("content-type", "application/json")
-                    .body(bodies[key_index].clone())
-                    .send()
-                    .await?;
-                let status = response.status();
-                let body = response.bytes().await?;
-                anyhow::ensure!(status.is_success(), "HTTP {status}");
-                Ok(serde_json::from_slice::<Allowed>(&body)?.allowed)
-            }
+            Self::Http(connection) => connection.decide(key_index).await,
             Self::Grpc(client) => {
                 let request = RateLimitRequest {
                     domain: GRPC_DOMAIN.to_owned(),
@@ -112,15 +111,9 @@ impl Target {
                     }],
                     hits_addend: 0,
                 };
-                let response = client.clone().should_rate_limit(request).await?.into_inner();
+                let response = client.should_rate_limit(request).await?.into_inner();
                 Ok(response.overall_code == Code::Ok as i32)
             }
         }
     }
-}
-
-/// The one field of a decision the load generator needs.
-#[derive(serde::Deserialize)]
-struct Allowed {
-    allowed: bool,
 }

@@ -13,6 +13,11 @@ use super::target::Target;
 /// Decisions at most per worker, so a run ends even on a clock that stalls.
 const MAX_PER_WORKER: u64 = 50_000_000;
 
+/// How long past the deadline a worker waits for its last answer; one not in by then counts as
+/// an error. One timer for the whole run, not one per decision: the generator's own cost per
+/// decision stays small beside the target's.
+const LAST_ANSWER: Duration = Duration::from_secs(5);
+
 /// What every worker of a run shares.
 pub(super) struct Load {
     pub(super) target: Target,
@@ -66,6 +71,9 @@ pub(super) async fn work(load: Arc<Load>, w: u64) -> Tally {
     let mut rng = 0x9E37_79B9_7F4A_7C15_u64 ^ ((w + 1) << 17);
     let mut tally = Tally::new();
     let mut pacing = Pacing { sent: load.started, answered: load.started, held: false };
+    let mut session = load.target.session();
+    let give_up = tokio::time::sleep_until((load.deadline + LAST_ANSWER).into());
+    tokio::pin!(give_up);
     for i in 0..MAX_PER_WORKER {
         if i % 64 == 63 {
             // A memory backend never makes a worker wait: let the timer and the progress
@@ -81,7 +89,14 @@ pub(super) async fn work(load: Arc<Load>, w: u64) -> Tally {
         rng ^= rng << 17;
         let index = (rng % load.keys.len() as u64) as usize;
         pacing.sent = Instant::now();
-        let outcome = load.target.decide(index, &load.keys, &load.quota).await;
+        let outcome = tokio::select! {
+            biased;
+            outcome = session.decide(index, &load.keys, &load.quota) => outcome,
+            () = &mut give_up => {
+                tally.errors += 1;
+                break;
+            }
+        };
         pacing.answered = Instant::now();
         match outcome {
             Ok(allowed) => {

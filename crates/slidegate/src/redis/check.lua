@@ -1,6 +1,7 @@
 -- slidegate: every algorithm, one atomic decision over one or several keys (all or nothing).
--- (A one-key sliding log without warm-up goes through sliding_log.lua, which is leaner; both
--- write the same entries.) Semantics: src/spec.rs, which this implements independently.
+-- (One key without warm-up goes through a leaner script: sliding_log.lua, sliding_window.lua or
+-- one_key.lua, each writing the same entries or fields.) Semantics: src/spec.rs, which this
+-- implements independently.
 --
 -- KEYS[i]     check i's state: a sorted set (sliding log), or a hash: bucket index -> count
 --             (sliding window), i/n = window index and count (fixed window), t = theoretical

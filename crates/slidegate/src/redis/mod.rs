@@ -2,11 +2,12 @@
 //!
 //! Scripts live beside this file, each opening with its KEYS/ARGV contract: `sliding_log.lua`
 //! (one sliding-log key without warm-up, the hot path), `one_key.lua` (one fixed-window or GCRA
-//! key without warm-up), `check.lua` (every algorithm, warm-up, one key or an atomic group, on
-//! the same keys and fields, at about twice the one-key scripts' work) and `inspect.lua`. They
-//! run by `EVALSHA`; when Redis answers `NOSCRIPT` (after a restart, a failover or `SCRIPT
-//! FLUSH`) the same call is sent once more as `EVAL` with the body, which
-//! also puts the script back in Redis' cache. Callers never see that error.
+//! key without warm-up), `sliding_window.lua` (one sliding-window-counter key without warm-up),
+//! `check.lua` (every algorithm, warm-up, one key or an atomic group, on the same keys and
+//! fields, at about twice the one-key scripts' work) and `inspect.lua`. They run by `EVALSHA`;
+//! when Redis answers `NOSCRIPT` (after a restart, a failover or `SCRIPT FLUSH`) the same call
+//! is sent once more as `EVAL` with the body, which also puts the script back in Redis' cache.
+//! Callers never see that error.
 //!
 //! When the server has slidegate's module loaded (`crates/slidegate-module`), the same
 //! decisions are made by its `SLIDEGATE.CHECK` and `SLIDEGATE.INSPECT` commands instead, on the
@@ -118,6 +119,7 @@ where
         // One key without warm-up has a lean script; everything else runs the general one.
         let decision = match (algorithm, quota.warm_up()) {
             (Algorithm::SlidingLog, None) => self.sliding_log(key, quota, cost).await,
+            (Algorithm::SlidingWindow { buckets }, None) => self.sliding_window(key, quota, buckets, cost).await,
             (Algorithm::FixedWindow, None) => {
                 let args = [quota.window_ms(), quota.limit(), cost];
                 self.one_key(key, algorithm, "f", args, quota.limit()).await

@@ -34,6 +34,7 @@ impl LuaScript {
 pub(super) struct Scripts {
     sliding_log: LuaScript,
     one_key: LuaScript,
+    sliding_window: LuaScript,
     check: LuaScript,
     pub(super) inspect: LuaScript,
 }
@@ -44,6 +45,7 @@ pub(super) fn scripts() -> &'static Scripts {
     SCRIPTS.get_or_init(|| Scripts {
         sliding_log: LuaScript::new(include_str!("sliding_log.lua")),
         one_key: LuaScript::new(include_str!("one_key.lua")),
+        sliding_window: LuaScript::new(include_str!("sliding_window.lua")),
         check: LuaScript::new(include_str!("check.lua")),
         inspect: LuaScript::new(include_str!("inspect.lua")),
     })
@@ -57,7 +59,7 @@ where
     /// loaded on first use anyway.
     pub async fn load_scripts(&self) -> Result<(), Error> {
         let s = scripts();
-        for script in [&s.sliding_log, &s.one_key, &s.check, &s.inspect] {
+        for script in [&s.sliding_log, &s.one_key, &s.sliding_window, &s.check, &s.inspect] {
             let mut cmd = redis::cmd("SCRIPT");
             cmd.arg("LOAD").arg(script.body);
             let _: String = self.query(&cmd).await?;
@@ -125,6 +127,23 @@ where
             .run_script(&scripts().one_key, &[(key, algorithm)], |cmd| wire::one_key_args(cmd, code, &args, now))
             .await?;
         wire::parse_one_key(&reply, limit)
+    }
+
+    /// One run of `sliding_window.lua`: a sliding window counter of `buckets` without warm-up.
+    pub(super) async fn sliding_window(
+        &self,
+        key: &str,
+        quota: &Quota,
+        buckets: u32,
+        cost: u64,
+    ) -> Result<Decision, Error> {
+        let now = self.now_arg();
+        let reply: redis::Value = self
+            .run_script(&scripts().sliding_window, &[(key, quota.algorithm())], |cmd| {
+                wire::sliding_window_args(cmd, quota, buckets, cost, now);
+            })
+            .await?;
+        wire::parse_sliding_window(&reply, quota.limit(), wire::sliding_window_base(quota, buckets))
     }
 
     /// One run of `check.lua` over `checks`: decided and recorded all or nothing, or, with

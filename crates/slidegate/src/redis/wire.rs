@@ -73,6 +73,51 @@ pub(super) fn one_key_args(cmd: &mut Cmd, code: &str, numbers: &[u64; 3], now: O
     cmd.arg(code).arg(&numbers[..]).arg(now);
 }
 
+/// Appends `sliding_window.lua`'s ARGV for `cost` permits of `quota`, a sliding window counter
+/// of `buckets`: the bucket's length in ms, the buckets, the limit, the cost, and `now` when the
+/// caller's clock decides.
+pub(super) fn sliding_window_args(cmd: &mut Cmd, quota: &Quota, buckets: u32, cost: u64, now: Option<u64>) {
+    let n = u64::from(buckets);
+    cmd.arg(quota.window_ms() / n).arg(n).arg(quota.limit()).arg(cost).arg(now);
+}
+
+/// The base `sliding_window.lua` packs its answer in: (buckets + 2) bucket lengths + 1 ms, above
+/// any `reset_after` or `retry_after` it packs.
+pub(super) fn sliding_window_base(quota: &Quota, buckets: u32) -> u64 {
+    let n = u64::from(buckets);
+    (n + 2) * (quota.window_ms() / n) + 1
+}
+
+/// Reads `sliding_window.lua`'s answer: one integer in `base` (`remaining * base + reset` when
+/// admitted, `-1 - ((remaining * base + reset) * base + retry)` when denied), or, when that
+/// would not fit, `one_key.lua`'s table.
+pub(super) fn parse_sliding_window(reply: &Value, limit: u64, base: u64) -> Result<Decision, Error> {
+    let unexpected = || Error::UnexpectedReply(format!("{reply:?}"));
+    match *reply {
+        Value::Int(packed) if packed >= 0 => {
+            let packed = packed.unsigned_abs();
+            Ok(Decision::allowed(limit, packed / base, Duration::from_millis(packed % base)))
+        }
+        Value::Int(packed) => {
+            let packed = (-1 - packed).unsigned_abs();
+            let (state, retry) = (packed / base, packed % base);
+            let (remaining, reset) = (state / base, state % base);
+            Ok(Decision::denied(limit, remaining, Duration::from_millis(reset), Duration::from_millis(retry)))
+        }
+        Value::Array(ref items) => {
+            let numbers = items
+                .iter()
+                .map(|item| match item {
+                    Value::Int(n) => Ok(*n),
+                    _ => Err(unexpected()),
+                })
+                .collect::<Result<Vec<i64>, Error>>()?;
+            parse_one_key(&numbers, limit)
+        }
+        _ => Err(unexpected()),
+    }
+}
+
 /// Reads `one_key.lua`'s answer: `[remaining, reset_after]` when admitted, `[remaining,
 /// reset_after, retry_after]` when denied.
 pub(super) fn parse_one_key(reply: &[i64], limit: u64) -> Result<Decision, Error> {
@@ -305,6 +350,42 @@ mod tests {
             Value::SimpleString("OK".to_owned()),
         ] {
             assert!(matches!(parse_sliding_log(&bad, 10, 1000), Err(Error::UnexpectedReply(_))), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn sliding_window_args_give_the_bucket_length_not_the_window() {
+        let q = quota(100, 60_000).with_algorithm(Algorithm::SlidingWindow { buckets: 6 }).expect("a valid quota");
+        let mut cmd = redis::cmd("EVALSHA");
+        sliding_window_args(&mut cmd, &q, 6, 3, None);
+        assert_eq!(words(&cmd)[1..], ["10000", "6", "100", "3"], "Redis' clock: no now");
+        let mut cmd = redis::cmd("EVALSHA");
+        sliding_window_args(&mut cmd, &q, 6, 1, Some(42));
+        assert_eq!(words(&cmd)[1..], ["10000", "6", "100", "1", "42"]);
+    }
+
+    #[test]
+    fn sliding_window_replies_unpack_to_decisions() {
+        let q = quota(100, 60_000).with_algorithm(Algorithm::SlidingWindow { buckets: 6 }).expect("a valid quota");
+        let base = sliding_window_base(&q, 6);
+        assert_eq!(base, 80_001, "eight buckets of 10 s, and one");
+        let ms = Duration::from_millis;
+        let admitted = parse_sliding_window(&Value::Int(7 * 80_001 + 65_000), 100, base).expect("a decision");
+        assert_eq!(admitted, Decision::allowed(100, 7, ms(65_000)));
+        let denied = Value::Int(-1 - ((2 * 80_001 + 61_000) * 80_001 + 9_500));
+        let denied = parse_sliding_window(&denied, 100, base).expect("a decision");
+        assert_eq!(denied, Decision::denied(100, 2, ms(61_000), ms(9_500)));
+        let long = Value::Array(vec![Value::Int(0), Value::Int(61_000), Value::Int(9_500)]);
+        assert_eq!(
+            parse_sliding_window(&long, 100, base).expect("a decision"),
+            Decision::denied(100, 0, ms(61_000), ms(9_500))
+        );
+        for bad in [
+            Value::Array(vec![Value::Int(-2), Value::Int(500)]),
+            Value::Array(vec![Value::Int(2), Value::Nil]),
+            Value::SimpleString("OK".to_owned()),
+        ] {
+            assert!(matches!(parse_sliding_window(&bad, 100, base), Err(Error::UnexpectedReply(_))), "{bad:?}");
         }
     }
 
