@@ -32,8 +32,9 @@ pub(super) struct Applied<'a> {
     pub limit: Cow<'a, Limit>,
     /// The configured descriptor, for a configured limit.
     pub node: Option<&'a Node>,
-    /// Where it is counted (not for an unlimited one, which upstream does not count).
-    pub counters: Option<Counters>,
+    /// Where it is counted (not for an unlimited one, which upstream does not count): a
+    /// configured descriptor's own counters, borrowed.
+    pub counters: Option<Cow<'a, Counters>>,
     /// Its name for the IETF headers: the limit's `name`, or its stats key.
     pub label: Cow<'a, str>,
     /// Decided and counted, answered OK.
