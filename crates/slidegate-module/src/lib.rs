@@ -14,7 +14,8 @@
 //! - `algorithm`: `sliding_log`, `sliding_window`, `fixed_window`, `gcra` (or `token_bucket`);
 //!   options `BUCKETS n`, `BURST n`, `WARMUP period_ms cold_permille` (see [`args`]).
 //! - `CHECK` answers as slidegate's `check.lua` does: `admitted`, then per key `fits,
-//!   remaining, reset_after_ms, retry_after_ms (-1 when none), limit`. Several checks joined by
+//!   remaining, reset_after_ms, retry_after_ms (-1 when none), limit, next_permit_after_ms`
+//!   (when `remaining` next grows: [`slidegate::Decision::next_permit_after`]). Several checks joined by
 //!   `AND` are decided all or nothing (distinct keys; on a Cluster, of one slot); a denial
 //!   writes nothing.
 //! - `INSPECT` answers `count, oldest_ms (-1 when none), reset_after_ms, algorithm, limit,
@@ -161,9 +162,9 @@ impl args::Arg for Borrowed {
     }
 }
 
-/// `CHECK`'s reply, `admitted` then five integers per key: on the stack for up to
+/// `CHECK`'s reply, `admitted` then six integers per key: on the stack for up to
 /// [`INLINE_CHECKS`] keys.
-type Integers = SmallVec<[i64; 1 + 5 * INLINE_CHECKS]>;
+type Integers = SmallVec<[i64; 1 + 6 * INLINE_CHECKS]>;
 
 /// Writes `integers` as an array reply, straight into the client's buffer.
 fn reply_integers(ctx: &Context, integers: &[i64]) {
@@ -306,6 +307,7 @@ fn decide(ctx: &Context, argv: &[Borrowed], checks: &Checks) -> Result<(), Redis
             millis(decision.reset_after),
             decision.retry_after.map_or(-1, millis),
             clamp(decision.limit),
+            millis(decision.next_permit_after),
         ]);
     }
     if changed {

@@ -231,7 +231,7 @@ fn stream(server: &RedisServer, worker: u64, seed: u64, deadline: Instant) -> Ta
         }
         match cmd.query::<Value>(&mut c) {
             Ok(Value::Array(reply)) if args[0] == b"SLIDEGATE.CHECK" => {
-                assert!(reply.len() % 5 == 1, "seed {seed}: {args:?} answered {reply:?}");
+                assert!(reply.len() % 6 == 1, "seed {seed}: {args:?} answered {reply:?}");
                 if reply[0] == Value::Int(1) {
                     tally.admitted += 1;
                     tally.largest_admitted += usize::from(args.windows(4).any(is_largest));

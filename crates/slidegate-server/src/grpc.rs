@@ -21,11 +21,15 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
+    RateLimitService, RateLimitServiceServer, SERVICE_NAME,
+};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::server::{Connected, TcpConnectInfo};
+use tonic_health::pb::health_server::{Health, HealthServer};
 
 use crate::http::HttpLimits;
 use crate::metrics;
@@ -47,6 +51,18 @@ const PREFACE_LEN: usize = 24;
 /// server takes each at once; the bound only keeps a stalled server from queuing without end
 /// (the connection cap bounds it too).
 const ACCEPTED_QUEUE: usize = 64;
+
+/// The listener's routes: `health` under its service name, the rate limit service's one method
+/// at its exact path, anything else `UNIMPLEMENTED`. `Routes::add_service` would route the rate
+/// limit service by a `/<service>/{*rest}` pattern, whose capture costs every call an
+/// allocation and a parameter map; an exact path captures nothing.
+pub fn routes(
+    rate_limit: RateLimitServiceServer<impl RateLimitService>,
+    health: HealthServer<impl Health>,
+) -> tonic::service::Routes {
+    let router = tonic::service::Routes::new(health).into_axum_router();
+    router.route_service(&format!("/{SERVICE_NAME}/ShouldRateLimit"), rate_limit).into()
+}
 
 /// Serves `routes` on `listener` within `limits` until `shutdown` completes.
 pub async fn serve(
@@ -85,10 +101,12 @@ async fn accept(listener: TcpListener, ready: mpsc::Sender<io::Result<Slotted>>,
             ::metrics::counter!(metrics::GRPC_CONNECTIONS_REFUSED).increment(1);
             continue;
         };
+        // Answers are small and Envoy waits for each: no Nagle delay before sending one.
+        let _ = stream.set_nodelay(true);
         let ready = ready.clone();
         tokio::spawn(async move {
             if tokio::time::timeout(limits.header_read_timeout, preface(&stream)).await.is_ok_and(|sent| sent) {
-                let _ = ready.send(Ok(Slotted { stream, _slot: slot })).await;
+                let _ = ready.send(Ok(Slotted { stream, _slot: slot, yielded: false })).await;
             }
         });
     }
@@ -109,9 +127,35 @@ async fn preface(stream: &TcpStream) -> bool {
 }
 
 /// A connection and its slot under the cap, released when the server drops the connection.
+///
+/// Its writes are batched: the HTTP/2 connection task writes whatever answers are ready each
+/// time it runs, and each stream's task, on finishing, wakes it to run next (tokio's LIFO slot),
+/// so without a pause it would write each answer alone — a `writev` per call. Before a write it
+/// yields once (its task goes to the back of the run queue), so the answers of the other streams
+/// ready by then go out in the same write.
 struct Slotted {
     stream: TcpStream,
     _slot: OwnedSemaphorePermit,
+    /// Whether the connection yielded before this write already.
+    yielded: bool,
+}
+
+impl Slotted {
+    /// `Pending` once before each write (the task woken at once, to run after the others
+    /// ready), then the write.
+    fn batched<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        write: impl FnOnce(Pin<&mut TcpStream>, &mut Context<'_>) -> Poll<T>,
+    ) -> Poll<T> {
+        if !self.yielded {
+            self.yielded = true;
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
+        self.yielded = false;
+        write(Pin::new(&mut self.stream), cx)
+    }
 }
 
 impl Connected for Slotted {
@@ -130,7 +174,7 @@ impl AsyncRead for Slotted {
 
 impl AsyncWrite for Slotted {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write(cx, buf)
+        self.batched(cx, |stream, cx| stream.poll_write(cx, buf))
     }
 
     fn poll_write_vectored(
@@ -138,7 +182,7 @@ impl AsyncWrite for Slotted {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+        self.batched(cx, |stream, cx| stream.poll_write_vectored(cx, bufs))
     }
 
     fn is_write_vectored(&self) -> bool {

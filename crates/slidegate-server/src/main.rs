@@ -198,6 +198,7 @@ async fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
         serde_json::json!({
             "rule": name, "allowed": d.allowed, "limit": d.limit, "remaining": d.remaining,
             "reset_after_ms": d.reset_after.as_millis(), "retry_after_ms": d.retry_after.map(|r| r.as_millis()),
+            "next_permit_after_ms": d.next_permit_after.as_millis(),
         })
     );
     Ok(if d.allowed { ExitCode::SUCCESS } else { ExitCode::from(1) })

@@ -319,7 +319,7 @@ async fn serve_grpc(
     let readiness = tokio::spawn(crate::health::follow_readiness(reporter, Arc::clone(&app)));
     let service = RateLimitServiceServer::new(EnvoyRateLimit::new(app))
         .max_decoding_message_size(crate::envoy::MAX_REQUEST_BYTES);
-    let routes = tonic::service::Routes::new(health).add_service(service);
+    let routes = crate::grpc::routes(service, health);
     Ok(tokio::spawn(async move {
         let served = crate::grpc::serve(listener, routes, limits, shutdown).await;
         readiness.abort();

@@ -13,7 +13,10 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use envoy_types::pb::envoy::r#type::v3::RateLimitUnit;
 use envoy_types::pb::google::protobuf::{UInt64Value, value::Kind};
-use support::envoy::{Descriptor, Dir, Envoy, OK, OVER, UNKNOWN, codes, on_both_backends, refusal, request};
+use slidegate_testkit::RedisServer;
+use support::envoy::{
+    Descriptor, Dir, Envoy, OK, OVER, UNKNOWN, codes, on_both_backends, redis_rules, refusal, request,
+};
 use support::{RulesFile, run_to_exit};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/envoy");
@@ -225,6 +228,49 @@ async fn duration_until_reset_is_when_the_oldest_admission_leaves(extra: &[&str]
     let second = reset(&e.ask("api", &[user], 0).await);
     assert!(second <= Duration::from_secs(58), "the oldest admission leaves first: {second:?}");
     assert!(second > Duration::from_secs(40), "{second:?}");
+}
+
+#[tokio::test]
+async fn duration_until_reset_is_when_the_oldest_admission_leaves_on_the_module() {
+    let redis = RedisServer::start_with_module(&[]);
+    let rules = redis_rules(&redis);
+    duration_until_reset_is_when_the_oldest_admission_leaves(&["--config", rules.arg()]).await;
+    assert!(calls(&redis, "slidegate.check") > 0, "the module decided");
+}
+
+/// `duration_until_reset` comes with the decision: a request with one sliding-log descriptor is
+/// one command to Redis — one script run, or one module command — and no read besides.
+#[tokio::test]
+async fn one_sliding_log_descriptor_is_one_redis_command_on_lua_and_on_the_module() {
+    for (redis, decides) in
+        [(RedisServer::start(), "evalsha"), (RedisServer::start_with_module(&[]), "slidegate.check")]
+    {
+        let rules = redis_rules(&redis);
+        let mut e = Envoy::start(&[("every_field.yaml", EVERY_FIELD)], &["--config", rules.arg()]).await;
+        let user: Descriptor<'_> = &[("user", "fay")];
+        // The first request finds out which engine the server has, and loads the script.
+        assert_eq!(codes(&e.ask("api", &[user], 0).await), (OK, vec![OK]));
+        let commands = ["evalsha", "eval", "slidegate.check", "slidegate.inspect"];
+        let before = commands.map(|c| calls(&redis, c));
+        for _ in 0..5 {
+            let r = e.ask("api", &[user], 0).await;
+            assert_eq!(codes(&r), (OK, vec![OK]));
+            assert!(r.statuses[0].duration_until_reset.is_some_and(|d| d.seconds > 50), "{r:?}");
+        }
+        let made = commands.map(|c| calls(&redis, c)).iter().zip(before).map(|(a, b)| a - b).collect::<Vec<_>>();
+        let expected = commands.map(|c| if c == decides { 5 } else { 0 });
+        assert_eq!(made, expected, "{decides}: commands per request, {commands:?}");
+    }
+}
+
+/// How many times `redis` has run `command` (`INFO commandstats`).
+fn calls(redis: &RedisServer, command: &str) -> u64 {
+    let info: String = redis.query(&["INFO", "commandstats"]);
+    let prefix = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().expect("a count"))
 }
 
 #[tokio::test]

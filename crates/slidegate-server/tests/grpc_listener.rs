@@ -129,3 +129,62 @@ async fn a_connection_that_sends_the_preface_in_pieces_is_served() {
     drop(server);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// The `grpc-status` a POST of an empty gRPC message to `path` is answered with, on a new
+/// HTTP/2 connection (with a deadline).
+async fn grpc_status(grpc: &str, path: &str) -> Option<String> {
+    let ask = async {
+        let stream = tokio::net::TcpStream::connect(grpc).await.expect("connect");
+        let io = hyper_util::rt::TokioIo::new(stream);
+        let (mut send, connection) =
+            hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io).await.expect("handshake");
+        tokio::spawn(connection);
+        let request = hyper::Request::post(format!("http://{grpc}{path}"))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            // One message: not compressed, 0 bytes long.
+            .body(String::from("\0\0\0\0\0"))
+            .expect("request");
+        let answer = send.send_request(request).await.expect("answer");
+        let status =
+            |headers: &hyper::HeaderMap| headers.get("grpc-status").map(|v| v.to_str().expect("ascii").to_owned());
+        // A trailers-only answer has the status in its headers, any other in its trailers.
+        if let Some(code) = status(answer.headers()) {
+            return Some(code);
+        }
+        let mut body = answer.into_body();
+        while let Some(frame) =
+            std::future::poll_fn(|cx| hyper::body::Body::poll_frame(std::pin::Pin::new(&mut body), cx)).await
+        {
+            if let Ok(trailers) = frame.expect("frame").into_trailers() {
+                return status(&trailers);
+            }
+        }
+        None
+    };
+    tokio::time::timeout(Duration::from_secs(10), ask).await.expect("an answer within 10 s")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn paths_the_listener_does_not_serve_are_unimplemented() {
+    let (server, grpc, dir) = serve(&[]);
+    let unimplemented = Some("12".to_owned());
+    for path in [
+        "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimitTwice",
+        "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit/extra",
+        "/envoy.service.ratelimit.v2.RateLimitService/ShouldRateLimit",
+        "/",
+    ] {
+        assert_eq!(grpc_status(&grpc, path).await, unimplemented, "{path}");
+    }
+    // The served paths still answer: the method (an empty request is refused as upstream
+    // refuses it, UNKNOWN) and the health service.
+    assert_eq!(
+        grpc_status(&grpc, "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit").await,
+        Some("2".to_owned())
+    );
+    assert_eq!(grpc_status(&grpc, "/grpc.health.v1.Health/Check").await, Some("0".to_owned()));
+    assert_eq!(call(&grpc).await, Ok(Code::Ok as i32));
+    drop(server);
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -146,6 +146,8 @@ async fn the_check_and_bench_commands_run_as_written() {
             // Exit code 0: admitted, and the decision printed as JSON.
             let decision: Value = serde_json::from_str(&stdout).expect("one JSON decision");
             assert_eq!(decision["allowed"], true, "{decision}");
+            // The first admission into the key: its permit frees when the window has passed.
+            assert_eq!(decision["next_permit_after_ms"], decision["reset_after_ms"], "{decision}");
         } else if args.contains(&"--json".to_owned()) {
             let report: Value = serde_json::from_str(&stdout).expect("one JSON object");
             for field in ["decisions_per_sec", "p50_us", "p90_us", "p99_us", "max_us", "allowed", "denied", "errors"] {

@@ -21,20 +21,36 @@ pub struct Decision {
     /// For a denial: how long until enough admissions have left the window for this same
     /// request to succeed. `None` when allowed.
     pub retry_after: Option<Duration>,
+    /// How long until `remaining` next grows, counted from the decision: until the first permit
+    /// held after it frees (a sliding log's oldest admission in the window leaves; a window's
+    /// count or a bucket drains by one). Zero when the key holds nothing. What an Envoy
+    /// `duration_until_reset` answers; exact per algorithm in [`crate::spec`].
+    pub next_permit_after: Duration,
     /// Set when the backend could not answer and this decision was made by a failure policy
     /// instead (see [`crate::Limiter::with_failure_policy`]).
     pub degraded: Option<FailurePolicy>,
 }
 
 impl Decision {
-    /// An admission; `remaining` is what is left after it.
+    /// An admission; `remaining` is what is left after it. Its `next_permit_after` is
+    /// `reset_after`, by when every permit has freed, until set by
+    /// [`Decision::with_next_permit_after`].
     pub fn allowed(limit: u64, remaining: u64, reset_after: Duration) -> Self {
-        Self { allowed: true, limit, remaining, reset_after, retry_after: None, degraded: None }
+        let next_permit_after = reset_after;
+        Self { allowed: true, limit, remaining, reset_after, retry_after: None, next_permit_after, degraded: None }
     }
 
-    /// A check that fit but was not charged because another limit of its group denied.
+    /// A check that fit but was not charged because another limit of its group denied; its
+    /// `next_permit_after` as for [`Decision::allowed`].
     pub fn held(limit: u64, remaining: u64, reset_after: Duration) -> Self {
-        Self { allowed: false, limit, remaining, reset_after, retry_after: None, degraded: None }
+        Self { allowed: false, ..Self::allowed(limit, remaining, reset_after) }
+    }
+
+    /// The same decision, with `remaining` next growing after `next_permit_after`.
+    #[must_use]
+    pub fn with_next_permit_after(mut self, next_permit_after: Duration) -> Self {
+        self.next_permit_after = next_permit_after;
+        self
     }
 
     /// The same decision, marked as made by `policy` because the backend could not answer.
@@ -44,9 +60,18 @@ impl Decision {
         self
     }
 
-    /// A denial that recorded nothing.
+    /// A denial that recorded nothing. Its `next_permit_after` is `retry_after` (by then, a
+    /// permit has freed), until set by [`Decision::with_next_permit_after`].
     pub fn denied(limit: u64, remaining: u64, reset_after: Duration, retry_after: Duration) -> Self {
-        Self { allowed: false, limit, remaining, reset_after, retry_after: Some(retry_after), degraded: None }
+        Self {
+            allowed: false,
+            limit,
+            remaining,
+            reset_after,
+            retry_after: Some(retry_after),
+            next_permit_after: retry_after,
+            degraded: None,
+        }
     }
 }
 

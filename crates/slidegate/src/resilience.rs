@@ -249,6 +249,7 @@ impl NearCache {
         let mut decision = d.decision;
         decision.retry_after = Some(d.until - now);
         decision.reset_after = decision.reset_after.saturating_sub(elapsed);
+        decision.next_permit_after = decision.next_permit_after.saturating_sub(elapsed);
         shard.hits += 1;
         Some(decision)
     }

@@ -12,7 +12,10 @@
 //! effective limit `L` (the quota's limit, or less while warming up: [`crate::quota::WarmUp`]).
 //! Only an admission writes; a denial records nothing, so a client that keeps retrying is not
 //! locked out. `remaining` is what is left after the decision; `reset_after` is the time until
-//! the key holds nothing; `retry_after` (denials only) is the time until this same request fits.
+//! the key holds nothing; `retry_after` (denials only) is the time until this same request fits;
+//! `next_permit_after` is the time until `remaining` next grows by waiting — until what the key
+//! holds after the decision next shrinks (a warm-up's growing limit aside), zero when it holds
+//! nothing.
 //! Under warm-up `retry_after` is computed at today's effective limit, which only grows: the
 //! request fits then at the latest (an idle key always admits a valid cost).
 //!
@@ -25,7 +28,8 @@
 //! - Admitted **iff `live + cost <= L`**, `live` = entries in the window; it appends `cost`
 //!   entries stamped `now`.
 //! - `reset_after`: until the newest entry leaves. `retry_after`: until the `k`-th oldest live
-//!   entry leaves, `k = live + cost - L`.
+//!   entry leaves, `k = live + cost - L`. `next_permit_after`: until the oldest live entry leaves
+//!   (after an admission, the new entries are live too).
 //!
 //! # Sliding window counter (near-exact, constant memory)
 //!
@@ -37,6 +41,11 @@
 //! - Admitted **iff `estimate + cost <= L`**; it adds `cost` to bucket `j`.
 //! - `reset_after`: until the newest counted bucket `m` has left entirely, `(m+n+1)·b − now`.
 //! - `retry_after`: the first instant the estimate has fallen far enough.
+//! - `next_permit_after`: the first instant the estimate falls (after an admission, with its
+//!   cost counted in bucket `j`). While the weighted bucket still adds `w > 0`, the first offset
+//!   at which its share drops below `w`: `r' = floor(b·(c − w) / c) + 1` (`c` its count; at most
+//!   `b`, the bucket's end, where the share is gone); otherwise 1 ms after the oldest counted
+//!   bucket `k` with permits becomes the weighted one, `(k+n)·b + 1`.
 //! - Error bound: the estimate assumes the oldest bucket's admissions were spread evenly over
 //!   it. It can over- or under-count by at most that bucket's count (never more than `L`, and
 //!   about `L / n` at a steady rate). So any rolling window of `W` holds at most `L + count(j-n)`
@@ -46,7 +55,9 @@
 //! # Fixed window (crude)
 //!
 //! Window `j = now / W` (aligned to the clock's epoch) counts its admissions; admitted **iff
-//! `count(j) + cost <= L`**. `reset_after` and `retry_after` are the window's end. Around an
+//! `count(j) + cost <= L`**. `reset_after`, `retry_after` and `next_permit_after` are the
+//! window's end (`next_permit_after` is zero, as `reset_after` is, for a held check of an empty
+//! window). Around an
 //! edge, `L` at the end of one window and `L` at the start of the next pass: up to `2L` within
 //! `W`.
 //!
@@ -60,6 +71,11 @@
 //!   then `tat = new`.
 //! - `limit` reported = `τ / Tₑ`; `remaining = (now + τ − new) / Tₑ`; `reset_after = new − now`
 //!   (the bucket full again); `retry_after = new − τ − now`, rounded up to the ms: exact.
+//! - `next_permit_after`: the bucket holds `L − remaining` permits' worth; one more is free once
+//!   it has drained to `L − remaining − 1` of them: `reset_after − floor((L − remaining − 1)·Tₑ /
+//!   1000)` ms, computed from the reported, whole-ms `reset_after` (so every engine gets it from
+//!   what it answers; at most 1 ms after the exact instant, never before). Zero when
+//!   `remaining >= L` (the bucket is empty).
 
 use std::time::Duration;
 
@@ -96,12 +112,17 @@ impl SlidingLog {
         let count = live.len() as u64;
         if count + cost <= limit {
             let newest = live.last().map_or(now, |&t| t.max(now));
-            return Decision::allowed(limit, limit - count - cost, ms(newest + window_ms - now));
+            // The new entries, stamped `now`, are the oldest when the clock stepped back.
+            let oldest = live.first().map_or(now, |&t| t.min(now));
+            return Decision::allowed(limit, limit - count - cost, ms(newest + window_ms - now))
+                .with_next_permit_after(ms(oldest + window_ms - now));
         }
         let k = count + cost - limit;
+        let next = self.next_permit_after(now, window_ms);
         // `k <= count` whenever `cost <= limit`; a larger cost can never be admitted.
         let Some(&blocking) = live.get(usize::try_from(k - 1).unwrap_or(usize::MAX)) else {
-            return Decision::denied(limit, limit.saturating_sub(count), Duration::ZERO, Duration::MAX);
+            return Decision::denied(limit, limit.saturating_sub(count), Duration::ZERO, Duration::MAX)
+                .with_next_permit_after(next);
         };
         Decision::denied(
             limit,
@@ -109,6 +130,7 @@ impl SlidingLog {
             self.reset_after(now, window_ms),
             ms(blocking + window_ms - now),
         )
+        .with_next_permit_after(next)
     }
 
     /// Appends `cost` admissions at `now`.
@@ -126,6 +148,11 @@ impl SlidingLog {
     /// Time until the newest admission in the window leaves it; zero when none is in it.
     pub fn reset_after(&self, now: u64, window_ms: u64) -> Duration {
         self.live(now, window_ms).last().map_or(Duration::ZERO, |&t| ms(t + window_ms - now))
+    }
+
+    /// Time until the oldest admission in the window leaves it; zero when none is in it.
+    pub fn next_permit_after(&self, now: u64, window_ms: u64) -> Duration {
+        self.live(now, window_ms).first().map_or(Duration::ZERO, |&t| ms(t + window_ms - now))
     }
 }
 
@@ -193,10 +220,13 @@ impl Key {
                 let (n, b) = geometry(quota);
                 let estimate = window_estimate(counts, now, n, b);
                 if estimate + cost <= limit {
-                    return Decision::allowed(limit, limit - estimate - cost, ms((now / b + n + 1) * b - now));
+                    let next = window_next_drop(counts, now, n, b, cost);
+                    return Decision::allowed(limit, limit - estimate - cost, ms((now / b + n + 1) * b - now))
+                        .with_next_permit_after(next);
                 }
                 let retry = window_retry(counts, now, n, b, limit - cost);
                 Decision::denied(limit, limit.saturating_sub(estimate), self.reset_after(now, quota), ms(retry - now))
+                    .with_next_permit_after(window_next_drop(counts, now, n, b, 0))
             }
             State::Fixed(last) => {
                 let end = (now / w + 1) * w;
@@ -204,6 +234,7 @@ impl Key {
                 if count + cost <= limit {
                     return Decision::allowed(limit, limit - count - cost, ms(end - now));
                 }
+                // Both constructors' `next_permit_after` is the window's end.
                 Decision::denied(limit, limit.saturating_sub(count), ms(end - now), ms(end - now))
             }
             &State::Gcra(tat) => {
@@ -211,14 +242,13 @@ impl Key {
                 let base = tat.max(now_us);
                 let new = base + cost * t;
                 if new - now_us <= tau {
-                    return Decision::allowed(tau / t, (now_us + tau - new) / t, ms(ceil_ms(new - now_us)));
+                    let (remaining, reset) = ((now_us + tau - new) / t, ceil_ms(new - now_us));
+                    return Decision::allowed(tau / t, remaining, ms(reset))
+                        .with_next_permit_after(ms(gcra_next_permit(tau / t, remaining, reset, t)));
                 }
-                Decision::denied(
-                    tau / t,
-                    (now_us + tau).saturating_sub(base) / t,
-                    ms(ceil_ms(base - now_us)),
-                    ms(ceil_ms(new - tau - now_us)),
-                )
+                let (remaining, reset) = ((now_us + tau).saturating_sub(base) / t, ceil_ms(base - now_us));
+                Decision::denied(tau / t, remaining, ms(reset), ms(ceil_ms(new - tau - now_us)))
+                    .with_next_permit_after(ms(gcra_next_permit(tau / t, remaining, reset, t)))
             }
         }
     }
@@ -273,6 +303,20 @@ impl Key {
                 _ => Duration::ZERO,
             },
             &State::Gcra(tat) => ms(ceil_ms(tat.saturating_sub(now * 1000))),
+        }
+    }
+
+    /// Time until `remaining` next grows, as the key stands (what a held check answers).
+    pub fn next_permit_after(&self, now: u64, quota: &Quota) -> Duration {
+        match &self.state {
+            State::Log(log) => log.next_permit_after(now, quota.window_ms()),
+            State::Window(counts) => {
+                let (n, b) = geometry(quota);
+                window_next_drop(counts, now, n, b, 0)
+            }
+            State::Fixed(_) => self.reset_after(now, quota),
+            // A check of no permit is admitted, or denied, at the key's standing as it is.
+            State::Gcra(_) => self.decide(now, quota, 0).next_permit_after,
         }
     }
 
@@ -362,6 +406,33 @@ fn window_retry(counts: &[(u64, u64)], now: u64, n: u64, b: u64, room: u64) -> u
     }
 }
 
+/// The sliding window counter's `next_permit_after` at `now` (see [the module](self)), with
+/// `added` more permits counted in the current bucket: zero when the estimate holds nothing.
+pub(crate) fn window_next_drop(counts: &[(u64, u64)], now: u64, n: u64, b: u64, added: u64) -> Duration {
+    let (j, r) = (now / b, now % b);
+    let count_of = |i: u64| counts.iter().find(|&&(k, _)| k == i).map_or(0, |&(_, c)| c);
+    // The weighted bucket's share, `floor(c·(b − r) / b)`, in 128 bits: see `window_estimate`.
+    let c = u128::from(j.checked_sub(n).map_or(0, count_of));
+    let share = c * u128::from(b - r) / u128::from(b);
+    if share > 0 {
+        let drops_at = (u128::from(b) * (c - share) / c + 1) as u64;
+        return ms(drops_at.min(b) - r);
+    }
+    let counted = |&&(i, c): &&(u64, u64)| i + n > j && i <= j && c > 0;
+    let oldest = counts.iter().filter(counted).map(|&(i, _)| i).min();
+    let oldest = if added > 0 { Some(oldest.map_or(j, |i| i.min(j))) } else { oldest };
+    oldest.map_or(Duration::ZERO, |k| ms(((k + n) * b + 1).saturating_sub(now)))
+}
+
+/// The GCRA's `next_permit_after` in ms (see [the module](self)): `limit` and `remaining` as
+/// reported, `reset_ms` the reported `reset_after`, `te` the effective emission interval in µs.
+pub(crate) fn gcra_next_permit(limit: u64, remaining: u64, reset_ms: u64, te: u64) -> u64 {
+    if remaining >= limit {
+        return 0;
+    }
+    reset_ms.saturating_sub((limit - remaining - 1).saturating_mul(te) / 1000)
+}
+
 fn ceil_ms(us: u64) -> u64 {
     us.div_ceil(1000)
 }
@@ -380,11 +451,14 @@ pub fn check_all(keys: &mut [Key], now: u64, checks: &[(Quota, u64)]) -> MultiDe
     let decisions = fits
         .into_iter()
         .zip(keys.iter().zip(checks))
-        .map(
-            |(d, (key, (q, cost)))| {
-                if d.allowed { Decision::held(d.limit, d.remaining + cost, key.reset_after(now, q)) } else { d }
-            },
-        )
+        .map(|(d, (key, (q, cost)))| {
+            if d.allowed {
+                Decision::held(d.limit, d.remaining + cost, key.reset_after(now, q))
+                    .with_next_permit_after(key.next_permit_after(now, q))
+            } else {
+                d
+            }
+        })
         .collect();
     MultiDecision::new(decisions)
 }
@@ -396,6 +470,7 @@ fn ms(ms: u64) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::strategy::Strategy as _;
 
     #[test]
     fn fixed_window_edge_burst_is_denied() {
@@ -446,7 +521,11 @@ mod tests {
         // The per-second limit denies: the per-minute one is not charged.
         let d = check_all(&mut keys, 20, &per_second_and_per_minute);
         assert_eq!((d.allowed, d.denied_by), (false, Some(0)));
-        assert_eq!(d.decisions[1], Decision::held(3, 1, Duration::from_millis(60_000 - 10)));
+        let until_first_leaves = Duration::from_millis(60_000 - 20);
+        assert_eq!(
+            d.decisions[1],
+            Decision::held(3, 1, Duration::from_millis(60_000 - 10)).with_next_permit_after(until_first_leaves)
+        );
         assert_eq!(d.retry_after(), Some(Duration::from_millis(980)));
         // A second later the third fits both; then the per-minute one denies.
         assert!(check_all(&mut keys, 1_000, &per_second_and_per_minute).allowed);
@@ -526,6 +605,44 @@ mod tests {
                     admitted.extend(std::iter::repeat_n(now, cost as usize));
                     let in_window = admitted.iter().filter(|&&t| now < t + window).count() as u64;
                     proptest::prop_assert!(in_window <= limit + weighted, "{in_window} > {limit} + {weighted} at {now}");
+                }
+            }
+        }
+    }
+
+    proptest::proptest! {
+        /// `next_permit_after` is when `remaining` next grows by waiting, found by asking every
+        /// ms after the decision; the GCRA's, from its whole-ms `reset_after`, at most 1 ms later.
+        /// What a check answers and what the key answers standing after it agree.
+        #[test]
+        fn next_permit_after_is_when_remaining_next_grows(
+            algorithm in proptest::prop_oneof![
+                proptest::strategy::Just(Algorithm::SlidingLog),
+                (1u32..=6).prop_map(|buckets| Algorithm::SlidingWindow { buckets }),
+                proptest::strategy::Just(Algorithm::FixedWindow),
+                (1u64..=5).prop_map(|burst| Algorithm::Gcra { burst: Some(burst) }),
+            ],
+            bucket_ms in 1u64..=40,
+            limit in 1u64..=12,
+            steps in proptest::collection::vec((0u64..=80, 1u64..=4), 1..30),
+        ) {
+            let buckets = match algorithm { Algorithm::SlidingWindow { buckets } => u64::from(buckets), _ => 4 };
+            let q = quota(limit, bucket_ms * buckets, algorithm);
+            let mut key = Key::new(q.algorithm());
+            let mut now = 1_000_000;
+            for (gap, cost) in steps {
+                now += gap;
+                let d = key.check(now, &q, cost.min(q.max_cost()));
+                let standing = key.decide(now, &q, 0).remaining;
+                let horizon = now + 6 * q.window_ms() + 2;
+                let grows = (now + 1..=horizon).find(|&t| key.decide(t, &q, 0).remaining > standing);
+                let scanned = grows.map_or(Duration::ZERO, |t| ms(t - now));
+                let slack = if matches!(algorithm, Algorithm::Gcra { .. }) { ms(1) } else { Duration::ZERO };
+                for (answer, what) in [(d.next_permit_after, "the decision"), (key.next_permit_after(now, &q), "the key")] {
+                    proptest::prop_assert!(
+                        answer >= scanned && answer <= scanned + slack,
+                        "{what} at {now}: {answer:?}, remaining grows after {scanned:?}; {d:?}"
+                    );
                 }
             }
         }

@@ -170,7 +170,11 @@ impl Counter {
     /// The decision of a check that fit but was not charged because another check of its group
     /// did not: its `remaining` without the cost, and the key's own reset time.
     pub fn held(&self, now: u64, quota: &Quota, cost: u64, fit: &Decision) -> Decision {
-        Decision::held(fit.limit, fit.remaining + cost, self.reset_after(now, quota))
+        let next = match &self.0 {
+            Inner::Log(log) => log.next_permit_after(now, quota.window_ms()),
+            Inner::Spec(key) => key.next_permit_after(now, quota),
+        };
+        Decision::held(fit.limit, fit.remaining + cost, self.reset_after(now, quota)).with_next_permit_after(next)
     }
 
     /// What the key holds at `now`, for operators; changes nothing.
@@ -302,11 +306,17 @@ impl Log {
             // What the admission will answer once recorded: the newest entry is then `now` (or
             // a later one, when the clock stepped back).
             let newest = self.newest().map_or(now, |t| t.max(now));
-            return Decision::allowed(limit, limit - live - cost, ms(newest + window - now));
+            // The oldest is `u64::MAX` when the log is empty: the new entries are the oldest
+            // then, as when the clock stepped back.
+            let oldest = self.oldest.min(now);
+            return Decision::allowed(limit, limit - live - cost, ms(newest + window - now))
+                .with_next_permit_after(ms(oldest + window - now));
         }
-        // The k-th oldest must leave first (k = live + cost - limit).
-        let retry = self.nth(live + cost - limit - 1).map_or(Duration::MAX, |t| ms(t + window - now));
+        // The k-th oldest must leave first (k = live + cost - limit); for one permit, the oldest.
+        let (k, next) = (live + cost - limit, self.next_permit_after(now, window));
+        let retry = if k == 1 { next } else { self.nth(k - 1).map_or(Duration::MAX, |t| ms(t + window - now)) };
         Decision::denied(limit, limit.saturating_sub(live), self.reset_after(now, window), retry)
+            .with_next_permit_after(next)
     }
 
     #[inline]
@@ -316,6 +326,13 @@ impl Log {
 
     fn reset_after(&self, now: u64, window: u64) -> Duration {
         self.newest().map_or(Duration::ZERO, |t| ms((t + window).saturating_sub(now)))
+    }
+
+    /// Time until the oldest admission leaves; zero when the log is empty. The expired prefix
+    /// is already gone (after [`Log::evaluate`]).
+    #[inline]
+    fn next_permit_after(&self, now: u64, window: u64) -> Duration {
+        if self.len == 0 { Duration::ZERO } else { ms((self.oldest + window).saturating_sub(now)) }
     }
 
     /// The admission times, oldest first.

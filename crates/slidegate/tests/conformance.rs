@@ -2,7 +2,7 @@
 //! (`slidegate::spec`), the memory backend, the Redis backend's Lua scripts and slidegate's Redis
 //! module (each on the caller's clock, against a real redis-server; the module's loaded with
 //! `--loadmodule`), and all must give identical decisions — `allowed`, `remaining`,
-//! `reset_after`, `retry_after`. On a fifth key each scenario starts on the scripts and finishes
+//! `reset_after`, `retry_after`, `next_permit_after`. On a fifth key each scenario starts on the scripts and finishes
 //! on the module, on the same server: the module takes over what the scripts wrote without
 //! losing an admission. On a sixth it starts with single checks (the one-key scripts) and
 //! finishes in groups of one (`check.lua`): both scripts read and write one format. The

@@ -358,14 +358,12 @@ impl EnvoyConfig {
         }
         let &(node, _) = path.last()?;
         let limit = node.limit.as_ref()?;
-        let shared: Vec<Option<&str>> = path
-            .iter()
-            .map(|(n, r)| match r {
-                Reached::Wildcard(text) if n.share_threshold => Some(*text),
-                _ => None,
-            })
-            .collect();
-        let shared = if shared.iter().any(Option::is_some) { shared } else { Vec::new() };
+        // Most descriptors share nothing: then nothing is collected.
+        let shared: Vec<Option<&str>> = if path.iter().any(|p| shared_pattern(p).is_some()) {
+            path.iter().map(shared_pattern).collect()
+        } else {
+            Vec::new()
+        };
         let stats_key = node.dynamic_stats.then(|| dynamic_stats_key(domain, entries, &path, &shared));
         Some(Found { node, limit, shared, stats_key })
     }
@@ -422,6 +420,14 @@ impl EnvoyConfig {
     /// Whether no domain is loaded.
     pub fn is_empty(&self) -> bool {
         self.domains.is_empty()
+    }
+}
+
+/// The pattern of a `share_threshold` wildcard a request entry reached.
+fn shared_pattern<'a>((node, reached): &(&Node, Reached<'a>)) -> Option<&'a str> {
+    match reached {
+        Reached::Wildcard(text) if node.share_threshold => Some(text),
+        _ => None,
     }
 }
 

@@ -5,7 +5,7 @@
 use std::borrow::Cow;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use slidegate::{Algorithm, Check, Decision, Error};
+use slidegate::{Check, Decision, Error};
 use tonic::Status;
 
 use super::bounds::Invalid;
@@ -32,8 +32,9 @@ pub(super) struct Applied<'a> {
     pub limit: Cow<'a, Limit>,
     /// The configured descriptor, for a configured limit.
     pub node: Option<&'a Node>,
-    /// Where it is counted (not for an unlimited one, which upstream does not count).
-    pub counters: Option<Counters>,
+    /// Where it is counted (not for an unlimited one, which upstream does not count): a
+    /// configured descriptor's own counters, borrowed.
+    pub counters: Option<Cow<'a, Counters>>,
     /// Its name for the IETF headers: the limit's `name`, or its stats key.
     pub label: Cow<'a, str>,
     /// Decided and counted, answered OK.
@@ -70,8 +71,10 @@ pub(super) enum Outcome {
 }
 
 impl Outcome {
+    /// A denial's `retry_after` (for one hit, the same instant), or when `remaining` next grows:
+    /// the decision carries it, so no second read of the backend is needed.
     fn decided(d: Decision) -> Self {
-        Self::Decided(d, d.retry_after.unwrap_or(d.reset_after))
+        Self::Decided(d, d.retry_after.unwrap_or(d.next_permit_after))
     }
 
     /// Over its limit: refused, or denied (not merely held back by another descriptor).
@@ -162,11 +165,7 @@ impl EnvoyRateLimit {
             }
             members.retain(|(i, _)| !set_aside.contains(i));
         }
-        let mut outcomes: Vec<Outcome> = outcomes.into_iter().map(|o| o.unwrap_or(Outcome::NoLimit)).collect();
-        for (slot, outcome) in slots.iter().zip(&mut outcomes) {
-            self.until_grows(slot, outcome).await;
-        }
-        Ok(outcomes)
+        Ok(outcomes.into_iter().map(|o| o.unwrap_or(Outcome::NoLimit)).collect())
     }
 
     /// Decides the enforced checks, all or nothing when the backend can.
@@ -209,37 +208,25 @@ impl EnvoyRateLimit {
         };
         let (limit, reset) = (c.quota.limit(), state.reset_after);
         let remaining = limit.saturating_sub(state.count);
-        Ok(Outcome::decided(if c.cost <= remaining {
+        let decision = if c.cost <= remaining {
             Decision::held(limit, remaining, reset)
         } else {
             Decision::denied(limit, remaining, reset, reset)
+        };
+        Ok(Outcome::decided(match state.oldest_ms {
+            Some(oldest) => decision.with_next_permit_after(leaves_after(oldest, c.quota.window_ms())),
+            None => decision,
         }))
     }
+}
 
-    /// For a sliding log admitted or held back, the time until its oldest admission leaves the
-    /// window — when `remaining` next grows — read from the backend (a denial's `retry_after`
-    /// is that time already, for one hit). Unchanged when the backend does not answer: the
-    /// decision stands without it.
-    async fn until_grows(&self, slot: &Slot<'_>, outcome: &mut Outcome) {
-        let (Ok(item), Outcome::Decided(d, reset)) = (slot, outcome) else { return };
-        let Some(quota) = item.limit().and_then(|l| l.quota).map(|q| self.app.overrides.quota(&item.key, q)) else {
-            return;
-        };
-        if quota.algorithm() != Algorithm::SlidingLog || d.retry_after.is_some() {
-            return;
-        }
-        let Ok(state) = self.app.limiter.inspect(&item.key, &quota).await else { return };
-        let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |t| t.as_millis());
-        *reset = match state.oldest_ms {
-            Some(oldest) => {
-                let leaves = u128::from(oldest) + u128::from(quota.window_ms());
-                let ms = u64::try_from(leaves.saturating_sub(now_ms)).unwrap_or(u64::MAX);
-                Duration::from_millis(ms.min(quota.window_ms()))
-            }
-            // Nothing in the window: nothing to wait for.
-            None => Duration::ZERO,
-        };
-    }
+/// How long until a sliding log's admission made at `oldest_ms` (on the wall clock, as inspected)
+/// leaves its window of `window_ms`.
+fn leaves_after(oldest_ms: u64, window_ms: u64) -> Duration {
+    let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |t| t.as_millis());
+    let leaves = u128::from(oldest_ms) + u128::from(window_ms);
+    let ms = u64::try_from(leaves.saturating_sub(now_ms)).unwrap_or(u64::MAX);
+    Duration::from_millis(ms.min(window_ms))
 }
 
 /// What a descriptor asks the backend (a check of one hit for `hits_addend: 0`; under its

@@ -167,7 +167,7 @@ fn apply<'a>(
         let applied = Applied {
             limit: Cow::Owned(limit),
             node: None,
-            counters: config.override_counters(domain, &stats_key),
+            counters: config.override_counters(domain, &stats_key).map(Cow::Owned),
             label: Cow::Owned(stats_key),
             shadow: false,
             quota: options.quota_mode,
@@ -178,8 +178,10 @@ fn apply<'a>(
     let node = found.node;
     let counters = match (&found.stats_key, found.limit.unlimited) {
         (_, true) => None,
-        (Some(key), false) => Some(node.dynamic.get(key, || format!("{}.{OVERFLOW_SUFFIX}", node.stat_key))),
-        (None, false) => Some(node.counters.get_or_init(|| Counters::new(&node.stat_key)).clone()),
+        (Some(key), false) => {
+            Some(Cow::Owned(node.dynamic.get(key, || format!("{}.{OVERFLOW_SUFFIX}", node.stat_key))))
+        }
+        (None, false) => Some(Cow::Borrowed(node.counters.get_or_init(|| Counters::new(&node.stat_key)))),
     };
     let key = if found.shared.is_empty() {
         descriptor_key(domain, entries)

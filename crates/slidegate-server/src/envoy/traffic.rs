@@ -11,8 +11,21 @@ pub(super) fn record(app: &App, domain: &str, slots: &[Slot<'_>], outcomes: &[Ou
         if let (Ok(item), Outcome::Decided(d, _)) = (slot, outcome)
             && item.hits > 0
         {
-            let entries = || item.entries.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",");
-            app.stats.record(&traffic, entries, d, started);
+            app.stats.record(&traffic, || named(&item.entries), d, started);
         }
     }
+}
+
+/// A denied descriptor's name in the dashboard: `key=value,…`, built only for a denial.
+fn named(entries: &[(&str, &str)]) -> String {
+    let mut name = String::with_capacity(entries.iter().map(|(k, v)| k.len() + v.len() + 2).sum());
+    for (i, (k, v)) in entries.iter().enumerate() {
+        if i > 0 {
+            name.push(',');
+        }
+        name.push_str(k);
+        name.push('=');
+        name.push_str(v);
+    }
+    name
 }

@@ -17,8 +17,9 @@
 --             sliding logs' costs summed at most MAX_SCRIPT_LOG_COST (each permit is a member
 --             written; with at most 256 expired members removed besides, the work is bounded).
 -- Returns     {admitted 0|1, then per key: fits 0|1, remaining, reset_after_ms,
---             retry_after_ms or -1, effective limit}. When a key does not fit, nothing is
---             written anywhere and a key that fit reports its uncharged remaining.
+--             retry_after_ms or -1, effective limit, next_permit_after_ms}. When a key does not
+--             fit, nothing is written anywhere and a key that fit reports its uncharged remaining
+--             (and when that next grows, as the key stands).
 -- Cluster     every key of one call must hash to one slot (the caller checks).
 --
 -- Numbers are Lua doubles: every value here stays below 2^53, where they are exact integers,
@@ -83,13 +84,21 @@ for i = 1, #KEYS do
     logs = logs + 1
     local limit = effective(c, since)
     c.limit_out = limit
+    -- The oldest live entry: when remaining next grows.
+    local first = marker + n - live
     if live + c.cost <= limit then
       c.fits, c.remaining, c.reset = 1, limit - live - c.cost, c.window
     else
       -- The k-th oldest live entry must leave; the marker and expired entries come first.
-      local at = marker + (n - live) + (live + c.cost - limit) - 1
-      local blocking = redis.call('ZRANGE', key, at, at, 'WITHSCORES')
-      c.fits, c.remaining, c.retry = 0, max(limit - live, 0), tonumber(blocking[2]) + c.window - now
+      local at = first + (live + c.cost - limit) - 1
+      local blocking = tonumber(redis.call('ZRANGE', key, at, at, 'WITHSCORES')[2])
+      c.fits, c.remaining, c.retry = 0, max(limit - live, 0), blocking + c.window - now
+      if at == first then
+        c.oldest = blocking
+      end
+    end
+    if live > 0 and not c.oldest then
+      c.oldest = tonumber(redis.call('ZRANGE', key, first, first, 'WITHSCORES')[2])
     end
   elseif alg == 'w' then
     -- Sliding window counter.
@@ -114,7 +123,7 @@ for i = 1, #KEYS do
         newest = k
       end
     end
-    c.n, c.b, c.j, c.counts, c.newest, c.idle = n, b, j, counts, newest, newest == nil
+    c.n, c.b, c.j, c.r, c.counts, c.newest, c.idle = n, b, j, r, counts, newest, newest == nil
     local limit = effective(c, since)
     c.limit_out = limit
     -- The oldest bucket, partly out of the window, counts for its share still inside.
@@ -175,7 +184,7 @@ for i = 1, #KEYS do
     -- While warming up, each permit costs window / effective limit.
     local te = floor(c.window * 1000 / limit)
     local base = max(tat, now_us)
-    c.base, c.new, c.now_us, c.limit_out = base, base + c.cost * te, now_us, floor(tau / te)
+    c.base, c.new, c.now_us, c.te, c.limit_out = base, base + c.cost * te, now_us, te, floor(tau / te)
     if c.new - now_us <= tau then
       c.fits, c.remaining, c.reset = 1, floor((now_us + tau - c.new) / te), ceil((c.new - now_us) / 1000)
     else
@@ -284,7 +293,47 @@ for i, c in ipairs(checks) do
       c.remaining = c.remaining + c.cost
     end
   end
-  local o = 5 * (i - 1) + 1
-  out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = c.fits, c.remaining, c.reset, c.retry, c.limit_out
+  -- When remaining next grows (spec.rs): the key as it now stands, an admission counted.
+  local next_ms = c.reset
+  if alg == 'l' then
+    next_ms = 0
+    if admitted == 1 then
+      next_ms = min(c.oldest or now, now) + c.window - now
+    elseif c.oldest then
+      next_ms = c.oldest + c.window - now
+    end
+  elseif alg == 'w' then
+    -- While the weighted bucket adds a share, when that share drops; otherwise 1 ms after the
+    -- oldest bucket with permits becomes the weighted one.
+    local n, b, j, r = c.n, c.b, c.j, c.r
+    local old = c.counts[j - n] or 0
+    local share = floor(old * (b - r) / b)
+    if share > 0 then
+      next_ms = min(floor(b * (old - share) / old) + 1, b) - r
+    else
+      local oldest
+      if admitted == 1 then
+        oldest = j
+      end
+      for k, count in pairs(c.counts) do
+        if k > j - n and k <= j and count > 0 and (not oldest or k < oldest) then
+          oldest = k
+        end
+      end
+      next_ms = 0
+      if oldest then
+        next_ms = (oldest + n) * b + 1 - now
+      end
+    end
+  elseif alg == 'g' then
+    -- One more permit is free once the bucket has drained to limit - remaining - 1 of them.
+    next_ms = 0
+    if c.remaining < c.limit_out then
+      next_ms = max(c.reset - floor((c.limit_out - c.remaining - 1) * c.te / 1000), 0)
+    end
+  end
+  local o = 6 * (i - 1) + 1
+  out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] =
+    c.fits, c.remaining, c.reset, c.retry, c.limit_out, next_ms
 end
 return out

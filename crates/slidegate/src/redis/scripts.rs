@@ -126,7 +126,8 @@ where
         let reply: Vec<i64> = self
             .run_script(&scripts().one_key, &[(key, algorithm)], |cmd| wire::one_key_args(cmd, code, &args, now))
             .await?;
-        wire::parse_one_key(&reply, limit)
+        let gcra_te = (code == "g").then_some(args[0]);
+        wire::parse_one_key(&reply, limit, gcra_te)
     }
 
     /// One run of `sliding_window.lua`: a sliding window counter of `buckets` without warm-up.

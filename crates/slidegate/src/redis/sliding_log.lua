@@ -14,10 +14,14 @@
 -- ARGV[6]  cost, and ARGV[7] limit: only when cost > 1 (absent: cost 1); the caller bounds cost
 --          (MAX_SCRIPT_LOG_COST), which bounds this script's work: it writes `cost` members and
 --          removes at most max(256, cost) expired ones
--- Returns  admitted: remaining, an integer >= 0 (reset_after is the window; no retry_after).
+-- Returns  admitted: remaining * (window + 1) + next_permit_after_ms, an integer >= 0, below
+--            2^53 so exact (remaining < MAX_LOG_LIMIT; reset_after is the window; no
+--            retry_after). next_permit_after_ms is when the oldest entry in the window leaves.
 --          denied, cost 1, window <= 94,906,264 ms (about 26 h): the integer
 --            -1 - (reset_after_ms * (window + 1) + retry_after_ms), below 2^53 so exact;
---          denied otherwise: {remaining, reset_after_ms, retry_after_ms}.
+--          denied otherwise: {remaining, reset_after_ms, retry_after_ms, next_permit_after_ms}.
+--          A denial's next_permit_after is its retry_after when cost is 1 (the oldest entry
+--          blocks it).
 -- Cluster  touches KEYS[1] only.
 --
 -- An entry with score <= now - window has left the window; the expired entries are a prefix of
@@ -40,10 +44,12 @@
 -- precomputed strings. A denial writes nothing, so it cannot drop expired entries first (as the
 -- classic script does); its calls and an admission's differ, and no one order is cheapest for both:
 --   look first (ARGV[4] set):  denial TIME, ZRANGE, PTTL (3 calls);
---                              admission + ZCARD, ZREMRANGEBYSCORE, ZADD, PEXPIRE (6)
---   count first (ARGV[4] ""):  admission TIME, ZCARD, ZREMRANGEBYSCORE, ZADD, PEXPIRE (5; 4
---                              into a new key, where there is nothing to remove);
+--                              admission + ZCARD, ZREMRANGEBYSCORE, ZRANGE, ZADD, PEXPIRE (7)
+--   count first (ARGV[4] ""):  admission TIME, ZCARD, ZREMRANGEBYSCORE, ZRANGE, ZADD, PEXPIRE
+--                              (6; 4 into a new key, where there is nothing to remove or read);
 --                              denial TIME, ZCARD, ZRANGE, PTTL (4)
+-- An admission's ZRANGE reads the oldest entry left (its time: when remaining next grows), the
+-- price of answering that in the same call: one table reply.
 -- The caller guesses the outcome from the key's last one and picks the order; a wrong guess
 -- costs one call, never a different decision.
 local key = KEYS[1]
@@ -73,9 +79,13 @@ if blocking then
   blocking = tonumber(string.match(blocking, '^%d+'))
   if blocking > edge then
     -- With cost 1 a denial means the window holds `limit` or more: nothing remains.
-    local remaining = 0
+    local remaining, retry = 0, blocking + window - now
+    local next_ms = retry
     if ARGV[6] then
-      remaining = math.max(ARGV[7] - redis.call('ZCOUNT', key, string.format('(%d', edge), '+inf'), 0)
+      local after_edge = string.format('(%d', edge)
+      remaining = math.max(ARGV[7] - redis.call('ZCOUNT', key, after_edge, '+inf'), 0)
+      local oldest = redis.call('ZRANGE', key, after_edge, '+inf', 'BYSCORE', 'LIMIT', 0, 1)[1]
+      next_ms = tonumber(string.match(oldest, '^%d+')) + window - now
     end
     local reset
     if server_time then
@@ -84,11 +94,10 @@ if blocking then
     else
       reset = tonumber(string.match(redis.call('ZRANGE', key, '-1', '-1')[1], '^%d+')) + window - now
     end
-    local retry = blocking + window - now
     if not ARGV[6] and window <= 94906264 and reset >= 0 and reset <= window and retry <= window then
       return -1 - (reset * (window + 1) + retry)
     end
-    return {remaining, reset, retry}
+    return {remaining, reset, retry, next_ms}
   end
 end
 
@@ -96,6 +105,8 @@ if server_time then
   now_s = string.format('%d', now)
 end
 local live = n or redis.call('ZCARD', key)
+-- Expired entries still at the head of the set once some are dropped (a long set's only).
+local expired = 0
 if live > 256 then
   -- A long set may hold many expired entries (a burst, then a pause): remove at most 256 (or
   -- cost, if larger) per admission, so no call does unbounded work. The set still never holds
@@ -105,9 +116,19 @@ if live > 256 then
   if drop > 0 then
     redis.call('ZREMRANGEBYRANK', key, 0, drop - 1)
   end
-  live = count
+  live, expired = count, live - count - drop
 elseif live > 0 then
   live = live - redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', edge))
+end
+-- When remaining next grows: when the oldest entry left leaves (the new ones when none is left;
+-- they are the oldest, too, when the caller's clock stepped back).
+local oldest = now
+if live > 0 then
+  local at = '0'
+  if expired > 0 then
+    at = string.format('%d', expired)
+  end
+  oldest = math.min(tonumber(string.match(redis.call('ZRANGE', key, at, at)[1], '^%d+')), now)
 end
 local member = now_s .. ':' .. ARGV[1]
 if not ARGV[6] then
@@ -128,4 +149,4 @@ else
   -- TTL in this mode; it only reclaims memory.
   redis.call('PEXPIRE', key, string.format('%d', window + 60000))
 end
-return ARGV[3] - live
+return (ARGV[3] - live) * (window + 1) + oldest + window - now

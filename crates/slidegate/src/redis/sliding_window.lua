@@ -8,11 +8,13 @@
 --          (1 <= cost <= limit)
 -- ARGV[5]  now in ms; absent or "" for Redis' own TIME (see sliding_log.lua)
 -- Returns  one integer when it stays below 2^53, with base = (buckets + 2) * bucket ms + 1
---          (above any reset_after or retry_after): admitted, remaining * base + reset_after_ms;
---          denied, -1 - ((remaining * base + reset_after_ms) * base + retry_after_ms).
---          Otherwise admitted {remaining, reset_after_ms}, denied {remaining, reset_after_ms,
---          retry_after_ms}. (A table reply costs Redis thousands of instructions more than an
---          integer: see sliding_log.lua.) A denial writes nothing.
+--          (above any reset_after, retry_after or next_permit_after): admitted,
+--          (remaining * base + reset_after_ms) * base + next_permit_after_ms; denied,
+--          -1 - (((remaining * base + reset_after_ms) * base + retry_after_ms) * base +
+--          next_permit_after_ms). Otherwise admitted {remaining, reset_after_ms,
+--          next_permit_after_ms}, denied {remaining, reset_after_ms, retry_after_ms,
+--          next_permit_after_ms}. (A table reply costs Redis thousands of instructions more than
+--          an integer: see sliding_log.lua.) A denial writes nothing.
 -- Cluster  touches KEYS[1] only.
 --
 -- The hash holds the buckets of one window and the one before (the weighted one), plus those an
@@ -65,8 +67,30 @@ for f = 1, #h, 2 do
   end
 end
 
-local estimate = full + floor(old * (b - r) / b)
-if estimate + cost <= limit then
+local share = floor(old * (b - r) / b)
+local estimate = full + share
+local admit = estimate + cost <= limit
+-- When remaining next grows (spec.rs): when the weighted bucket's share drops, or, when it adds
+-- nothing, 1 ms after the oldest counted bucket with permits (an admission's included) becomes
+-- the weighted one.
+local next_ms = 0
+if share > 0 then
+  next_ms = math.min(floor(b * (old - share) / old) + 1, b) - r
+else
+  local oldest
+  if admit then
+    oldest = j
+  end
+  for k in pairs(counts) do
+    if k > weighted and k <= j and (not oldest or k < oldest) then
+      oldest = k
+    end
+  end
+  if oldest then
+    next_ms = (oldest + n) * b + 1 - now
+  end
+end
+if admit then
   local reset = (j + n + 1) * b - now
   if redis.call('HINCRBY', key, string.format('%d', j), ARGV[4]) == cost then
     redis.call('PEXPIRE', key, string.format('%d', reset + slack))
@@ -82,10 +106,11 @@ if estimate + cost <= limit then
     redis.call('HDEL', key, unpack(gone))
   end
   local remaining = limit - estimate - cost
-  if remaining * base + reset < 9007199254740992 then
-    return remaining * base + reset
+  local packed = (remaining * base + reset) * base + next_ms
+  if packed < 9007199254740992 then
+    return packed
   end
-  return {remaining, reset}
+  return {remaining, reset, next_ms}
 end
 
 -- Denied: the first instant the estimate leaves room for cost. In bucket k the full buckets
@@ -113,8 +138,8 @@ for k = j, j + n + 1 do
   end
 end
 local remaining, reset = math.max(limit - estimate, 0), (newest + n + 1) * b - now
-local packed = (remaining * base + reset) * base + retry
+local packed = ((remaining * base + reset) * base + retry) * base + next_ms
 if reset < base and packed < 9007199254740992 then
   return -1 - packed
 end
-return {remaining, reset, retry}
+return {remaining, reset, retry, next_ms}

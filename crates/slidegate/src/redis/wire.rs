@@ -43,23 +43,29 @@ pub(super) fn sliding_log_args(
     }
 }
 
-/// Reads `sliding_log.lua`'s answer: `remaining` when admitted; a denial packed into one
-/// negative integer, or `[remaining, reset_after, retry_after]`.
+/// Reads `sliding_log.lua`'s answer: an admission packed into one integer >= 0; a denial
+/// packed into one negative integer (its `next_permit_after` is its `retry_after`: one permit
+/// waits for the oldest admission), or `[remaining, reset_after, retry_after,
+/// next_permit_after]`.
 pub(super) fn parse_sliding_log(reply: &Value, limit: u64, window: u64) -> Result<Decision, Error> {
     let unexpected = || Error::UnexpectedReply(format!("{reply:?}"));
     match *reply {
-        Value::Int(remaining) if remaining >= 0 => {
-            Ok(Decision::allowed(limit, remaining.unsigned_abs(), Duration::from_millis(window)))
+        Value::Int(packed) if packed >= 0 => {
+            // remaining * (window + 1) + next_permit_after, with next_permit_after <= window.
+            let (packed, base) = (packed.unsigned_abs(), window + 1);
+            Ok(Decision::allowed(limit, packed / base, Duration::from_millis(window))
+                .with_next_permit_after(Duration::from_millis(packed % base)))
         }
         Value::Int(packed) => {
             // -1 - (reset * (window + 1) + retry), with retry <= window.
             let (packed, base) = ((-1 - packed).unsigned_abs(), window + 1);
-            Ok(Decision::denied(limit, 0, Duration::from_millis(packed / base), Duration::from_millis(packed % base)))
+            let retry = Duration::from_millis(packed % base);
+            Ok(Decision::denied(limit, 0, Duration::from_millis(packed / base), retry).with_next_permit_after(retry))
         }
         Value::Array(ref items) => match items.as_slice() {
-            [Value::Int(remaining), Value::Int(reset), Value::Int(retry)] => {
+            [Value::Int(remaining), Value::Int(reset), Value::Int(retry), Value::Int(next)] => {
                 let remaining = u64::try_from(*remaining).map_err(|_| unexpected())?;
-                Ok(Decision::denied(limit, remaining, ms(*reset), ms(*retry)))
+                Ok(Decision::denied(limit, remaining, ms(*reset), ms(*retry)).with_next_permit_after(ms(*next)))
             }
             _ => Err(unexpected()),
         },
@@ -88,45 +94,67 @@ pub(super) fn sliding_window_base(quota: &Quota, buckets: u32) -> u64 {
     (n + 2) * (quota.window_ms() / n) + 1
 }
 
-/// Reads `sliding_window.lua`'s answer: one integer in `base` (`remaining * base + reset` when
-/// admitted, `-1 - ((remaining * base + reset) * base + retry)` when denied), or, when that
-/// would not fit, `one_key.lua`'s table.
+/// Reads `sliding_window.lua`'s answer: one integer in `base` (`(remaining * base + reset) *
+/// base + next` when admitted, `-1 - (((remaining * base + reset) * base + retry) * base +
+/// next)` when denied), or, when that would not fit, the table `[remaining, reset, next]` or
+/// `[remaining, reset, retry, next]`.
 pub(super) fn parse_sliding_window(reply: &Value, limit: u64, base: u64) -> Result<Decision, Error> {
     let unexpected = || Error::UnexpectedReply(format!("{reply:?}"));
+    let ms = Duration::from_millis;
     match *reply {
         Value::Int(packed) if packed >= 0 => {
             let packed = packed.unsigned_abs();
-            Ok(Decision::allowed(limit, packed / base, Duration::from_millis(packed % base)))
+            let (state, next) = (packed / base, packed % base);
+            Ok(Decision::allowed(limit, state / base, ms(state % base)).with_next_permit_after(ms(next)))
         }
         Value::Int(packed) => {
             let packed = (-1 - packed).unsigned_abs();
-            let (state, retry) = (packed / base, packed % base);
+            let (rest, next) = (packed / base, packed % base);
+            let (state, retry) = (rest / base, rest % base);
             let (remaining, reset) = (state / base, state % base);
-            Ok(Decision::denied(limit, remaining, Duration::from_millis(reset), Duration::from_millis(retry)))
+            Ok(Decision::denied(limit, remaining, ms(reset), ms(retry)).with_next_permit_after(ms(next)))
         }
         Value::Array(ref items) => {
             let numbers = items
                 .iter()
                 .map(|item| match item {
-                    Value::Int(n) => Ok(*n),
+                    Value::Int(n) => u64::try_from(*n).map_err(|_| unexpected()),
                     _ => Err(unexpected()),
                 })
-                .collect::<Result<Vec<i64>, Error>>()?;
-            parse_one_key(&numbers, limit)
+                .collect::<Result<Vec<u64>, Error>>()?;
+            match numbers[..] {
+                [remaining, reset, next] => {
+                    Ok(Decision::allowed(limit, remaining, ms(reset)).with_next_permit_after(ms(next)))
+                }
+                [remaining, reset, retry, next] => {
+                    Ok(Decision::denied(limit, remaining, ms(reset), ms(retry)).with_next_permit_after(ms(next)))
+                }
+                _ => Err(unexpected()),
+            }
         }
         _ => Err(unexpected()),
     }
 }
 
 /// Reads `one_key.lua`'s answer: `[remaining, reset_after]` when admitted, `[remaining,
-/// reset_after, retry_after]` when denied.
-pub(super) fn parse_one_key(reply: &[i64], limit: u64) -> Result<Decision, Error> {
+/// reset_after, retry_after]` when denied. A fixed window's `next_permit_after` is its
+/// `reset_after`, the window's end (what the constructors set); a GCRA's (`gcra_te`, its
+/// emission interval in µs) follows from `remaining` and `reset_after`.
+pub(super) fn parse_one_key(reply: &[i64], limit: u64, gcra_te: Option<u64>) -> Result<Decision, Error> {
     let number = |v: i64| u64::try_from(v).map_err(|_| unexpected(reply));
-    match *reply {
-        [remaining, reset] => Ok(Decision::allowed(limit, number(remaining)?, ms(reset))),
-        [remaining, reset, retry] => Ok(Decision::denied(limit, number(remaining)?, ms(reset), ms(retry))),
-        _ => Err(unexpected(reply)),
-    }
+    let decision = match *reply {
+        [remaining, reset] => Decision::allowed(limit, number(remaining)?, ms(reset)),
+        [remaining, reset, retry] => Decision::denied(limit, number(remaining)?, ms(reset), ms(retry)),
+        _ => return Err(unexpected(reply)),
+    };
+    Ok(match gcra_te {
+        Some(te) => {
+            let reset = u64::try_from(decision.reset_after.as_millis()).unwrap_or(u64::MAX);
+            let next = crate::spec::gcra_next_permit(limit, decision.remaining, reset, te);
+            decision.with_next_permit_after(Duration::from_millis(next))
+        }
+        None => decision,
+    })
 }
 
 /// Appends `check.lua`'s ARGV: `member`, `now` (or `""` for Redis' clock), whether to record
@@ -152,25 +180,26 @@ pub(super) fn check_args(cmd: &mut Cmd, member: &str, now: Option<u64>, record: 
 }
 
 /// Reads `check.lua`'s (and `SLIDEGATE.CHECK`'s) answer for `count` checks: `admitted`, then per
-/// check `fits, remaining, reset_after, retry_after, limit`.
+/// check `fits, remaining, reset_after, retry_after, limit, next_permit_after`.
 pub(super) fn parse_group(reply: &[i64], count: usize) -> Result<MultiDecision, Error> {
     let (Some(&admitted), Some(per_key)) = (reply.first(), reply.get(1..)) else {
         return Err(unexpected(reply));
     };
-    if per_key.len() != 5 * count {
+    if per_key.len() != GROUP_FIELDS * count {
         return Err(unexpected(reply));
     }
     let decisions = per_key
-        .chunks_exact(5)
+        .chunks_exact(GROUP_FIELDS)
         .map(|r| {
             let number = |v: i64| u64::try_from(v).map_err(|_| unexpected(reply));
             let (remaining, limit) = (number(r[1])?, number(r[4])?);
-            Ok(match (admitted, r[0]) {
+            let decision = match (admitted, r[0]) {
                 (1, _) => Decision::allowed(limit, remaining, ms(r[2])),
                 (0, 0) => Decision::denied(limit, remaining, ms(r[2]), ms(r[3])),
                 (0, 1) => Decision::held(limit, remaining, ms(r[2])),
                 _ => return Err(unexpected(reply)),
-            })
+            };
+            Ok(decision.with_next_permit_after(ms(r[5])))
         })
         .collect::<Result<Vec<_>, Error>>()?;
     Ok(MultiDecision::new(decisions))
@@ -292,6 +321,9 @@ pub(super) fn parse_module_inspect(reply: &[Value]) -> Result<KeyState, Error> {
     })
 }
 
+/// The numbers per check in a group's answer.
+const GROUP_FIELDS: usize = 6;
+
 /// A reply's milliseconds; a negative one (none) is zero.
 fn ms(value: i64) -> Duration {
     Duration::from_millis(u64::try_from(value).unwrap_or(0))
@@ -335,17 +367,22 @@ mod tests {
 
     #[test]
     fn sliding_log_replies_unpack_to_decisions() {
-        let admitted = parse_sliding_log(&Value::Int(4), 10, 1000).expect("a decision");
-        assert_eq!(admitted, Decision::allowed(10, 4, Duration::from_millis(1000)));
+        // remaining * (window + 1) + next_permit_after
+        let admitted = parse_sliding_log(&Value::Int(4 * 1001 + 250), 10, 1000).expect("a decision");
+        let ms = Duration::from_millis;
+        assert_eq!(admitted, Decision::allowed(10, 4, ms(1000)).with_next_permit_after(ms(250)));
+        let full = parse_sliding_log(&Value::Int(1000), 10, 1000).expect("a decision");
+        assert_eq!((full.remaining, full.next_permit_after), (0, ms(1000)), "the only entry is the new one");
         // -1 - (reset * (window + 1) + retry)
         let packed = Value::Int(-1 - (700 * 1001 + 300));
         let denied = parse_sliding_log(&packed, 10, 1000).expect("a decision");
-        assert_eq!(denied, Decision::denied(10, 0, Duration::from_millis(700), Duration::from_millis(300)));
-        let long = Value::Array(vec![Value::Int(2), Value::Int(500), Value::Int(100)]);
+        assert_eq!(denied, Decision::denied(10, 0, ms(700), ms(300)).with_next_permit_after(ms(300)));
+        let long = Value::Array(vec![Value::Int(2), Value::Int(500), Value::Int(100), Value::Int(40)]);
         let denied = parse_sliding_log(&long, 10, 1000).expect("a decision");
-        assert_eq!(denied, Decision::denied(10, 2, Duration::from_millis(500), Duration::from_millis(100)));
+        assert_eq!(denied, Decision::denied(10, 2, ms(500), ms(100)).with_next_permit_after(ms(40)));
         for bad in [
-            Value::Array(vec![Value::Int(-2), Value::Int(500), Value::Int(100)]),
+            Value::Array(vec![Value::Int(-2), Value::Int(500), Value::Int(100), Value::Int(40)]),
+            Value::Array(vec![Value::Int(2), Value::Int(500), Value::Int(100)]),
             Value::Array(vec![Value::Int(2), Value::Int(500)]),
             Value::SimpleString("OK".to_owned()),
         ] {
@@ -370,16 +407,20 @@ mod tests {
         let base = sliding_window_base(&q, 6);
         assert_eq!(base, 80_001, "eight buckets of 10 s, and one");
         let ms = Duration::from_millis;
-        let admitted = parse_sliding_window(&Value::Int(7 * 80_001 + 65_000), 100, base).expect("a decision");
-        assert_eq!(admitted, Decision::allowed(100, 7, ms(65_000)));
-        let denied = Value::Int(-1 - ((2 * 80_001 + 61_000) * 80_001 + 9_500));
+        let admitted = Value::Int((7 * 80_001 + 65_000) * 80_001 + 4_000);
+        let admitted = parse_sliding_window(&admitted, 100, base).expect("a decision");
+        assert_eq!(admitted, Decision::allowed(100, 7, ms(65_000)).with_next_permit_after(ms(4_000)));
+        let denied = Value::Int(-1 - (((2 * 80_001 + 61_000) * 80_001 + 9_500) * 80_001 + 3_000));
         let denied = parse_sliding_window(&denied, 100, base).expect("a decision");
-        assert_eq!(denied, Decision::denied(100, 2, ms(61_000), ms(9_500)));
-        let long = Value::Array(vec![Value::Int(0), Value::Int(61_000), Value::Int(9_500)]);
+        assert_eq!(denied, Decision::denied(100, 2, ms(61_000), ms(9_500)).with_next_permit_after(ms(3_000)));
+        let long = Value::Array(vec![Value::Int(0), Value::Int(61_000), Value::Int(9_500), Value::Int(3_000)]);
         assert_eq!(
             parse_sliding_window(&long, 100, base).expect("a decision"),
-            Decision::denied(100, 0, ms(61_000), ms(9_500))
+            Decision::denied(100, 0, ms(61_000), ms(9_500)).with_next_permit_after(ms(3_000))
         );
+        let long = Value::Array(vec![Value::Int(5), Value::Int(61_000), Value::Int(1)]);
+        let admitted = parse_sliding_window(&long, 100, base).expect("a decision");
+        assert_eq!(admitted, Decision::allowed(100, 5, ms(61_000)).with_next_permit_after(ms(1)));
         for bad in [
             Value::Array(vec![Value::Int(-2), Value::Int(500)]),
             Value::Array(vec![Value::Int(2), Value::Nil]),
@@ -391,11 +432,16 @@ mod tests {
 
     #[test]
     fn one_key_replies_are_an_admission_or_a_denial() {
-        assert_eq!(parse_one_key(&[3, 200], 5).expect("admitted"), Decision::allowed(5, 3, Duration::from_millis(200)));
-        let denied = parse_one_key(&[0, 200, 40], 5).expect("denied");
-        assert_eq!(denied, Decision::denied(5, 0, Duration::from_millis(200), Duration::from_millis(40)));
+        let ms = Duration::from_millis;
+        assert_eq!(parse_one_key(&[3, 200], 5, None).expect("admitted"), Decision::allowed(5, 3, ms(200)));
+        let denied = parse_one_key(&[0, 200, 40], 5, None).expect("denied");
+        assert_eq!(denied, Decision::denied(5, 0, ms(200), ms(40)));
+        // A GCRA of 5 permits of 100 ms: 3 left, the bucket empty after 200 ms; one more is free
+        // once it has drained to 1 permit, 100 ms before it is empty.
+        let gcra = parse_one_key(&[3, 200], 5, Some(100_000)).expect("admitted");
+        assert_eq!(gcra.next_permit_after, ms(100));
         for bad in [&[][..], &[3], &[-1, 200], &[0, 200, 40, 1]] {
-            assert!(matches!(parse_one_key(bad, 5), Err(Error::UnexpectedReply(_))), "{bad:?}");
+            assert!(matches!(parse_one_key(bad, 5, None), Err(Error::UnexpectedReply(_))), "{bad:?}");
         }
     }
 
@@ -412,19 +458,21 @@ mod tests {
 
     #[test]
     fn group_replies_read_as_admitted_denied_or_held() {
-        let admitted = parse_group(&[1, 1, 4, 900, -1, 5], 1).expect("a group");
-        assert_eq!(admitted.decisions, [Decision::allowed(5, 4, Duration::from_millis(900))]);
-        let denied = parse_group(&[0, 1, 4, 900, -1, 5, 0, 0, 300, 120, 2], 2).expect("a group");
+        let ms = Duration::from_millis;
+        let admitted = parse_group(&[1, 1, 4, 900, -1, 5, 600], 1).expect("a group");
+        assert_eq!(admitted.decisions, [Decision::allowed(5, 4, ms(900)).with_next_permit_after(ms(600))]);
+        let denied = parse_group(&[0, 1, 4, 900, -1, 5, 600, 0, 0, 300, 120, 2, 120], 2).expect("a group");
         assert_eq!(
             denied.decisions,
             [
-                Decision::held(5, 4, Duration::from_millis(900)),
-                Decision::denied(2, 0, Duration::from_millis(300), Duration::from_millis(120)),
+                Decision::held(5, 4, ms(900)).with_next_permit_after(ms(600)),
+                Decision::denied(2, 0, ms(300), ms(120)).with_next_permit_after(ms(120)),
             ]
         );
         assert_eq!(denied.denied_by, Some(1));
-        for (bad, count) in [(&[][..], 0), (&[1, 1, 4, 900, -1][..], 1), (&[2, 1, 4, 900, -1, 5][..], 1), (&[1][..], 1)]
-        {
+        let bad_ones =
+            [(&[][..], 0), (&[1, 1, 4, 900, -1, 5][..], 1), (&[2, 1, 4, 900, -1, 5, 600][..], 1), (&[1][..], 1)];
+        for (bad, count) in bad_ones {
             assert!(matches!(parse_group(bad, count), Err(Error::UnexpectedReply(_))), "{bad:?}");
         }
     }
