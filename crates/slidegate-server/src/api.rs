@@ -1,6 +1,8 @@
 //! The HTTP/JSON API. Handlers translate JSON to library calls and back; every client mistake
 //! is a 4xx with `{"error": {"code", "message"}}`, never a 500.
 
+use std::borrow::Cow;
+use std::marker::PhantomData;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -375,40 +377,92 @@ impl From<BytesRejection> for ApiError {
 }
 
 /// One check as clients send it: a rule (with optional tier) or an inline limit and window.
+/// The algorithm's fields are listed here rather than `#[serde(flatten)]` from an
+/// [`AlgorithmSpec`], which would have serde buffer the whole map into intermediate values
+/// first; strings borrow from the body unless they hold an escape.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct CheckBody {
-    rule: Option<String>,
-    key: Option<String>,
+struct CheckBody<'a> {
+    #[serde(borrow)]
+    rule: Option<Text<'a>>,
+    #[serde(borrow)]
+    key: Option<Text<'a>>,
     cost: Option<u64>,
-    tier: Option<String>,
+    #[serde(borrow)]
+    tier: Option<Text<'a>>,
     limit: Option<u64>,
-    window: Option<String>,
-    #[serde(flatten)]
-    algorithm: AlgorithmSpec,
-    checks: Option<Checks>,
+    #[serde(borrow)]
+    window: Option<Text<'a>>,
+    #[serde(borrow)]
+    algorithm: Option<Text<'a>>,
+    buckets: Option<u32>,
+    burst: Option<u64>,
+    #[serde(borrow)]
+    warm_up: Option<Text<'a>>,
+    cold_fraction: Option<f64>,
+    #[serde(borrow)]
+    checks: Option<Checks<'a>>,
+}
+
+/// A JSON string of a request body: borrowed from the body, or decoded when it has escapes.
+/// (`Option<Cow<str>>` always copies: serde borrows only a `Cow` that is a field itself.)
+#[derive(Debug)]
+struct Text<'a>(Cow<'a, str>);
+
+impl std::ops::Deref for Text<'_> {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Borrowing<'a>(PhantomData<&'a str>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Borrowing<'a> {
+            type Value = Text<'a>;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+
+            fn visit_borrowed_str<E>(self, text: &'de str) -> Result<Text<'a>, E> {
+                Ok(Text(Cow::Borrowed(text)))
+            }
+
+            fn visit_str<E>(self, text: &str) -> Result<Text<'a>, E> {
+                Ok(Text(Cow::Owned(text.to_owned())))
+            }
+
+            fn visit_string<E>(self, text: String) -> Result<Text<'a>, E> {
+                Ok(Text(Cow::Owned(text)))
+            }
+        }
+        deserializer.deserialize_str(Borrowing(PhantomData))
+    }
 }
 
 /// A multi-check's list as sent: at most [`slidegate::MAX_CHECKS`] checks are parsed, the rest
 /// only counted, so a 64 KiB body of `{},{},…` (20,000 empty checks, each a few hundred bytes
 /// parsed) costs no more memory than a valid group.
 #[derive(Debug, Default)]
-struct Checks {
-    parsed: Vec<CheckBody>,
+struct Checks<'a> {
+    parsed: Vec<CheckBody<'a>>,
     count: usize,
 }
 
-impl<'de> Deserialize<'de> for Checks {
+impl<'de: 'a, 'a> Deserialize<'de> for Checks<'a> {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Bounded;
-        impl<'de> serde::de::Visitor<'de> for Bounded {
-            type Value = Checks;
+        struct Bounded<'a>(PhantomData<CheckBody<'a>>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Bounded<'a> {
+            type Value = Checks<'a>;
 
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str("a list of checks")
             }
 
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Checks, A::Error> {
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Checks<'a>, A::Error> {
                 let mut checks = Checks::default();
                 while checks.count < slidegate::MAX_CHECKS {
                     match seq.next_element()? {
@@ -423,20 +477,21 @@ impl<'de> Deserialize<'de> for Checks {
                 Ok(checks)
             }
         }
-        deserializer.deserialize_seq(Bounded)
+        deserializer.deserialize_seq(Bounded(PhantomData))
     }
 }
 
 /// A check resolved against the rules: the policy name for headers, the backend key, the quota.
-struct Resolved {
-    policy: String,
+struct Resolved<'a> {
+    /// The rule's name as the body spells it, or [`INLINE_RULE`].
+    policy: Cow<'a, str>,
     /// The backend key: [`slidegate::rule_key`] of the rule and the caller's key.
     key: String,
     quota: Quota,
     cost: u64,
 }
 
-impl CheckBody {
+impl<'a> CheckBody<'a> {
     /// Whether any field of a single check is set (they cannot stand beside `checks`).
     fn has_single_fields(&self) -> bool {
         self.rule.is_some()
@@ -449,22 +504,32 @@ impl CheckBody {
     }
 
     fn has_algorithm_fields(&self) -> bool {
-        let a = &self.algorithm;
-        a.algorithm.is_some()
-            || a.buckets.is_some()
-            || a.burst.is_some()
-            || a.warm_up.is_some()
-            || a.cold_fraction.is_some()
+        self.algorithm.is_some()
+            || self.buckets.is_some()
+            || self.burst.is_some()
+            || self.warm_up.is_some()
+            || self.cold_fraction.is_some()
+    }
+
+    /// How an inline check's quota counts.
+    fn algorithm_spec(&self) -> AlgorithmSpec {
+        AlgorithmSpec {
+            algorithm: self.algorithm.as_deref().map(str::to_owned),
+            buckets: self.buckets,
+            burst: self.burst,
+            warm_up: self.warm_up.as_deref().map(str::to_owned),
+            cold_fraction: self.cold_fraction,
+        }
     }
 
     /// Resolves against one snapshot of the rules, so no request sees half a reload.
-    fn resolve(self, live: &Live) -> Result<Resolved, ApiError> {
+    fn resolve(mut self, live: &Live) -> Result<Resolved<'a>, ApiError> {
         let inline_fields = self.limit.is_some() || self.window.is_some() || self.has_algorithm_fields();
-        let key = self.key.ok_or_else(|| ApiError::bad_request("missing_key", "field `key` is required"))?;
+        let key = self.key.take().ok_or_else(|| ApiError::bad_request("missing_key", "field `key` is required"))?;
         if self.checks.is_some() {
             return Err(ApiError::bad_request("invalid_checks", "`checks` cannot be nested"));
         }
-        let (policy, quota) = match self.rule {
+        let (policy, quota) = match self.rule.take() {
             Some(rule) => {
                 if inline_fields {
                     return Err(ApiError::bad_request(
@@ -472,18 +537,18 @@ impl CheckBody {
                         "give either `rule` or an inline `limit` and `window`, not both",
                     ));
                 }
-                let r = live
-                    .rules
-                    .get(&rule)
-                    .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "unknown_rule", format!("no rule {rule:?}")))?;
-                let quota = r.quota_for(self.tier.as_deref()).ok_or_else(|| {
-                    ApiError::bad_request("unknown_tier", format!("rule {rule:?} has no tier {:?}", self.tier))
+                let r = live.rules.get(&rule).ok_or_else(|| {
+                    ApiError::new(StatusCode::NOT_FOUND, "unknown_rule", format!("no rule {:?}", &*rule))
                 })?;
-                (rule, quota)
+                let tier = self.tier.as_deref();
+                let quota = r.quota_for(tier).ok_or_else(|| {
+                    ApiError::bad_request("unknown_tier", format!("rule {:?} has no tier {tier:?}", &*rule))
+                })?;
+                (rule.0, quota)
             }
             None => {
                 live.inline.check_enabled()?;
-                let (Some(limit), Some(window)) = (self.limit, self.window) else {
+                let (Some(limit), Some(window)) = (self.limit, &self.window) else {
                     return Err(ApiError::bad_request(
                         "missing_rule",
                         "give `rule`, or an inline `limit` and `window` (e.g. \"10s\")",
@@ -492,10 +557,10 @@ impl CheckBody {
                 if self.tier.is_some() {
                     return Err(ApiError::bad_request("invalid_request", "`tier` needs a `rule`"));
                 }
-                let window = parse_duration(&window).map_err(|m| ApiError::bad_request("invalid_window", m))?;
-                let quota = self.algorithm.apply(Quota::new(limit, window)?).map_err(|e| e.error)?;
+                let window = parse_duration(window).map_err(|m| ApiError::bad_request("invalid_window", m))?;
+                let quota = self.algorithm_spec().apply(Quota::new(limit, window)?).map_err(|e| e.error)?;
                 live.inline.check(&quota, self.cost.unwrap_or(1))?;
-                (INLINE_RULE.to_owned(), quota)
+                (Cow::Borrowed(INLINE_RULE), quota)
             }
         };
         slidegate::validate_key(&key)?;
@@ -524,21 +589,21 @@ async fn decide(app: &App, body: &[u8]) -> Result<Response, ApiError> {
 }
 
 /// A named rule's check under its key's override, if it has one (inline checks have none).
-fn overridden(app: &App, r: &mut Resolved) {
+fn overridden(app: &App, r: &mut Resolved<'_>) {
     if r.policy != INLINE_RULE {
         r.quota = app.overrides.quota(&r.key, r.quota);
     }
 }
 
 /// A `/v1/check` body, resolved: one check, or a group decided all or nothing.
-enum CheckRequest {
-    One(Resolved),
-    Many(Vec<Resolved>),
+enum CheckRequest<'a> {
+    One(Resolved<'a>),
+    Many(Vec<Resolved<'a>>),
 }
 
 /// Decodes a `/v1/check` body and resolves it against `live`'s rules: anything else than a
 /// request is a client error.
-fn decode_check(body: &[u8], live: &Live) -> Result<CheckRequest, ApiError> {
+fn decode_check<'a>(body: &'a [u8], live: &Live) -> Result<CheckRequest<'a>, ApiError> {
     let mut request: CheckBody =
         serde_json::from_slice(body).map_err(|e| ApiError::bad_request("invalid_json", e.to_string()))?;
     match request.checks.take() {
@@ -557,7 +622,7 @@ fn decode_check(body: &[u8], live: &Live) -> Result<CheckRequest, ApiError> {
 
 /// Counts a decision of `r`, which started at `started`, with the counters of the snapshot that
 /// resolved it, and in the dashboard's traffic.
-fn count(app: &App, live: &Live, r: &Resolved, d: &Decision, started: quanta::Instant) {
+fn count(app: &App, live: &Live, r: &Resolved<'_>, d: &Decision, started: quanta::Instant) {
     let rule = r.policy.as_str();
     if let Some(c) = live.counters(rule) {
         c.decisions.count(d.allowed);
@@ -570,7 +635,7 @@ fn count(app: &App, live: &Live, r: &Resolved, d: &Decision, started: quanta::In
     }
 }
 
-async fn check_one(app: &App, live: &Live, r: Resolved) -> Result<Response, ApiError> {
+async fn check_one(app: &App, live: &Live, r: Resolved<'_>) -> Result<Response, ApiError> {
     let started = app.stats.now();
     let d = app.timed(app.limiter.check_cost(&r.key, &r.quota, r.cost)).await?;
     count(app, live, &r, &d, started);
@@ -579,7 +644,7 @@ async fn check_one(app: &App, live: &Live, r: Resolved) -> Result<Response, ApiE
     Ok(json_response(body, &[(&r.policy, &r.quota, &d)], d.retry_after))
 }
 
-async fn check_many(app: &App, live: &Live, resolved: &[Resolved]) -> Result<Response, ApiError> {
+async fn check_many(app: &App, live: &Live, resolved: &[Resolved<'_>]) -> Result<Response, ApiError> {
     let checks: Vec<Check<'_>> = resolved.iter().map(|r| Check::new(&r.key, r.quota).with_cost(r.cost)).collect();
     let started = app.stats.now();
     let group = app.timed(app.limiter.check_all(&checks)).await?;
