@@ -604,7 +604,7 @@ enum CheckRequest<'a> {
 /// Decodes a `/v1/check` body and resolves it against `live`'s rules: anything else than a
 /// request is a client error.
 fn decode_check<'a>(body: &'a [u8], live: &Live) -> Result<CheckRequest<'a>, ApiError> {
-    let mut request: CheckBody =
+    let mut request: CheckBody<'_> =
         serde_json::from_slice(body).map_err(|e| ApiError::bad_request("invalid_json", e.to_string()))?;
     match request.checks.take() {
         None => Ok(CheckRequest::One(request.resolve(live)?)),
@@ -623,7 +623,7 @@ fn decode_check<'a>(body: &'a [u8], live: &Live) -> Result<CheckRequest<'a>, Api
 /// Counts a decision of `r`, which started at `started`, with the counters of the snapshot that
 /// resolved it, and in the dashboard's traffic.
 fn count(app: &App, live: &Live, r: &Resolved<'_>, d: &Decision, started: quanta::Instant) {
-    let rule = r.policy.as_str();
+    let rule = &*r.policy;
     if let Some(c) = live.counters(rule) {
         c.decisions.count(d.allowed);
         if let Some(traffic) = &c.traffic {
@@ -651,7 +651,7 @@ async fn check_many(app: &App, live: &Live, resolved: &[Resolved<'_>]) -> Result
     for (r, d) in resolved.iter().zip(&group.decisions) {
         count(app, live, r, d, started);
     }
-    let items: Vec<_> = resolved.iter().zip(&group.decisions).map(|(r, d)| (r.policy.as_str(), &r.quota, d)).collect();
+    let items: Vec<_> = resolved.iter().zip(&group.decisions).map(|(r, d)| (&*r.policy, &r.quota, d)).collect();
     let engine = app.limiter.backend().engine();
     // `{"allowed", "denied_by" (absent when allowed), "retry_after_ms", "results": [...]}`
     let mut body = String::with_capacity(64 + 192 * items.len());
@@ -969,7 +969,7 @@ tiers = { vip = { limit = 100 } }
     }
 
     /// Decodes `body`, which must answer a request or a client error (4xx), within a second.
-    fn decodes_or_is_refused(live: &Live, body: &[u8]) -> Result<Option<CheckRequest>, TestCaseError> {
+    fn decodes_or_is_refused<'a>(live: &'a Live, body: &'a [u8]) -> Result<Option<CheckRequest<'a>>, TestCaseError> {
         let started = Instant::now();
         let outcome = decode_check(body, live);
         prop_assert!(started.elapsed() < Duration::from_secs(1), "took {:?}", started.elapsed());
@@ -1013,6 +1013,19 @@ tiers = { vip = { limit = 100 } }
         for body in VALID {
             assert!(matches!(decodes_or_is_refused(&live, body.as_bytes()), Ok(Some(_))), "{body}");
         }
+    }
+
+    #[test]
+    fn escaped_strings_decode_to_the_text_they_spell() {
+        let live = live();
+        let key_of = |body: &str| match decode_check(body.as_bytes(), &live) {
+            Ok(CheckRequest::One(r)) => (r.policy.into_owned(), r.key),
+            _ => panic!("{body} did not decode to one check"),
+        };
+        let (policy, key) = key_of(r#"{"rule":"s\u006ds","key":"a\"b\\c"}"#);
+        assert_eq!(policy, "sms");
+        assert_eq!(key, slidegate::rule_key("sms", "a\"b\\c").as_str());
+        assert_eq!(key_of(r#"{"rule":"sms","key":"user-1"}"#).1, slidegate::rule_key("sms", "user-1").as_str());
     }
 
     #[test]
