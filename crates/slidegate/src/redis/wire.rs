@@ -115,19 +115,17 @@ pub(super) fn parse_sliding_window(reply: &Value, limit: u64, base: u64) -> Resu
             Ok(Decision::denied(limit, remaining, ms(reset), ms(retry)).with_next_permit_after(ms(next)))
         }
         Value::Array(ref items) => {
-            let numbers = items
-                .iter()
-                .map(|item| match item {
-                    Value::Int(n) => u64::try_from(*n).map_err(|_| unexpected()),
-                    _ => Err(unexpected()),
-                })
-                .collect::<Result<Vec<u64>, Error>>()?;
-            match numbers[..] {
+            let n = |item: &Value| match *item {
+                Value::Int(n) => u64::try_from(n).map_err(|_| unexpected()),
+                _ => Err(unexpected()),
+            };
+            match items.as_slice() {
                 [remaining, reset, next] => {
-                    Ok(Decision::allowed(limit, remaining, ms(reset)).with_next_permit_after(ms(next)))
+                    Ok(Decision::allowed(limit, n(remaining)?, ms(n(reset)?)).with_next_permit_after(ms(n(next)?)))
                 }
                 [remaining, reset, retry, next] => {
-                    Ok(Decision::denied(limit, remaining, ms(reset), ms(retry)).with_next_permit_after(ms(next)))
+                    Ok(Decision::denied(limit, n(remaining)?, ms(n(reset)?), ms(n(retry)?))
+                        .with_next_permit_after(ms(n(next)?)))
                 }
                 _ => Err(unexpected()),
             }
