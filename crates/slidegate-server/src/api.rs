@@ -5,7 +5,7 @@ use std::borrow::Cow;
 use std::marker::PhantomData;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::task::{Context, Poll, ready};
 use std::time::{Duration, Instant};
 
@@ -18,11 +18,11 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header}
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodFilter, MethodRouter, on};
 use axum::{Json, Router};
-use http_body_util::{BodyExt as _, LengthLimitError, Limited};
+use http_body_util::BodyExt as _;
 use hyper::body::Incoming;
 use serde::Deserialize;
 use serde_json::json;
-use slidegate::headers::{self as rate_limit, RateLimitHeaders};
+use slidegate::headers as rate_limit;
 use slidegate::{Algorithm, Check, Decision, ErrorClass, Quota};
 
 use crate::app::{App, Live};
@@ -73,8 +73,7 @@ impl Routes {
     /// Answers `request`, which came from `peer`.
     pub(crate) fn call(&self, mut request: hyper::Request<Incoming>, peer: SocketAddr) -> Answer {
         if request.method() == Method::POST && request.uri().path() == CHECK {
-            let route = Arc::clone(&self.check);
-            return Box::pin(async move { route.answer(request.into_body()).await });
+            return Box::pin(Arc::clone(&self.check).answer(request.into_body()));
         }
         // The admin routes' audit trail names the client; decisions have no use for it.
         request.extensions_mut().insert(ConnectInfo(peer));
@@ -91,17 +90,37 @@ impl Routes {
 
 impl CheckRoute {
     /// What the router would answer, body limit and latency histogram included.
-    async fn answer(&self, body: Incoming) -> Response {
-        let started = Instant::now();
-        let answer = match Limited::new(body, MAX_BODY).collect().await {
-            Ok(body) => decide(&self.app, &body.to_bytes()).await,
-            Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => Err(ApiError::body_too_large()),
-            Err(e) => Err(ApiError::bad_request("invalid_body", format!("failed to read the request body: {e}"))),
+    async fn answer(self: Arc<Self>, body: Incoming) -> Response {
+        let started = self.app.now();
+        let answer = match read_body(body).await {
+            Ok(body) => decide(&self.app, &body).await,
+            Err(e) => Err(e),
         };
         let answer = answer.unwrap_or_else(IntoResponse::into_response);
-        self.histogram.record(started.elapsed().as_secs_f64());
+        self.histogram.record(self.app.now().duration_since(started).as_secs_f64());
         answer
     }
+}
+
+/// A request's body, refused once it passes [`MAX_BODY`]. A check's body comes in one frame,
+/// taken as it is; a body in several is joined.
+async fn read_body(mut body: Incoming) -> Result<Bytes, ApiError> {
+    let (mut first, mut joined) = (Bytes::new(), Vec::new());
+    while let Some(frame) = body.frame().await {
+        let frame = frame
+            .map_err(|e| ApiError::bad_request("invalid_body", format!("failed to read the request body: {e}")))?;
+        let Ok(data) = frame.into_data() else { continue };
+        if first.len() + joined.len() + data.len() > MAX_BODY {
+            return Err(ApiError::body_too_large());
+        }
+        if first.is_empty() && joined.is_empty() {
+            first = data;
+        } else {
+            joined.extend_from_slice(&std::mem::take(&mut first));
+            joined.extend_from_slice(&data);
+        }
+    }
+    Ok(if joined.is_empty() { first } else { joined.into() })
 }
 
 /// One route: its method, its path, and what answers it.
@@ -213,25 +232,40 @@ impl<F: Future> Future for TimedFuture<F> {
 }
 
 /// A JSON answer already written out (the decisions, by [`write_decision`]), with the RateLimit
-/// headers for `items`, written into the response's own map (no second map to merge).
-fn json_response(body: String, items: &[(&str, &Quota, &Decision)], retry_after: Option<Duration>) -> Response {
-    // Names as constants: `from_static` validates its argument each time it runs.
-    const POLICY: HeaderName = HeaderName::from_static(rate_limit::POLICY);
-    const STATE: HeaderName = HeaderName::from_static(rate_limit::STATE);
-    let mut response = Response::new(Body::from(body));
-    let headers = response.headers_mut();
-    headers.reserve(4);
-    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    let values = RateLimitHeaders::new(items, retry_after);
-    for (name, value) in
-        [(POLICY, Some(values.policy)), (STATE, Some(values.state)), (header::RETRY_AFTER, values.retry_after)]
-    {
-        if let Some(v) = value.and_then(|v| HeaderValue::try_from(v).ok()) {
-            headers.insert(name, v);
-        }
+/// headers for `items`. Their values are appended to the body's buffer, which the body and each
+/// header value then share: one allocation for the whole answer, not one per value.
+fn json_response(mut body: String, items: &[(&str, &Quota, &Decision)], retry_after: Option<Duration>) -> Response {
+    let body_len = body.len();
+    let spans = rate_limit::write_values(&mut body, items, retry_after);
+    let answer = Bytes::from(body);
+    let value = |span| HeaderValue::from_maybe_shared(answer.slice(span)).ok();
+    let spans = [Some(spans.policy), Some(spans.state), spans.retry_after];
+    let mut headers = DECISION_HEADS[usize::from(spans[2].is_some())].clone();
+    for (slot, span) in headers.values_mut().skip(1).zip(spans.into_iter().flatten()) {
+        // `write_values` writes visible ASCII: always a valid value.
+        *slot = value(span).unwrap_or(HeaderValue::from_static(""));
     }
+    let mut response = Response::new(Body::from(answer.slice(..body_len)));
+    *response.headers_mut() = headers;
     response
 }
+
+/// The head of a decision's answer, its values to be filled in: `content-type`, then
+/// `RateLimit-Policy` and `RateLimit`, then (the second head, for answers with a retry time)
+/// `Retry-After`. A copy of it costs an answer less than a new map with the same fields, whose
+/// every insert hashes its name and probes for its place.
+static DECISION_HEADS: LazyLock<[HeaderMap; 2]> = LazyLock::new(|| {
+    let head = |names: &[HeaderName]| {
+        let mut head = HeaderMap::with_capacity(names.len() + 1);
+        head.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        for name in names {
+            head.insert(name, HeaderValue::from_static(""));
+        }
+        head
+    };
+    let (policy, state) = (HeaderName::from_static(rate_limit::POLICY), HeaderName::from_static(rate_limit::STATE));
+    [head(&[policy.clone(), state.clone()]), head(&[policy, state, header::RETRY_AFTER])]
+});
 
 /// Appends one decision as the API answers it: `{"rule", "allowed", "limit", "remaining",
 /// "reset_after_ms", "retry_after_ms" (null when admitted), "next_permit_after_ms", "degraded",
@@ -636,17 +670,18 @@ fn count(app: &App, live: &Live, r: &Resolved<'_>, d: &Decision, started: quanta
 }
 
 async fn check_one(app: &App, live: &Live, r: Resolved<'_>) -> Result<Response, ApiError> {
-    let started = app.stats.now();
+    let started = app.now();
     let d = app.timed(app.limiter.check_cost(&r.key, &r.quota, r.cost)).await?;
     count(app, live, &r, &d, started);
-    let mut body = String::with_capacity(192);
+    // The decision (~190 bytes) and the header values after it (~80 bytes per policy).
+    let mut body = String::with_capacity(320);
     write_decision(&mut body, &r.policy, &d, app.limiter.backend().engine());
     Ok(json_response(body, &[(&r.policy, &r.quota, &d)], d.retry_after))
 }
 
 async fn check_many(app: &App, live: &Live, resolved: &[Resolved<'_>]) -> Result<Response, ApiError> {
     let checks: Vec<Check<'_>> = resolved.iter().map(|r| Check::new(&r.key, r.quota).with_cost(r.cost)).collect();
-    let started = app.stats.now();
+    let started = app.now();
     let group = app.timed(app.limiter.check_all(&checks)).await?;
     for (r, d) in resolved.iter().zip(&group.decisions) {
         count(app, live, r, d, started);
@@ -654,7 +689,7 @@ async fn check_many(app: &App, live: &Live, resolved: &[Resolved<'_>]) -> Result
     let items: Vec<_> = resolved.iter().zip(&group.decisions).map(|(r, d)| (&*r.policy, &r.quota, d)).collect();
     let engine = app.limiter.backend().engine();
     // `{"allowed", "denied_by" (absent when allowed), "retry_after_ms", "results": [...]}`
-    let mut body = String::with_capacity(64 + 192 * items.len());
+    let mut body = String::with_capacity(64 + 320 * items.len());
     body.push_str(if group.allowed { r#"{"allowed":true,"# } else { r#"{"allowed":false,"# });
     if let Some(i) = group.denied_by {
         body.push_str(r#""denied_by":"#);

@@ -2,9 +2,10 @@
 //! open connections a cap, so slow or many clients cannot starve the others.
 //!
 //! - A connection must deliver each request head (request line and headers) within
-//!   [`HttpLimits::header_read_timeout`] of starting to wait for it — also between requests on a
-//!   kept-alive connection — or it is closed. Half a request line held open costs a slot for
-//!   that long at most.
+//!   [`HttpLimits::header_read_timeout`] of starting to wait for it — from its opening, and from
+//!   each answer on a kept-alive connection — or it is closed (within a quarter of the timeout
+//!   after it passes: [`IdleWatch`]). Half a request line held open costs a slot for that long
+//!   at most.
 //! - A request, from its head to the end of its answer (its body read included, so a body sent
 //!   a byte at a time too), gets [`HttpLimits::request_timeout`]; past it the answer is
 //!   `408 {"error":{"code":"request_timeout"}}`, and a connection whose body was not read whole
@@ -22,13 +23,14 @@ use std::io::Write as _;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use axum::response::Response;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::TokioIo;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -167,7 +169,7 @@ pub async fn serve(
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let graceful = GracefulShutdown::new();
     let mut builder = http1::Builder::new();
-    builder.timer(TokioTimer::new()).header_read_timeout(limits.header_read_timeout).max_buf_size(MAX_HEAD_BYTES);
+    builder.max_buf_size(MAX_HEAD_BYTES);
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let accepted = tokio::select! {
@@ -185,12 +187,19 @@ pub async fn serve(
             refuse(stream);
             continue;
         };
-        let service = RequestDeadline { routes: routes.clone(), limit: limits.request_timeout, peer };
+        let idle = Arc::new(IdleWatch::default());
+        let service =
+            RequestDeadline { routes: routes.clone(), limit: limits.request_timeout, peer, idle: Arc::clone(&idle) };
         let connection = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
+        let header_read_timeout = limits.header_read_timeout;
         tokio::spawn(async move {
             let _open = OpenConnection::new(slot);
-            // A connection's errors (a client gone, a head too slow or too large) are its own.
-            let _ = connection.await;
+            // A connection's errors (a client gone, a head too large) are its own; one that
+            // waits too long for a head is dropped, which closes it.
+            tokio::select! {
+                _ = connection => {}
+                () = idle.expired(header_read_timeout) => {}
+            }
         });
     }
     drop(listener);
@@ -200,6 +209,42 @@ pub async fn serve(
         warn!("connections still open {drain:?} after the shutdown signal were dropped");
     }
     Ok(())
+}
+
+/// How long a connection has waited for a request head, watched from outside hyper.
+///
+/// hyper's own header timeout arms a timer per request (an allocation, a registration in the
+/// runtime's timer wheel and its removal: a twentieth of what a check costs the service). Here a
+/// request costs two counter increments, and each connection one timer that ticks four times per
+/// timeout: a connection whose counters did not move while no answer was pending, for a whole
+/// timeout of ticks, is waiting for a head (or trickling one) and is closed. It closes between
+/// one timeout and a quarter more after its last answer (or its opening).
+#[derive(Default)]
+struct IdleWatch {
+    /// Request heads received (each starts a call to the routes).
+    heads: AtomicU64,
+    /// Answers given (the routes' future done, the answer handed to hyper to write).
+    answers: AtomicU64,
+}
+
+impl IdleWatch {
+    /// Completes once the connection has waited `timeout` for a head.
+    async fn expired(&self, timeout: Duration) {
+        const TICKS: u32 = 4;
+        let period = timeout / TICKS;
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let (mut seen, mut idle_ticks) = (0, 0);
+        while idle_ticks < TICKS {
+            tick.tick().await;
+            let heads = self.heads.load(Ordering::Relaxed);
+            if heads != seen || heads != self.answers.load(Ordering::Relaxed) {
+                (seen, idle_ticks) = (heads, 0);
+            } else {
+                idle_ticks += 1;
+            }
+        }
+    }
 }
 
 /// A connection's slot, and the open-connections gauge, for as long as it lives.
@@ -252,6 +297,7 @@ struct RequestDeadline {
     limit: Duration,
     /// The client's address, for the admin routes' audit trail.
     peer: SocketAddr,
+    idle: Arc<IdleWatch>,
 }
 
 impl hyper::service::Service<hyper::Request<Incoming>> for RequestDeadline {
@@ -260,8 +306,9 @@ impl hyper::service::Service<hyper::Request<Incoming>> for RequestDeadline {
     type Future = Deadline;
 
     fn call(&self, request: hyper::Request<Incoming>) -> Deadline {
+        self.idle.heads.fetch_add(1, Ordering::Relaxed);
         let answer = self.routes.call(request, self.peer);
-        Deadline { answer: tokio::time::timeout(self.limit, answer), limit: self.limit }
+        Deadline { answer: tokio::time::timeout(self.limit, answer), limit: self.limit, idle: Arc::clone(&self.idle) }
     }
 }
 
@@ -271,6 +318,7 @@ pin_project_lite::pin_project! {
         #[pin]
         answer: tokio::time::Timeout<Answer>,
         limit: Duration,
+        idle: Arc<IdleWatch>,
     }
 }
 
@@ -279,7 +327,9 @@ impl Future for Deadline {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
-        match ready!(this.answer.poll(cx)) {
+        let answer = ready!(this.answer.poll(cx));
+        this.idle.answers.fetch_add(1, Ordering::Relaxed);
+        match answer {
             Ok(answer) => Poll::Ready(Ok(answer)),
             Err(_) => Poll::Ready(Ok(crate::api::request_timed_out(*this.limit))),
         }

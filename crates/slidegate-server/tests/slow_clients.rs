@@ -95,6 +95,51 @@ fn an_idle_kept_alive_connection_is_closed_at_the_header_deadline() {
 }
 
 #[test]
+fn a_head_trickled_a_byte_at_a_time_is_closed_at_the_header_deadline_not_before() {
+    let header_timeout = Duration::from_secs(1);
+    let server = Slidegate::serve(&["--header-read-timeout", "1s"]);
+    let addr = addr(&server);
+    // The attack: a request head that never ends, a byte every 50 ms, each byte arriving well
+    // within any per-read timeout.
+    let mut s = TcpStream::connect(addr).expect("connect");
+    let opened = Instant::now();
+    let head = format!("POST /v1/check HTTP/1.1\r\nHost: {addr}\r\nX-Trickle: {}", "a".repeat(200));
+    let mut closed_after = None;
+    for byte in head.bytes().take(200) {
+        if s.write_all(&[byte]).is_err() {
+            closed_after = Some(opened.elapsed());
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Closed by the server (the writes fail, or the socket reads its end) within the deadline
+    // and a quarter, plus a margin for a loaded machine; and not before the deadline.
+    let closed_after =
+        closed_after.or_else(|| read_until_closed(&mut s, opened + Duration::from_secs(6)).map(|_| opened.elapsed()));
+    let took = closed_after.expect("the trickled head's connection is still open");
+    assert!(took >= header_timeout, "closed after {took:?}, before the header deadline");
+    assert!(took < header_timeout * 5 / 4 + Duration::from_secs(3), "closed after {took:?}");
+}
+
+#[test]
+fn a_kept_alive_connection_that_keeps_asking_stays_open_past_the_header_deadline() {
+    let server = Slidegate::serve(&["--header-read-timeout", "1s"]);
+    let addr = addr(&server);
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+    // Ten requests 400 ms apart on one connection: four header deadlines' worth, never idle
+    // for one.
+    for i in 0..10 {
+        write!(s, "GET /healthz HTTP/1.1\r\nHost: {addr}\r\n\r\n").expect("send");
+        let mut answer = [0u8; 512];
+        let n = s.read(&mut answer).expect("answer");
+        let answer = String::from_utf8_lossy(&answer[..n]);
+        assert!(answer.starts_with("HTTP/1.1 200"), "request {i} on the kept-alive connection: {answer}");
+        std::thread::sleep(Duration::from_millis(400));
+    }
+}
+
+#[test]
 fn connections_over_the_cap_are_refused_at_once_and_a_check_works_when_they_go() {
     let server = Slidegate::serve(&["--max-connections", "20"]);
     let addr = addr(&server);

@@ -3,6 +3,7 @@
 //! `Retry-After` — as names and text: the one place their values are written. No HTTP types
 //! here: the tower layer and the service's HTTP API each put them into their own header map.
 
+use std::ops::Range;
 use std::time::Duration;
 
 use crate::{Decision, Quota};
@@ -48,10 +49,10 @@ impl RateLimitHeaders {
     pub fn new(items: &[(&str, &Quota, &Decision)], retry_after: Option<Duration>) -> Self {
         let mut headers = Self::with_capacity(items.len());
         for (name, q, d) in items {
-            let reset = ceil_secs(d.retry_after.unwrap_or(d.reset_after));
-            headers.push(name, q.limit(), ceil_secs(q.window()).max(1), d.remaining, reset);
+            let (window, reset) = seconds(q, d);
+            headers.push(name, q.limit(), window, d.remaining, reset);
         }
-        headers.retry_after = retry_after.map(|r| itoa::Buffer::new().format(ceil_secs(r).max(1)).to_owned());
+        headers.retry_after = retry_after.map(|r| itoa::Buffer::new().format(retry_secs(r)).to_owned());
         headers
     }
 
@@ -69,22 +70,99 @@ impl RateLimitHeaders {
     /// structured-field string: quoted, `"` and `\` escaped, anything but printable ASCII as `?`
     /// (names may come from a request).
     pub fn push(&mut self, name: &str, limit: u64, window_secs: u64, remaining: u64, reset_secs: u64) {
-        let mut digits = itoa::Buffer::new();
-        for (out, first, x, second, y) in [
-            (&mut self.policy, "\";q=", limit, ";w=", window_secs),
-            (&mut self.state, "\";r=", remaining, ";t=", reset_secs),
-        ] {
-            if !out.is_empty() {
-                out.push_str(", ");
-            }
-            out.push('"');
-            push_escaped(out, name);
-            out.push_str(first);
-            out.push_str(digits.format(x));
-            out.push_str(second);
-            out.push_str(digits.format(y));
-        }
+        push_member(&mut self.policy, 0, name, POLICY_PARAMS, limit, window_secs);
+        push_member(&mut self.state, 0, name, STATE_PARAMS, remaining, reset_secs);
     }
+}
+
+/// Where [`write_values`] wrote each field's value in its buffer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ValueSpans {
+    /// [`POLICY`]'s value.
+    pub policy: Range<usize>,
+    /// [`STATE`]'s value.
+    pub state: Range<usize>,
+    /// [`RETRY_AFTER`]'s value, when the answer gives a retry time.
+    pub retry_after: Option<Range<usize>>,
+}
+
+/// Appends the values [`RateLimitHeaders::new`] gives to `out`, one after the other, and says
+/// where each lies: a server can then send an answer's body and its header values from one
+/// buffer, allocated once.
+///
+/// ```
+/// use slidegate::headers::write_values;
+/// use slidegate::{Decision, Quota};
+/// use std::time::Duration;
+///
+/// let q = Quota::per_minute(5)?;
+/// let d = Decision::allowed(5, 4, Duration::from_secs(60));
+/// let mut out = String::from("{}");
+/// let spans = write_values(&mut out, &[("login", &q, &d)], None);
+/// assert_eq!(&out[spans.policy], r#""login";q=5;w=60"#);
+/// assert_eq!(&out[spans.state], r#""login";r=4;t=60"#);
+/// assert_eq!(spans.retry_after, None);
+/// # Ok::<(), slidegate::Error>(())
+/// ```
+pub fn write_values(
+    out: &mut String,
+    items: &[(&str, &Quota, &Decision)],
+    retry_after: Option<Duration>,
+) -> ValueSpans {
+    let policy = append_list(out, items, |q, d| (POLICY_PARAMS, q.limit(), seconds(q, d).0));
+    let state = append_list(out, items, |q, d| (STATE_PARAMS, d.remaining, seconds(q, d).1));
+    let retry_after = retry_after.map(|r| {
+        let start = out.len();
+        out.push_str(itoa::Buffer::new().format(retry_secs(r)));
+        start..out.len()
+    });
+    ValueSpans { policy, state, retry_after }
+}
+
+/// Appends a list with a member per item, whose parameters `member` gives; its span.
+fn append_list(
+    out: &mut String,
+    items: &[(&str, &Quota, &Decision)],
+    member: impl Fn(&Quota, &Decision) -> ([&'static str; 2], u64, u64),
+) -> Range<usize> {
+    let start = out.len();
+    for (name, q, d) in items {
+        let (params, x, y) = member(q, d);
+        push_member(out, start, name, params, x, y);
+    }
+    start..out.len()
+}
+
+/// The parameter names of a [`POLICY`] member (limit, window) and of a [`STATE`] member
+/// (remaining, reset).
+const POLICY_PARAMS: [&str; 2] = ["\";q=", ";w="];
+const STATE_PARAMS: [&str; 2] = ["\";r=", ";t="];
+
+/// A policy's window and the seconds until its window empties or, on a denial, until a retry
+/// succeeds: both rounded up.
+fn seconds(q: &Quota, d: &Decision) -> (u64, u64) {
+    (ceil_secs(q.window()).max(1), ceil_secs(d.retry_after.unwrap_or(d.reset_after)))
+}
+
+/// `Retry-After`'s seconds: rounded up, at least 1 (a retry is never due at once).
+fn retry_secs(r: Duration) -> u64 {
+    ceil_secs(r).max(1)
+}
+
+/// Appends one list member, `"<name>";<p>=<x>;<q>=<y>`, to the list in `out` that starts at
+/// `list_start`.
+fn push_member(out: &mut String, list_start: usize, name: &str, params: [&str; 2], x: u64, y: u64) {
+    if out.len() > list_start {
+        out.push_str(", ");
+    }
+    out.push('"');
+    push_escaped(out, name);
+    let mut digits = itoa::Buffer::new();
+    out.push_str(params[0]);
+    out.push_str(digits.format(x));
+    out.push_str(params[1]);
+    out.push_str(digits.format(y));
 }
 
 /// `text` inside a structured-field string: `"` and `\` escaped, anything but printable ASCII

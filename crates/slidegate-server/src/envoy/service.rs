@@ -2,7 +2,7 @@
 
 use std::borrow::Cow;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
@@ -56,10 +56,10 @@ impl RateLimitService for EnvoyRateLimit {
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
-        let started = Instant::now();
+        let started = self.app.now();
         let answer = self.answer(&request.into_inner()).await;
         self.calls.increment(1);
-        self.seconds.record(started.elapsed().as_secs_f64());
+        self.seconds.record(self.app.now().duration_since(started).as_secs_f64());
         if let Err(status) = &answer {
             let backend = status.code() == tonic::Code::Unavailable;
             if backend { &self.backend_errors } else { &self.service_errors }.increment(1);
@@ -85,7 +85,7 @@ impl EnvoyRateLimit {
         }
         let slots = slots(&config, request, options);
         refuse(domain, request.descriptors.len(), &slots)?;
-        let started = self.app.stats.now();
+        let started = self.app.now();
         let outcomes = self.decide(&slots, options.quota_mode).await?;
         super::traffic::record(&self.app, domain, &slots, &outcomes, started);
         Ok(respond(request, &slots, &outcomes, options))
