@@ -12,6 +12,10 @@ Servers on CPU 1, load generators on CPU 0 (2-core machine). Loopback only; all 
 
     cargo build --release -p slidegate-server --features bench --bin slidegate --example bare_axum && python3 bench/http_overhead.py [--reps 6]
 
+With `--pairs N`, only the memory-backend comparison: N pairs per shape of the service and the
+bare axum handler, each pair back to back in alternating order, and the median of the pairs'
+ratios (a quiet machine's answer to "how close to bare axum?").
+
 With `--rates 2000,5000`, only an open-loop comparison instead (W2): at each fixed rate, the
 library straight at Redis and the same load through the service (`slidegate bench --rate`),
 back to back in alternating order: what the service adds to each decision's latency when
@@ -35,6 +39,8 @@ def wait_http(url):
         try:
             urllib.request.urlopen(url, timeout=0.5)
             return
+        except urllib.error.HTTPError:
+            return  # an answer, if not a 200 (bare axum's 405 to a GET): the server is up
         except Exception:
             time.sleep(0.02)
     raise SystemExit(f"{url} did not come up")
@@ -102,12 +108,41 @@ def open_loop(rates, reps, seconds, redis_url, flush):
               f"{g('http', 'p99_us'):,.0f} | {added:,.0f} | **{p99:.2f}** | {g('lib', 'late'):,.0f} · {g('http', 'late'):,.0f} |")
 
 
+def pairs(n, seconds):
+    """The service beside bare axum under wrk, `n` alternating pairs per shape."""
+    print("| shape | bare axum (req/s, median) | slidegate (req/s, median) | ratio, median of pairs | pairs' range |")
+    print("|---|---|---|---|---|")
+    for shape, (keys, window) in SHAPES.items():
+        got = []
+        for i in range(n):
+            r = {}
+            for side in ("serve", "bare") if i % 2 == 0 else ("bare", "serve"):
+                port = free_port()
+                if side == "serve":
+                    p = start([os.path.join(REL, "slidegate"), "serve", "--http", f"127.0.0.1:{port}"],
+                              f"http://127.0.0.1:{port}/healthz")
+                else:
+                    p = start([os.path.join(REL, "examples", "bare_axum"), f"127.0.0.1:{port}"], f"http://127.0.0.1:{port}/v1/check")
+                r[side] = wrk(f"http://127.0.0.1:{port}/v1/check", keys, window, seconds)["rps"]
+                stop(p)
+            got.append(r)
+            print(f"pair {i + 1} {shape}: {r} ratio {r['serve'] / r['bare']:.3f}", file=sys.stderr)
+        ratios = sorted(x["serve"] / x["bare"] for x in got)
+        med = statistics.median
+        print(f"| {shape} | {med([x['bare'] for x in got]):,.0f} | {med([x['serve'] for x in got]):,.0f} "
+              f"| **{med(ratios):.2f}** | {ratios[0]:.2f}–{ratios[-1]:.2f} |")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=6)
     ap.add_argument("--seconds", type=int, default=3)
     ap.add_argument("--rates", help="comma-separated decisions/s: run only the open-loop comparison")
+    ap.add_argument("--pairs", type=int, help="run only this many service/bare-axum pairs per shape")
     a = ap.parse_args()
+    if a.pairs:
+        pairs(a.pairs, a.seconds)
+        return
     redis_port = free_port()
     redis_dir = tempfile.mkdtemp(prefix="slidegate-bench-")
     redis = subprocess.Popen(["taskset", "-c", "1", "redis-server", "--port", str(redis_port), "--bind", "127.0.0.1",
