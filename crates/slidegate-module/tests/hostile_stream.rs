@@ -331,9 +331,12 @@ fn a_stream_of_hostile_commands_leaves_redis_responsive_and_consistent() {
                 })
             })
             .collect();
-        let tallies: Vec<Tally> = workers.into_iter().map(|w| w.join().expect("a worker finished")).collect();
+        // Every worker joined before any verdict, and the pinger stopped whatever they did: a
+        // worker's panic fails the test instead of leaving the pinger (and the scope) running.
+        let joined: Vec<_> = workers.into_iter().map(|w| w.join()).collect();
         stop.store(true, Ordering::Relaxed);
-        (tallies, ping.join().expect("the pinger finished"))
+        let latencies = ping.join().expect("the pinger finished");
+        (joined.into_iter().map(|w| w.expect("a worker finished")).collect::<Vec<Tally>>(), latencies)
     });
     latencies.sort();
     let at = |q: f64| latencies[((latencies.len() - 1) as f64 * q) as usize];

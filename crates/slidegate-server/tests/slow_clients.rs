@@ -145,7 +145,14 @@ fn connections_over_the_cap_are_refused_at_once_and_a_check_works_when_they_go()
     let addr = addr(&server);
     // The attack: fill the cap with idle connections, then open 5 more.
     let mut held: Vec<TcpStream> = (0..20).map(|_| TcpStream::connect(addr).expect("connect")).collect();
-    std::thread::sleep(Duration::from_millis(300)); // the server accepts the 20 first
+    // Each holder is answered once (and stays open, kept alive): the server has accepted all 20.
+    for (i, s) in held.iter_mut().enumerate() {
+        write!(s, "GET /healthz HTTP/1.1\r\nHost: {addr}\r\n\r\n").expect("send");
+        s.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+        let mut answer = [0u8; 512];
+        let n = s.read(&mut answer).expect("answer");
+        assert!(answer[..n].starts_with(b"HTTP/1.1 200"), "holder {i}: {:?}", String::from_utf8_lossy(&answer[..n]));
+    }
     let refused_by = Instant::now() + Duration::from_secs(5);
     for i in 0..5 {
         let mut extra = TcpStream::connect(addr).expect("the kernel accepts the connection");

@@ -89,8 +89,10 @@ if blocking then
     end
     local reset
     if server_time then
-      -- Every admission sets the TTL to one window, so it runs out when the newest entry leaves.
-      reset = redis.call('PTTL', key)
+      -- Every admission sets the TTL to one window, so it runs out when the newest entry leaves;
+      -- never before the blocking one leaves (the TTL counts from Redis' command time, which
+      -- can be a millisecond behind the TIME an entry was scored by).
+      reset = math.max(redis.call('PTTL', key), retry)
     else
       reset = tonumber(string.match(redis.call('ZRANGE', key, '-1', '-1')[1], '^%d+')) + window - now
     end
