@@ -12,9 +12,14 @@
 //! from when it was sent: the runtime's timer wakes a worker up to a millisecond late, and that
 //! delay is not the target's.
 //!
+//! Over gRPC the workers are streams of one HTTP/2 connection, all driven in one task with it
+//! (`grpc.rs`), as h2load's `-c 1 -m <concurrency>` does: the generator then costs far less per
+//! call than the servers it loads.
+//!
 //! Built only with the crate's `bench` feature (`cargo build --release --features bench`), so
-//! that the HTTP client it loads a server with is not part of the production server.
+//! that the clients it loads a server with are not part of the production server.
 
+mod grpc;
 mod histogram;
 mod http;
 mod report;
@@ -130,7 +135,7 @@ pub struct BenchOptions {
 /// Runs the load and returns what it measured.
 pub async fn run(options: BenchOptions) -> anyhow::Result<Report> {
     let keys: Vec<String> = (0..options.keys.max(1)).map(|i| format!("bench:{i}")).collect();
-    let target = Target::connect(&options, &keys).await?;
+    let (target, connection) = Target::connect(&options, &keys).await?;
     let started = Instant::now();
     let load = Arc::new(Load {
         target,
@@ -143,7 +148,16 @@ pub async fn run(options: BenchOptions) -> anyhow::Result<Report> {
         done: AtomicBool::new(false),
         decided: AtomicU64::new(0),
     });
-    let workers: Vec<_> = (0..load.workers).map(|w| tokio::spawn(worker::work(Arc::clone(&load), w))).collect();
+    let workers: Vec<_> = match connection {
+        // gRPC: every worker a stream of the one connection, all in one task with it.
+        Some(connection) => vec![tokio::spawn(grpc::drive(connection, Arc::clone(&load)))],
+        None => (0..load.workers)
+            .map(|w| {
+                let load = Arc::clone(&load);
+                tokio::spawn(async move { worker::work(&load, w).await })
+            })
+            .collect(),
+    };
     wait_for_the_deadline(&load, options.progress).await;
     load.done.store(true, Ordering::Relaxed);
     let mut tally = Tally::new();
