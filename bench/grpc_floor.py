@@ -19,19 +19,27 @@ servers' order alternating per repetition; medians of the per-repetition ratios)
 figures mean something only on a quiet machine. The load is `slidegate bench` for both
 workloads: its 64 calls are streams of one HTTP/2 connection, driven in one task with it, each
 key's request encoded once: ~27,000 instructions per call, about half the cheapest server's
-(bare, ~51,000), so the server's core saturates before the load's. `--h2load` loads W1 with
+(bare, ~51,000), so the server's core saturates before the load's (but see below on one
+connection). `--h2load` loads W1 with
 h2load instead (one connection, 64 streams, one prebuilt request: ~13,500).
 
-    LIMITADOR_BIN=…/limitador-server python3 bench/grpc_floor.py --wall --redis [--h2load] [--reps 5] [--seconds 5]
+    LIMITADOR_BIN=…/limitador-server python3 bench/grpc_floor.py --wall --redis [--h2load] [--connections 2] [--reps 5] [--seconds 5]
+
+On one connection (the default, h2load's `-c 1 -m 64`) server and load take turns: the load
+sends its 64 calls in one write and waits, the server answers them in one write and waits, so
+the calls/s are bound by the sum of both costs, h2load's as well (W1, quiet machine: bare 174k,
+server 81% of its core). `--connections 2` splits the 64 calls over two connections (for
+`slidegate bench` and h2load alike): the server works on one while the load works on the
+other, and its core saturates (bare 210k W1 and 217k W2, server 99%).
 
 That the generator is not what bounds a figure can be checked. `--generators` counts its own
 instructions per call (callgrind on `slidegate bench` for W1 and W2 and on h2load for W1, each
 against a natively running `slidegate serve --grpc`; `--bench-bin` another build's `slidegate`,
 e.g. an older generator's), which must stay well below the servers' counts above. Each `--wall`
 run prints the CPU the server and the load used: the server's core near 100% and the load's
-below it say the server is the bound. Where cores are to spare, two generator processes against
-one server (two `slidegate bench --concurrency 32` at once, on cores of their own) must not add
-calls/s beyond what one process gets.
+below it say the server is the bound. And two generator processes against one server (two
+`slidegate bench --concurrency 32` at once) must not add calls/s beyond what one gets with
+`--connections 2`: on one connection they do (~135k → ~210k for bare), the turn-taking above.
 
     python3 bench/grpc_floor.py --generators [--bench-bin PATH]
 """
@@ -80,9 +88,9 @@ def start(cmd, grpc, deadline_s):
     raise SystemExit(f"{cmd[0]} did not start")
 
 
-def bench_cmd(grpc, keys, seconds, concurrency=64, binary=SLIDEGATE):
-    return [binary, "bench", "--target", f"grpc://127.0.0.1:{grpc}", "--keys", str(keys),
-            "--concurrency", str(concurrency), "--duration", f"{seconds}s", "--json"]
+def bench_cmd(grpc, keys, seconds, connections=1, binary=SLIDEGATE):
+    return [binary, "bench", "--target", f"grpc://127.0.0.1:{grpc}", "--keys", str(keys), "--concurrency", "64",
+            *(["--connections", str(connections)] if connections > 1 else []), "--duration", f"{seconds}s", "--json"]
 
 
 def report(out):
@@ -92,8 +100,8 @@ def report(out):
     return v
 
 
-def load(grpc, keys, seconds):
-    cmd = ["taskset", "-c", "0", *bench_cmd(grpc, keys, seconds)]
+def load(grpc, keys, seconds, connections=1):
+    cmd = ["taskset", "-c", "0", *bench_cmd(grpc, keys, seconds, connections)]
     return report(subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 120).stdout)
 
 
@@ -110,15 +118,15 @@ def children_cpu_s():
     return t.children_user + t.children_system
 
 
-def h2load_cmd(grpc, seconds, workdir):
-    """h2load's W1: one connection with 64 streams, each a prebuilt request."""
+def h2load_cmd(grpc, seconds, workdir, connections=1):
+    """h2load's W1: 64 streams over `connections` connections, each a prebuilt request."""
     pb = lambda field, payload: bytes([field << 3 | 2, len(payload)]) + payload
     request = pb(1, b"bench") + pb(2, pb(1, pb(1, b"key") + pb(2, b"bench:0")))
     body = os.path.join(workdir, "w1.grpc")
     with open(body, "wb") as f:
         f.write(b"\0" + len(request).to_bytes(4, "big") + request)
     url = f"http://127.0.0.1:{grpc}/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
-    return ["h2load", "-c", "1", "-m", "64", "-D", str(int(seconds)), "-d", body,
+    return ["h2load", "-c", str(connections), "-m", str(64 // connections), "-D", str(int(seconds)), "-d", body,
             "-H", "content-type: application/grpc", "-H", "te: trailers", url]
 
 
@@ -129,9 +137,9 @@ def h2load_report(out):
     return int(out.split(" succeeded")[0].rsplit(" ", 1)[1]), float(out.split(" req/s")[0].rsplit(" ", 1)[1])
 
 
-def h2load(grpc, seconds, workdir):
+def h2load(grpc, seconds, workdir, connections=1):
     """W1's calls/s from h2load."""
-    cmd = ["taskset", "-c", "0", *h2load_cmd(grpc, seconds, workdir)]
+    cmd = ["taskset", "-c", "0", *h2load_cmd(grpc, seconds, workdir, connections)]
     return h2load_report(subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 60).stdout)[1]
 
 
@@ -230,9 +238,9 @@ def measure_wall(systems, backends, redis, args, workdir):
                     try:
                         before = (time.time(), cpu_s(proc.pid), children_cpu_s())
                         if args.h2load and shape == "W1":
-                            rate = h2load(grpc, args.seconds, workdir)
+                            rate = h2load(grpc, args.seconds, workdir, args.connections)
                         else:
-                            rate = load(grpc, keys, args.seconds)["decisions_per_sec"]
+                            rate = load(grpc, keys, args.seconds, args.connections)["decisions_per_sec"]
                         elapsed = time.time() - before[0]
                         cpu = ((cpu_s(proc.pid) - before[1]) / elapsed, (children_cpu_s() - before[2]) / elapsed)
                     finally:
@@ -262,6 +270,8 @@ def main():
     ap.add_argument("--seconds", type=float, help="the measured load's length (20 s; --wall: 5 s)")
     ap.add_argument("--warmup", type=float, default=10, help="the unmeasured load before it (instructions)")
     ap.add_argument("--h2load", action="store_true", help="--wall: W1 loaded by h2load")
+    ap.add_argument("--connections", type=int, default=1, choices=[1, 2, 4],
+                    help="--wall: the 64 calls' HTTP/2 connections (slidegate bench and h2load alike)")
     ap.add_argument("--generators", action="store_true", help="the load generators' own instructions per call")
     ap.add_argument("--bench-bin", default=SLIDEGATE, help="--generators: the slidegate whose generator to count")
     ap.add_argument("--keep", help="keep the callgrind files in this directory")

@@ -448,9 +448,10 @@ async fn bench_over_grpc_admits_exactly_the_limit_of_a_hot_key_and_spreads_the_o
     let hot = bench(&envoy, &["--keys", "1", "--concurrency", "64", "--duration", "500ms"]);
     assert_eq!((hot["allowed"].as_u64(), hot["errors"].as_u64()), (Some(100), Some(0)), "{hot}");
     assert!(hot["denied"].as_u64().is_some_and(|d| d > 0), "{hot}");
-    // Open loop over 100,000 keys: each call asks about its own key (one key would admit 100 at
-    // most), at the scheduled rate.
-    let spread = bench(&envoy, &["--keys", "100000", "--concurrency", "8", "--rate", "400", "--duration", "1s"]);
+    // Open loop over 100,000 keys, 8 workers on 3 connections: each call asks about its own key
+    // (one key would admit 100 at most), at the scheduled rate.
+    let flags = ["--keys", "100000", "--concurrency", "8", "--connections", "3", "--rate", "400", "--duration", "1s"];
+    let spread = bench(&envoy, &flags);
     let (allowed, denied) = (spread["allowed"].as_u64().unwrap_or(0), spread["denied"].as_u64().unwrap_or(0));
     assert!((200..=400).contains(&(allowed + denied)) && allowed > 150, "{spread}");
     assert_eq!((spread["rate"].as_u64(), spread["errors"].as_u64()), (Some(400), Some(0)), "{spread}");

@@ -32,13 +32,14 @@ const GRPC_STATUS: &str = "grpc-status";
 /// server that sends more is not one this generator measures.
 const MAX_ANSWER: usize = 64 * 1024;
 
-/// The connection's reads and writes: polled by [`drive`], in the task of the workers whose
+/// A connection's reads and writes: polled by [`drive`], in the task of the workers whose
 /// streams it carries.
 pub(super) type Connection = h2::client::Connection<TcpStream, Bytes>;
 
 /// A running server's Envoy rate limit service, with a request per key.
 pub(super) struct GrpcTarget {
-    sender: SendRequest<Bytes>,
+    /// Connection `c`'s handle: worker `w` calls on connection `w % senders.len()`.
+    senders: Vec<SendRequest<Bytes>>,
     /// POST, the path, `content-type` and `te`: built once, cloned per call.
     head: Request<()>,
     /// Key `i`'s `RateLimitRequest` (domain [`GRPC_DOMAIN`], one descriptor `key` = the key) in
@@ -47,8 +48,12 @@ pub(super) struct GrpcTarget {
 }
 
 impl GrpcTarget {
-    /// Opens the connection to `authority` (`host:port`), to be asked about `keys`.
-    pub(super) async fn connect(authority: &str, keys: &[String]) -> anyhow::Result<(Self, Connection)> {
+    /// Opens `connections` connections to `authority` (`host:port`), to be asked about `keys`.
+    pub(super) async fn connect(
+        authority: &str,
+        keys: &[String],
+        connections: u64,
+    ) -> anyhow::Result<(Self, Vec<Connection>)> {
         let authority = authority.trim_end_matches('/');
         anyhow::ensure!(
             !authority.is_empty() && !authority.contains('/'),
@@ -63,15 +68,21 @@ impl GrpcTarget {
             .body(())
             .context("--target: not a valid host")?;
         let bodies = keys.iter().map(|key| request(key)).collect::<anyhow::Result<_>>()?;
-        let stream = TcpStream::connect(authority).await.with_context(|| format!("connecting to {authority}"))?;
-        stream.set_nodelay(true)?;
-        let (sender, connection) = h2::client::handshake(stream).await.context("the HTTP/2 handshake")?;
-        Ok((Self { sender, head, bodies }, connection))
+        let (mut senders, mut opened) = (Vec::new(), Vec::new());
+        for _ in 0..connections {
+            let stream = TcpStream::connect(authority).await.with_context(|| format!("connecting to {authority}"))?;
+            stream.set_nodelay(true)?;
+            let (sender, connection) = h2::client::handshake(stream).await.context("the HTTP/2 handshake")?;
+            senders.push(sender);
+            opened.push(connection);
+        }
+        Ok((Self { senders, head, bodies }, opened))
     }
 
-    /// A worker's stream of calls on the connection.
-    pub(super) fn stream(&self) -> Stream<'_> {
-        Stream { target: self, sender: self.sender.clone(), answer: Vec::new() }
+    /// Worker `w`'s stream of calls, on connection `w % connections`.
+    pub(super) fn stream(&self, w: u64) -> Stream<'_> {
+        let sender = self.senders[(w % self.senders.len() as u64) as usize].clone();
+        Stream { target: self, sender, answer: Vec::new() }
     }
 }
 
@@ -92,16 +103,17 @@ fn request(key: &str) -> anyhow::Result<Bytes> {
     Ok(Bytes::from(frame))
 }
 
-/// Runs all of `load`'s workers, each calling on a stream of `connection`, in this one task
-/// together with the connection, until they end. Each time the task runs, the workers whose
+/// Runs the workers of connection `c` of `n` (workers `c`, `c + n`…), each calling on a stream
+/// of it, in this one task together with the connection, until they end. Each time the task runs, the workers whose
 /// answers came send their next calls, then the connection writes the frames of all of them in
 /// one write and reads every answer that arrived; the answers wake this same task, never one on
 /// another thread. A task per worker would cost a write and a cross-thread wake-up per call.
 ///
 /// A connection that ends (an error, the server's GOAWAY) is not reopened: its streams fail,
 /// and so then does every call, each counted as an error.
-pub(super) async fn drive(connection: Connection, load: std::sync::Arc<Load>) -> Tally {
-    let mut workers: FuturesUnordered<_> = (0..load.workers).map(|w| worker::work(&load, w)).collect();
+pub(super) async fn drive(connection: Connection, load: std::sync::Arc<Load>, c: usize, n: usize) -> Tally {
+    let mut workers: FuturesUnordered<_> =
+        (c as u64..load.workers).step_by(n).map(|w| worker::work(&load, w)).collect();
     let mut connection = std::pin::pin!(connection);
     let mut open = true;
     let mut tally = Tally::new();

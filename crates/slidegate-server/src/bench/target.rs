@@ -20,30 +20,31 @@ pub(super) enum Target {
 
 impl Target {
     /// Connects to `options.target`; an HTTP or gRPC target gets one request body per key, made
-    /// once. A gRPC target comes with its connection, which the workers' task must drive
-    /// ([`grpc::drive`]).
+    /// once. A gRPC target comes with its connections, which the workers' tasks must drive
+    /// ([`grpc::drive`]); the others with none.
     pub(super) async fn connect(
         options: &BenchOptions,
         keys: &[String],
-    ) -> anyhow::Result<(Self, Option<grpc::Connection>)> {
+    ) -> anyhow::Result<(Self, Vec<grpc::Connection>)> {
         let target = options.target.as_str();
         if target == "memory" {
-            Ok((Self::library(options, AnyBackend::Memory(MemoryBackend::new())), None))
+            Ok((Self::library(options, AnyBackend::Memory(MemoryBackend::new())), Vec::new()))
         } else if target.starts_with("redis://") {
             let backend = RedisBackend::connect(target).await.context("connecting to Redis")?;
             let backend = backend.with_timeout(Duration::from_secs(2)).with_engine(options.redis_engine);
-            Ok((Self::library(options, AnyBackend::Redis(backend)), None))
+            Ok((Self::library(options, AnyBackend::Redis(backend)), Vec::new()))
         } else if let Some(nodes) = target.strip_prefix("redis-cluster://") {
             let urls: Vec<String> = nodes.split(',').map(|n| format!("redis://{n}")).collect();
             let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
             let backend = RedisBackend::connect_cluster(&urls).await.context("connecting to the Redis Cluster")?;
             let backend = backend.with_timeout(Duration::from_secs(2)).with_engine(options.redis_engine);
-            Ok((Self::library(options, AnyBackend::Cluster(backend)), None))
+            Ok((Self::library(options, AnyBackend::Cluster(backend)), Vec::new()))
         } else if let Some(authority) = target.strip_prefix("grpc://") {
-            let (target, connection) = GrpcTarget::connect(authority, keys).await?;
-            Ok((Self::Grpc(target), Some(connection)))
+            let connections = options.connections.clamp(1, options.concurrency.max(1) as u64);
+            let (target, connections) = GrpcTarget::connect(authority, keys, connections).await?;
+            Ok((Self::Grpc(target), connections))
         } else if target.starts_with("http://") {
-            Ok((Self::http(options, keys)?, None))
+            Ok((Self::http(options, keys)?, Vec::new()))
         } else {
             anyhow::bail!(
                 "--target must be `memory`, `redis://…`, `redis-cluster://…`, `http://…` or `grpc://…`, got {target:?}"
@@ -79,13 +80,13 @@ impl Target {
         }
     }
 
-    /// A worker's way to the target: over HTTP a connection of its own, over gRPC a stream at a
-    /// time on the one connection, otherwise the target.
-    pub(super) fn session(&self) -> Session<'_> {
+    /// Worker `w`'s way to the target: over HTTP a connection of its own, over gRPC a stream at
+    /// a time on one of the connections, otherwise the target.
+    pub(super) fn session(&self, w: u64) -> Session<'_> {
         match self {
             Self::Library(limiter) => Session::Library(limiter),
             Self::Http(target) => Session::Http(target.connection()),
-            Self::Grpc(target) => Session::Grpc(target.stream()),
+            Self::Grpc(target) => Session::Grpc(target.stream(w)),
         }
     }
 }

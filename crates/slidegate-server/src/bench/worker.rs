@@ -70,7 +70,7 @@ pub(super) async fn work(load: &Load, w: u64) -> Tally {
     let mut rng = 0x9E37_79B9_7F4A_7C15_u64 ^ ((w + 1) << 17);
     let mut tally = Tally::new();
     let mut pacing = Pacing { sent: load.started, answered: load.started, held: false };
-    let mut session = load.target.session();
+    let mut session = load.target.session(w);
     let give_up = tokio::time::sleep_until((load.deadline + LAST_ANSWER).into());
     tokio::pin!(give_up);
     for i in 0..MAX_PER_WORKER {
