@@ -426,3 +426,46 @@ async fn with_redis_gone_the_failure_policy_answers_and_bad_descriptors_stay_the
     // A backend failure follows the failure policy, here fail_closed: an answer, not an RPC error.
     assert_eq!(codes(&e.ask("mixed", &[long, bob], 0).await), (OVER, vec![UNKNOWN, OVER]));
 }
+
+/// `slidegate bench --target grpc://…` against `envoy` with `extra` flags: its `--json` report.
+#[cfg(feature = "bench")]
+fn bench(envoy: &Envoy, extra: &[&str]) -> serde_json::Value {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_slidegate"))
+        .args(["bench", "--target", &format!("grpc://{}", envoy.grpc), "--json"])
+        .args(extra)
+        .output()
+        .expect("run");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("one JSON object")
+}
+
+#[cfg(feature = "bench")]
+#[tokio::test]
+async fn bench_over_grpc_admits_exactly_the_limit_of_a_hot_key_and_spreads_the_others() {
+    // The benchmarks' own domain: 100 per minute per `key`.
+    let envoy = Envoy::start(&[("bench.yaml", include_str!("../../../bench/envoy/bench.yaml"))], &[]).await;
+    // 64 streams of one connection on one key: the answers are read right, every call is one.
+    let hot = bench(&envoy, &["--keys", "1", "--concurrency", "64", "--duration", "500ms"]);
+    assert_eq!((hot["allowed"].as_u64(), hot["errors"].as_u64()), (Some(100), Some(0)), "{hot}");
+    assert!(hot["denied"].as_u64().is_some_and(|d| d > 0), "{hot}");
+    // Open loop over 100,000 keys, 8 workers on 3 connections: each call asks about its own key
+    // (one key would admit 100 at most), at the scheduled rate.
+    let flags = ["--keys", "100000", "--concurrency", "8", "--connections", "3", "--rate", "400", "--duration", "1s"];
+    let spread = bench(&envoy, &flags);
+    let (allowed, denied) = (spread["allowed"].as_u64().unwrap_or(0), spread["denied"].as_u64().unwrap_or(0));
+    assert!((200..=400).contains(&(allowed + denied)) && allowed > 150, "{spread}");
+    assert_eq!((spread["rate"].as_u64(), spread["errors"].as_u64()), (Some(400), Some(0)), "{spread}");
+}
+
+#[cfg(feature = "bench")]
+#[test]
+fn bench_over_grpc_without_a_server_fails_at_once() {
+    let target = format!("grpc://127.0.0.1:{}", slidegate_testkit::free_port());
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_slidegate"))
+        .args(["bench", "--target", &target, "--duration", "10s"])
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("connecting to 127.0.0.1:"), "{err}");
+}

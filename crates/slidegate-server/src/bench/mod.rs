@@ -12,9 +12,14 @@
 //! from when it was sent: the runtime's timer wakes a worker up to a millisecond late, and that
 //! delay is not the target's.
 //!
+//! Over gRPC the workers are streams of one HTTP/2 connection (`connections` of them), all of a
+//! connection's driven in one task with it (`grpc.rs`), as h2load's `-c 1 -m <concurrency>`
+//! does: the generator then costs far less per call than the servers it loads.
+//!
 //! Built only with the crate's `bench` feature (`cargo build --release --features bench`), so
-//! that the HTTP client it loads a server with is not part of the production server.
+//! that the clients it loads a server with are not part of the production server.
 
+mod grpc;
 mod histogram;
 mod http;
 mod report;
@@ -50,6 +55,10 @@ pub struct BenchArgs {
     /// Requests in flight (with `--rate`: at most).
     #[arg(long, default_value_t = 64)]
     pub concurrency: usize,
+    /// Against a gRPC target: HTTP/2 connections, the requests in flight spread over them, each
+    /// driven in a task of its own. On one, the server and the generator take turns on a batch.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    pub connections: u64,
     /// Send this many decisions per second on a fixed schedule (open loop) instead of each
     /// worker sending as soon as its last answer came (closed loop). A decision held back by
     /// a slow answer is timed from when it was due, so stalls show in the latencies.
@@ -90,6 +99,7 @@ impl BenchArgs {
             target: self.target,
             keys: self.keys,
             concurrency: self.concurrency,
+            connections: self.connections,
             rate: self.rate,
             duration: self.duration,
             rule: self.rule,
@@ -115,6 +125,8 @@ pub struct BenchOptions {
     pub keys: u64,
     /// Decisions in flight (at most, with a `rate`).
     pub concurrency: usize,
+    /// With a gRPC target: connections (at least 1, at most `concurrency`).
+    pub connections: u64,
     /// Decisions per second on a fixed schedule (open loop); `None`: closed loop.
     pub rate: Option<u64>,
     /// How long to run.
@@ -130,7 +142,7 @@ pub struct BenchOptions {
 /// Runs the load and returns what it measured.
 pub async fn run(options: BenchOptions) -> anyhow::Result<Report> {
     let keys: Vec<String> = (0..options.keys.max(1)).map(|i| format!("bench:{i}")).collect();
-    let target = Target::connect(&options, &keys).await?;
+    let (target, connections) = Target::connect(&options, &keys).await?;
     let started = Instant::now();
     let load = Arc::new(Load {
         target,
@@ -143,7 +155,19 @@ pub async fn run(options: BenchOptions) -> anyhow::Result<Report> {
         done: AtomicBool::new(false),
         decided: AtomicU64::new(0),
     });
-    let workers: Vec<_> = (0..load.workers).map(|w| tokio::spawn(worker::work(Arc::clone(&load), w))).collect();
+    let workers: Vec<_> = if connections.is_empty() {
+        (0..load.workers)
+            .map(|w| {
+                let load = Arc::clone(&load);
+                tokio::spawn(async move { worker::work(&load, w).await })
+            })
+            .collect()
+    } else {
+        // gRPC: each worker a stream of a connection, all of a connection's in one task with it.
+        let n = connections.len();
+        let drive = |(c, connection)| tokio::spawn(grpc::drive(connection, Arc::clone(&load), c, n));
+        connections.into_iter().enumerate().map(drive).collect()
+    };
     wait_for_the_deadline(&load, options.progress).await;
     load.done.store(true, Ordering::Relaxed);
     let mut tally = Tally::new();

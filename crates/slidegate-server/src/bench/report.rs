@@ -41,7 +41,7 @@ pub struct Report {
     pub allowed: u64,
     /// Denied decisions.
     pub denied: u64,
-    /// Failed calls (transport, backend or HTTP errors).
+    /// Failed calls (transport, backend, HTTP or gRPC errors).
     pub errors: u64,
 }
 

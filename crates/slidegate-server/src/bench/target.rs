@@ -4,46 +4,47 @@
 use std::time::Duration;
 
 use anyhow::Context;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use slidegate::{Limiter, MemoryBackend, Quota, RedisBackend};
 
+use super::BenchOptions;
+use super::grpc::{self, GrpcTarget};
 use super::http::{Connection, HttpTarget};
-use super::{BenchOptions, GRPC_DOMAIN};
 use crate::backend::AnyBackend;
 
 pub(super) enum Target {
     Library(Limiter<AnyBackend>),
     Http(HttpTarget),
     /// The Envoy rate limit service: domain `bench`, one descriptor `key` = the key.
-    Grpc(RateLimitServiceClient<tonic::transport::Channel>),
+    Grpc(GrpcTarget),
 }
 
 impl Target {
-    /// Connects to `options.target`; an HTTP target gets one request body per key, made once.
-    pub(super) async fn connect(options: &BenchOptions, keys: &[String]) -> anyhow::Result<Self> {
+    /// Connects to `options.target`; an HTTP or gRPC target gets one request body per key, made
+    /// once. A gRPC target comes with its connections, which the workers' tasks must drive
+    /// ([`grpc::drive`]); the others with none.
+    pub(super) async fn connect(
+        options: &BenchOptions,
+        keys: &[String],
+    ) -> anyhow::Result<(Self, Vec<grpc::Connection>)> {
         let target = options.target.as_str();
         if target == "memory" {
-            Ok(Self::library(options, AnyBackend::Memory(MemoryBackend::new())))
+            Ok((Self::library(options, AnyBackend::Memory(MemoryBackend::new())), Vec::new()))
         } else if target.starts_with("redis://") {
             let backend = RedisBackend::connect(target).await.context("connecting to Redis")?;
             let backend = backend.with_timeout(Duration::from_secs(2)).with_engine(options.redis_engine);
-            Ok(Self::library(options, AnyBackend::Redis(backend)))
+            Ok((Self::library(options, AnyBackend::Redis(backend)), Vec::new()))
         } else if let Some(nodes) = target.strip_prefix("redis-cluster://") {
             let urls: Vec<String> = nodes.split(',').map(|n| format!("redis://{n}")).collect();
             let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
             let backend = RedisBackend::connect_cluster(&urls).await.context("connecting to the Redis Cluster")?;
             let backend = backend.with_timeout(Duration::from_secs(2)).with_engine(options.redis_engine);
-            Ok(Self::library(options, AnyBackend::Cluster(backend)))
-        } else if let Some(addr) = target.strip_prefix("grpc://") {
-            let client =
-                RateLimitServiceClient::connect(format!("http://{addr}")).await.context("connecting over gRPC")?;
-            Ok(Self::Grpc(client))
+            Ok((Self::library(options, AnyBackend::Cluster(backend)), Vec::new()))
+        } else if let Some(authority) = target.strip_prefix("grpc://") {
+            let connections = options.connections.clamp(1, options.concurrency.max(1) as u64);
+            let (target, connections) = GrpcTarget::connect(authority, keys, connections).await?;
+            Ok((Self::Grpc(target), connections))
         } else if target.starts_with("http://") {
-            Self::http(options, keys)
+            Ok((Self::http(options, keys)?, Vec::new()))
         } else {
             anyhow::bail!(
                 "--target must be `memory`, `redis://…`, `redis-cluster://…`, `http://…` or `grpc://…`, got {target:?}"
@@ -79,12 +80,13 @@ impl Target {
         }
     }
 
-    /// A worker's way to the target: over HTTP a connection of its own, otherwise the target.
-    pub(super) fn session(&self) -> Session<'_> {
+    /// Worker `w`'s way to the target: over HTTP a connection of its own, over gRPC a stream at
+    /// a time on one of the connections, otherwise the target.
+    pub(super) fn session(&self, w: u64) -> Session<'_> {
         match self {
             Self::Library(limiter) => Session::Library(limiter),
             Self::Http(target) => Session::Http(target.connection()),
-            Self::Grpc(client) => Session::Grpc(client.clone()),
+            Self::Grpc(target) => Session::Grpc(target.stream(w)),
         }
     }
 }
@@ -93,7 +95,7 @@ impl Target {
 pub(super) enum Session<'a> {
     Library(&'a Limiter<AnyBackend>),
     Http(Connection<'a>),
-    Grpc(RateLimitServiceClient<tonic::transport::Channel>),
+    Grpc(grpc::Stream<'a>),
 }
 
 impl Session<'_> {
@@ -102,18 +104,7 @@ impl Session<'_> {
         match self {
             Self::Library(limiter) => Ok(limiter.check(&keys[key_index], quota).await?.allowed),
             Self::Http(connection) => connection.decide(key_index).await,
-            Self::Grpc(client) => {
-                let request = RateLimitRequest {
-                    domain: GRPC_DOMAIN.to_owned(),
-                    descriptors: vec![RateLimitDescriptor {
-                        entries: vec![Entry { key: "key".to_owned(), value: keys[key_index].clone() }],
-                        ..RateLimitDescriptor::default()
-                    }],
-                    hits_addend: 0,
-                };
-                let response = client.should_rate_limit(request).await?.into_inner();
-                Ok(response.overall_code == Code::Ok as i32)
-            }
+            Self::Grpc(stream) => stream.decide(key_index).await,
         }
     }
 }

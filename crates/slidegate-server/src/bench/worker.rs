@@ -1,7 +1,6 @@
 //! One worker: keeps one decision in flight, on the open-loop schedule when there is a rate,
 //! and counts what it saw.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -67,11 +66,11 @@ struct Pacing {
 }
 
 /// Worker `w`'s loop, until the deadline or [`MAX_PER_WORKER`] decisions.
-pub(super) async fn work(load: Arc<Load>, w: u64) -> Tally {
+pub(super) async fn work(load: &Load, w: u64) -> Tally {
     let mut rng = 0x9E37_79B9_7F4A_7C15_u64 ^ ((w + 1) << 17);
     let mut tally = Tally::new();
     let mut pacing = Pacing { sent: load.started, answered: load.started, held: false };
-    let mut session = load.target.session();
+    let mut session = load.target.session(w);
     let give_up = tokio::time::sleep_until((load.deadline + LAST_ANSWER).into());
     tokio::pin!(give_up);
     for i in 0..MAX_PER_WORKER {

@@ -22,6 +22,8 @@ pub const UNKNOWN: i32 = Code::Unknown as i32;
 /// A config directory with the given files, and a server serving it over gRPC.
 pub struct Envoy {
     pub server: Slidegate,
+    /// The gRPC listener's `host:port`.
+    pub grpc: String,
     pub client: RateLimitServiceClient<Channel>,
     pub dir: Dir,
 }
@@ -86,7 +88,7 @@ impl Envoy {
         args.extend_from_slice(extra);
         let server = Slidegate::serve_with_env(&args, env);
         let client = RateLimitServiceClient::connect(format!("http://{grpc}")).await.expect("connect");
-        Self { server, client, dir }
+        Self { server, grpc, client, dir }
     }
 
     pub async fn ask(&mut self, domain: &str, descriptors: &[&[(&str, &str)]], hits: u32) -> RateLimitResponse {
