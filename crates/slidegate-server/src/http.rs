@@ -4,8 +4,8 @@
 //! - A connection must deliver each request head (request line and headers) within
 //!   [`HttpLimits::header_read_timeout`] of starting to wait for it — from its opening, and from
 //!   each answer on a kept-alive connection — or it is closed (within a quarter of the timeout
-//!   after it passes: [`IdleWatch`]). Half a request line held open costs a slot for that long
-//!   at most.
+//!   after it passes: a watch of each connection's requests). Half a request line held open
+//!   costs a slot for that long at most.
 //! - A request, from its head to the end of its answer (its body read included, so a body sent
 //!   a byte at a time too), gets [`HttpLimits::request_timeout`]; past it the answer is
 //!   `408 {"error":{"code":"request_timeout"}}`, and a connection whose body was not read whole
