@@ -234,12 +234,14 @@ impl IdleWatch {
         let period = timeout / TICKS;
         let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let (mut seen, mut idle_ticks) = (0, 0);
+        // Both counters: an answer given since the last tick is activity too, so the idle ticks
+        // count from the tick after the last answer, not from one that saw it pending.
+        let (mut seen, mut idle_ticks) = ((0, 0), 0);
         while idle_ticks < TICKS {
             tick.tick().await;
-            let heads = self.heads.load(Ordering::Relaxed);
-            if heads != seen || heads != self.answers.load(Ordering::Relaxed) {
-                (seen, idle_ticks) = (heads, 0);
+            let now = (self.heads.load(Ordering::Relaxed), self.answers.load(Ordering::Relaxed));
+            if now != seen || now.0 != now.1 {
+                (seen, idle_ticks) = (now, 0);
             } else {
                 idle_ticks += 1;
             }

@@ -139,6 +139,27 @@ fn a_kept_alive_connection_that_keeps_asking_stays_open_past_the_header_deadline
     }
 }
 
+#[test]
+fn a_connection_answered_after_a_slow_request_stays_open_for_the_whole_header_deadline() {
+    let server = Slidegate::serve(&["--header-read-timeout", "1s"]);
+    let addr = addr(&server);
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+    let body = r#"{"key": "slow", "limit": 10, "window": "10s"}"#;
+    for i in 0..3 {
+        // A request whose body comes 400 ms after its head (it spans a tick of the watch), then
+        // 850 ms of quiet: under the header deadline counted from the answer.
+        write!(s, "POST /v1/check HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {}\r\n\r\n", body.len()).expect("head");
+        std::thread::sleep(Duration::from_millis(400));
+        s.write_all(body.as_bytes()).expect("body");
+        let mut answer = [0u8; 1024];
+        let n = s.read(&mut answer).expect("answer");
+        let answer = String::from_utf8_lossy(&answer[..n]);
+        assert!(answer.starts_with("HTTP/1.1 200"), "request {i}: {answer}");
+        std::thread::sleep(Duration::from_millis(850));
+    }
+}
+
 /// A kept-alive connection that has been answered once, tried up to 50 times 50 ms apart.
 fn answered_holder(addr: &str, i: usize) -> TcpStream {
     for _ in 0..50 {
