@@ -295,3 +295,15 @@ fn the_packaged_environment_file_names_serve_s_variables() {
         assert!(help.contains(&format!("[env: {variable}")), "{variable} is no serve flag's");
     }
 }
+
+#[cfg(feature = "bench")]
+#[test]
+fn bench_refuses_more_keys_than_it_can_prepare_before_preparing_any() {
+    // The attack on the operator's own tool: a key count that would have it build a name (and a
+    // request) for each of 10^19 keys.
+    let out = run(&["bench", "--target", "memory", "--keys", "18446744073709551615", "--duration", "1s"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("--keys"), "{}", text(&out.stderr));
+    let out = run(&["bench", "--target", "memory", "--keys", "1000", "--duration", "100ms", "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}

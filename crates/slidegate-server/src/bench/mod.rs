@@ -42,6 +42,10 @@ use crate::config::parse_duration;
 /// `key` with a limit, e.g. `bench/envoy/bench.yaml`.
 pub const GRPC_DOMAIN: &str = "bench";
 
+/// The most keys a run draws from: each key's name and, against a server, its request are made
+/// before the run (a few hundred MB at this bound).
+pub const MAX_KEYS: u64 = 1_000_000;
+
 /// `slidegate bench`'s flags.
 #[derive(Debug, Clone, clap::Args)]
 pub struct BenchArgs {
@@ -49,8 +53,8 @@ pub struct BenchArgs {
     /// service), `memory`, `redis://host:port`, or `redis-cluster://host:port,host:port`.
     #[arg(long, default_value = "memory")]
     pub target: String,
-    /// Distinct keys, uniformly drawn (1 = one hot key).
-    #[arg(long, default_value_t = 1)]
+    /// Distinct keys, uniformly drawn (1 = one hot key), at most [`MAX_KEYS`].
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=MAX_KEYS))]
     pub keys: u64,
     /// Requests in flight (with `--rate`: at most).
     #[arg(long, default_value_t = 64)]
