@@ -6,8 +6,8 @@ use std::marker::PhantomData;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::{Arc, LazyLock};
-use std::task::{Context, Poll, ready};
-use std::time::{Duration, Instant};
+use std::task::{Context, Poll};
+use std::time::Duration;
 
 use ::metrics::Histogram;
 use axum::body::{Body, Bytes};
@@ -200,34 +200,14 @@ struct Timed<S> {
 impl<S: tower_service::Service<Request>> tower_service::Service<Request> for Timed<S> {
     type Response = S::Response;
     type Error = S::Error;
-    type Future = TimedFuture<S::Future>;
+    type Future = metrics::Timed<S::Future, Histogram>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, request: Request) -> Self::Future {
-        TimedFuture { started: Instant::now(), histogram: self.histogram.clone(), inner: self.inner.call(request) }
-    }
-}
-
-pin_project_lite::pin_project! {
-    struct TimedFuture<F> {
-        #[pin]
-        inner: F,
-        started: Instant,
-        histogram: Histogram,
-    }
-}
-
-impl<F: Future> Future for TimedFuture<F> {
-    type Output = F::Output;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        let this = self.project();
-        let output = ready!(this.inner.poll(cx));
-        this.histogram.record(this.started.elapsed().as_secs_f64());
-        Poll::Ready(output)
+        metrics::Timed::new(self.histogram.clone(), self.inner.call(request))
     }
 }
 

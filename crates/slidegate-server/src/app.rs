@@ -3,9 +3,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
-use std::task::{Context, Poll, ready};
 
 use ::metrics::Histogram;
 use slidegate::Limiter;
@@ -16,7 +14,7 @@ use crate::backend::AnyBackend;
 use crate::config::{BackendConfig, Config, ConfigError, INLINE_RULE, Rules};
 use crate::envoy::{EnvoyConfig, EnvoyConfigError, EnvoyOptions};
 use crate::inline::InlineConfig;
-use crate::metrics::{self, DecisionCounters};
+use crate::metrics::{self, DecisionCounters, Timed};
 use crate::overrides::Overrides;
 use crate::shared_rules::{self, Shared, StoreError};
 use crate::stats::{Stats, Traffic};
@@ -192,8 +190,8 @@ impl App {
     }
 
     /// Runs one backend call, recording its duration.
-    pub fn timed<F: Future>(&self, call: F) -> Timed<'_, F> {
-        Timed { call, started: self.now(), app: self }
+    pub fn timed<F: Future>(&self, call: F) -> Timed<F, &Histogram> {
+        Timed::new(&self.backend_seconds, call)
     }
 
     /// The time that latencies are measured by: one clock for every histogram and the dashboard,
@@ -281,28 +279,4 @@ pub enum StartError {
     /// `rules_from_redis` without a Redis backend.
     #[error("rules_from_redis needs a Redis backend (--redis, --redis-cluster or --redis-sentinel)")]
     RulesFromRedisWithoutRedis,
-}
-
-pin_project_lite::pin_project! {
-    /// A backend call whose duration goes into `slidegate_backend_call_seconds` when it ends
-    /// ([`App::timed`]). A named future rather than an `async fn`, which would hold the call
-    /// twice (as its argument and as the future it awaits): the answer's future, boxed per
-    /// request, stays small.
-    pub struct Timed<'a, F> {
-        #[pin]
-        call: F,
-        started: quanta::Instant,
-        app: &'a App,
-    }
-}
-
-impl<F: Future> Future for Timed<'_, F> {
-    type Output = F::Output;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        let this = self.project();
-        let out = ready!(this.call.poll(cx));
-        this.app.backend_seconds.record(this.app.now().duration_since(*this.started).as_secs_f64());
-        Poll::Ready(out)
-    }
 }

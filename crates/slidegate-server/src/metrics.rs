@@ -2,10 +2,13 @@
 //! `slidegate_<area>_<what>`, counters ending in `_total`, durations in seconds ending in
 //! `_seconds`, labels in snake case.
 
+use std::borrow::Borrow;
+use std::pin::Pin;
 use std::sync::OnceLock;
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
-use metrics::Counter;
+use metrics::{Counter, Histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
 
 /// Decisions by rule and result (`allowed` / `denied`).
@@ -153,5 +156,36 @@ impl DecisionCounters {
     /// Counts one decision.
     pub fn count(&self, allowed: bool) {
         if allowed { &self.allowed } else { &self.denied }.increment(1);
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A future whose duration, from its making to its output, goes into a histogram (owned,
+    /// or borrowed as `&Histogram`). A named future rather than an `async fn`, which would hold
+    /// the future twice (as its argument and as what it awaits): a check's answer, boxed per
+    /// request, stays small.
+    pub struct Timed<F, H> {
+        #[pin]
+        inner: F,
+        started: quanta::Instant,
+        histogram: H,
+    }
+}
+
+impl<F: Future, H: Borrow<Histogram>> Timed<F, H> {
+    /// `inner`, timed into `histogram` from now on.
+    pub fn new(histogram: H, inner: F) -> Self {
+        Self { inner, started: quanta::Instant::now(), histogram }
+    }
+}
+
+impl<F: Future, H: Borrow<Histogram>> Future for Timed<F, H> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.project();
+        let out = ready!(this.inner.poll(cx));
+        Borrow::<Histogram>::borrow(this.histogram).record(this.started.elapsed().as_secs_f64());
+        Poll::Ready(out)
     }
 }
