@@ -190,8 +190,7 @@ fn inspect(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         // Not ours: perhaps the Lua scripts' state, read without converting it.
         Err(_) => match asked {
             Some(quota) => {
-                converted =
-                    value::read_lua_key(ctx, &args[1], quota.algorithm())?.map(|counter| Value { counter, quota });
+                converted = value::read_lua_key(ctx, &args[1], &quota)?.map(|counter| Value { counter, quota });
                 converted.as_ref()
             }
             None => return Err(Error::WrongType("the key holds no slidegate value; name its quota".into()).into()),
@@ -328,7 +327,7 @@ fn slot<'v>(ctx: &Context, key: &RedisKeyWritable, name: &RedisString, spec: &Sp
         Ok(None) => {
             Ok(Slot::Made { value: Value { counter: Counter::new(algorithm), quota: spec.quota }, converted: false })
         }
-        Err(_) => match value::read_lua_key(ctx, name, algorithm)? {
+        Err(_) => match value::read_lua_key(ctx, name, &spec.quota)? {
             Some(counter) => Ok(Slot::Made { value: Value { counter, quota: spec.quota }, converted: true }),
             None => Ok(Slot::Made {
                 value: Value { counter: Counter::new(algorithm), quota: spec.quota },

@@ -100,7 +100,8 @@ impl Value {
 /// Reads a key written by slidegate's Lua scripts (before the module was loaded) as a counter
 /// of `algorithm`, so that loading the module on a live Redis loses no one's admissions. `None`
 /// when the key is empty; an error when it holds anything else.
-pub(crate) fn read_lua_key(ctx: &Context, key: &RedisString, algorithm: Algorithm) -> Result<Option<Counter>, Error> {
+pub(crate) fn read_lua_key(ctx: &Context, key: &RedisString, quota: &Quota) -> Result<Option<Counter>, Error> {
+    let algorithm = quota.algorithm();
     let wrong =
         || Error::WrongType(format!("the key holds neither a slidegate value nor the Lua scripts' {algorithm} state"));
     let reply = |command: &str, args: &[&[u8]]| -> Result<Vec<Vec<u8>>, Error> {
@@ -138,6 +139,13 @@ pub(crate) fn read_lua_key(ctx: &Context, key: &RedisString, algorithm: Algorith
             let words: Vec<u64> = [0, warm_since, log.len() as u64].into_iter().chain(log).collect();
             Counter::decode(&words).map(Some).ok_or_else(wrong)
         }
+        (raw::KeyType::String, Algorithm::SlidingWindow { buckets }) => {
+            let opened = ctx.open_key(key);
+            let value = opened.read().ok().flatten().ok_or_else(wrong)?;
+            let bucket_ms = quota.window_ms() / u64::from(buckets);
+            let (warm_since, buckets) = lua_window_counts(value, bucket_ms).ok_or_else(wrong)?;
+            Counter::decode(&window_words(warm_since, buckets)).map(Some).ok_or_else(wrong)
+        }
         (raw::KeyType::Hash, Algorithm::SlidingWindow { .. } | Algorithm::FixedWindow | Algorithm::Gcra { .. }) => {
             let items = reply("HGETALL", &[key.as_slice()])?;
             let mut fields = std::collections::BTreeMap::new();
@@ -158,10 +166,7 @@ pub(crate) fn read_lua_key(ctx: &Context, key: &RedisString, algorithm: Algorith
             let warm_since = field(b"s").unwrap_or(0);
             // The counter's documented encoding (`Counter::encode`).
             let words: Vec<u64> = match algorithm {
-                Algorithm::SlidingWindow { .. } => [2, warm_since, buckets.len() as u64]
-                    .into_iter()
-                    .chain(buckets.into_iter().flat_map(|(i, c)| [i, c]))
-                    .collect(),
+                Algorithm::SlidingWindow { .. } => window_words(warm_since, buckets),
                 Algorithm::FixedWindow => match (field(b"i"), field(b"n")) {
                     (Some(i), Some(n)) => vec![3, warm_since, 1, i, n],
                     _ => vec![3, warm_since, 0],
@@ -172,6 +177,41 @@ pub(crate) fn read_lua_key(ctx: &Context, key: &RedisString, algorithm: Algorith
         }
         _ => Err(wrong()),
     }
+}
+
+/// A sliding window counter in the counter's documented encoding (`Counter::encode`): its
+/// warm-up start and its `(bucket index, count)` pairs, indexes increasing.
+fn window_words(warm_since: u64, buckets: impl IntoIterator<Item = (u64, u64)>) -> Vec<u64> {
+    let buckets: Vec<(u64, u64)> = buckets.into_iter().collect();
+    [2, warm_since, buckets.len() as u64].into_iter().chain(buckets.into_iter().flat_map(|(i, c)| [i, c])).collect()
+}
+
+/// The sliding window scripts' string (`sliding_window.lua`): a byte 1, or 2 when a warm-up start
+/// follows; the newest bucket's start in ms (7 bytes); [the warm-up start in ms (7 bytes)]; then
+/// each bucket's count (4 bytes), newest first; little-endian. The warm-up start (0 without) and
+/// the buckets of `bucket_ms` that hold permits, oldest first (none when the start is no multiple
+/// of `bucket_ms`: the scripts counted them under another bucket length, and count them for
+/// nothing); `None` when the bytes are not such a value.
+fn lua_window_counts(value: &[u8], bucket_ms: u64) -> Option<(u64, Vec<(u64, u64)>)> {
+    let int = |bytes: &[u8]| bytes.iter().rev().fold(0u64, |n, &b| n << 8 | u64::from(b));
+    let head = match value.first()? {
+        1 => 8,
+        2 => 15,
+        _ => return None,
+    };
+    let counts = value.get(head..).filter(|c| c.len() % 4 == 0)?;
+    let (start, warm_since) = (int(&value[1..8]), if head == 15 { int(&value[8..15]) } else { 0 });
+    if start % bucket_ms != 0 {
+        return Some((0, Vec::new()));
+    }
+    let mut buckets = Vec::new();
+    for (age, count) in counts.chunks(4).map(int).enumerate() {
+        if count > 0 {
+            buckets.push(((start / bucket_ms).checked_sub(age as u64)?, count));
+        }
+    }
+    buckets.reverse();
+    Some((warm_since, buckets))
 }
 
 // The callbacks below are how Redis hands the module its values: raw pointers to `Value`s that
@@ -255,6 +295,23 @@ mod tests {
         assert_eq!(back.counter.encode(), value.counter.encode());
         for bad in [&value.to_bytes()[..7], &value.to_bytes()[..40], &[0xff; 80][..]] {
             assert!(Value::from_bytes(bad).is_err());
+        }
+    }
+
+    #[test]
+    fn the_scripts_sliding_window_strings_read_as_buckets() {
+        // Buckets of 10 ms: the newest, 1,000, starts at 10,000 ms (3 permits), 999 is empty,
+        // 998 holds 7; then the same with a warm-up start.
+        let plain = [&[1][..], &10_000u64.to_le_bytes()[..7], &[3, 0, 0, 0, 0, 0, 0, 0, 7, 0, 0, 0]].concat();
+        assert_eq!(lua_window_counts(&plain, 10), Some((0, vec![(998, 7), (1_000, 3)])));
+        let warm = [&[2][..], &10_000u64.to_le_bytes()[..7], &42u64.to_le_bytes()[..7], &[3, 0, 0, 0]].concat();
+        assert_eq!(lua_window_counts(&warm, 10), Some((42, vec![(1_000, 3)])));
+        // Under another bucket length (10,000 is no multiple of 3 ms): nothing.
+        assert_eq!(lua_window_counts(&plain, 3), Some((0, vec![])));
+        // A short head, a torn count, an unknown first byte, an index below 0.
+        let below = [&[1][..], &[0; 7], &[0; 4], &[1, 0, 0, 0]].concat();
+        for bad in [&plain[..5], &plain[..10], &[3; 12][..], &below[..]] {
+            assert_eq!(lua_window_counts(bad, 10), None, "{bad:?}");
         }
     }
 

@@ -51,6 +51,10 @@
 //!   about `L / n` at a steady rate). So any rolling window of `W` holds at most `L + count(j-n)`
 //!   admissions, and a client may be refused while fewer than `L` are really in the window. The
 //!   measured disagreement with the exact log on a bursty trace is in BENCHMARKS.md.
+//! - Buckets ahead of `j` (a caller's clock behind another's) are kept and not counted yet. The
+//!   Redis scripts keep them up to `n` ahead: a caller whose window does not reach the newest
+//!   bucket is decided there as at that bucket's start (one limit across both clocks), and a
+//!   value counted under another bucket length counts for nothing (docs/redis.md).
 //!
 //! # Fixed window (crude)
 //!

@@ -240,6 +240,36 @@ async fn huge_counters_agree_past_the_packed_reply() {
     }
 }
 
+/// Callers' clocks up to a window apart (times that step back): a bucket ahead of a caller's is
+/// kept uncounted, and one that has left the window of the latest admission is gone, whichever
+/// clock comes next and whether the one-key script or a group writes the bucket.
+#[tokio::test]
+async fn sliding_window_clocks_a_window_apart_agree() {
+    let b = Backends::start().await;
+    // The last three: a denial whose room comes only once a bucket ahead of its clock has left.
+    let requests = vec![
+        (3_105, 35),
+        (2_808, 80),
+        (3_199, 33),
+        (2_902, 33),
+        (3_000, 40),
+        (2_950, 1),
+        (3_301, 50),
+        (3_390, 40),
+        (3_100, 1),
+        (3_100, 90),
+    ];
+    // Buckets of 200 ms: the clocks stay within one bucket of each other.
+    for buckets in [1, 2] {
+        let s = Scenario {
+            quota: quota(100, 200 * u64::from(buckets), Algorithm::SlidingWindow { buckets }),
+            start_ms: EPOCH_2026,
+            requests: requests.clone(),
+        };
+        b.agree(&s, &format!("skewed{buckets}")).await;
+    }
+}
+
 #[tokio::test]
 async fn fixed_window_lets_twice_the_limit_through_at_an_edge() {
     let b = Backends::start().await;
@@ -346,6 +376,33 @@ fn run_property<S: Strategy>(cases: u32, strategy: &S, agree: &impl AsyncFn(&Bac
 fn random_scenarios_agree() {
     run_property(256, &scenarios(), &async |b, s, n| {
         b.agree(&s, &format!("prop{n}")).await;
+    });
+}
+
+/// Sliding window counters checked from two clocks up to a window apart: each request comes
+/// from one of them, the second `skew` ms behind the first.
+fn skewed_window_scenarios() -> impl Strategy<Value = Scenario> {
+    let windows =
+        quotas().prop_filter("a sliding window", |q| matches!(q.algorithm(), Algorithm::SlidingWindow { .. }));
+    windows.prop_flat_map(|quota| {
+        let window_ms = quota.window_ms();
+        let gap = prop_oneof![4 => 0..=window_ms / 4, 1 => 0..=window_ms * 2];
+        let request = (gap, (1..=quota.max_cost(), any::<bool>()));
+        (0..=window_ms, prop::collection::vec(request, 1..80)).prop_map(move |(skew, steps)| Scenario {
+            quota,
+            start_ms: EPOCH_2026,
+            requests: timeline(steps)
+                .into_iter()
+                .map(|(t, (cost, behind))| (if behind { t } else { t + skew }, cost))
+                .collect(),
+        })
+    })
+}
+
+#[test]
+fn random_skewed_window_scenarios_agree() {
+    run_property(128, &skewed_window_scenarios(), &async |b, s, n| {
+        b.agree(&s, &format!("skewed{n}")).await;
     });
 }
 

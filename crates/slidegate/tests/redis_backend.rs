@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use slidegate::{
-    Algorithm, Check, Clock, Error, KeyTimeline, Limiter, ManualClock, Quota, RedisBackend, RedisEngine, SystemClock,
-    hash_tag,
+    Algorithm, Check, Clock, Error, KeyTimeline, Limiter, MAX_LIMIT, ManualClock, Quota, RedisBackend, RedisEngine,
+    SystemClock, hash_tag,
 };
 use slidegate_testkit::RedisServer;
 
@@ -303,56 +303,203 @@ async fn cost_contract_the_sliding_window_counter_writes_once_per_admission() {
     let limiter = Limiter::new(backend(&server).await.with_engine(RedisEngine::Lua).with_clock(clock.clone()));
     // 10 per minute in six buckets of 10 s; the clock starts on a bucket's edge.
     let q = quota(10, 60_000).with_algorithm(Algorithm::SlidingWindow { buckets: 6 }).expect("quota");
-    let commands = ["hgetall", "hincrby", "pexpire", "hdel"];
+    let commands = ["get", "set", "setrange", "hgetall"];
     let key = "slidegate.sw:k";
     server.query::<()>(&["CONFIG", "RESETSTAT"]);
     for i in 0..10 {
         clock.set_ms(1_795_000_000_000 + i);
         assert!(limiter.check("k", &q).await.expect("admission").allowed);
     }
-    assert_eq!(command_calls(&server, commands), [10, 10, 1, 0], "{commands:?}: one bucket, one expiry");
+    assert_eq!(command_calls(&server, commands), [10, 1, 9, 0], "{commands:?}: one value set, then its count");
     // The bucket ends 10 s on, the window after six more: 70 s, plus the caller's clock's minute.
     let ttl: u64 = server.query(&["PTTL", key]);
     assert!((120_000..=130_000).contains(&ttl), "{ttl} ms");
-    let (fields, writes_before) = (server.query::<Vec<String>>(&["HGETALL", key]), rdb_changes(&server));
+    let (value, writes_before) = (server.query::<Vec<u8>>(&["GET", key]), rdb_changes(&server));
     server.query::<()>(&["CONFIG", "RESETSTAT"]);
     for _ in 0..20 {
         assert!(!limiter.check("k", &q).await.expect("denial").allowed);
     }
     assert_eq!(command_calls(&server, commands), [20, 0, 0, 0], "{commands:?}: denials only read");
-    assert_eq!((server.query::<Vec<String>>(&["HGETALL", key]), rdb_changes(&server)), (fields, writes_before));
+    assert_eq!((server.query::<Vec<u8>>(&["GET", key]), rdb_changes(&server)), (value, writes_before));
     server.query::<()>(&["CONFIG", "RESETSTAT"]);
-    // 70 s on, the first bucket has left the window and its weight: the admission deletes it.
+    // 70 s on, the first bucket has left the window and its weight: the new value drops it.
     clock.set_ms(1_795_000_070_000);
     assert_eq!(limiter.check("k", &q).await.expect("admission").remaining, 9);
-    assert_eq!(command_calls(&server, commands), [1, 1, 1, 1], "{commands:?}: a new bucket, an old one gone");
-    assert_eq!(server.query::<Vec<String>>(&["HKEYS", key]), ["179500007"]);
+    assert_eq!(command_calls(&server, commands), [1, 1, 0, 0], "{commands:?}: a new bucket, the old one gone");
+    assert_eq!(server.query::<Vec<u8>>(&["GET", key]), window_value(1_795_000_070_000, &[1]));
+}
+
+/// The sliding window counter's value as docs/redis.md lays it out: a byte 1, the newest
+/// bucket's start (ms) in 7 bytes, then 4 bytes per bucket's count, newest first, little-endian.
+fn window_value(start_ms: u64, counts: &[u32]) -> Vec<u8> {
+    let mut value = vec![1];
+    value.extend_from_slice(&start_ms.to_le_bytes()[..7]);
+    counts.iter().for_each(|c| value.extend_from_slice(&c.to_le_bytes()));
+    value
 }
 
 /// The memory one sliding window counter key holds, measured as BENCHMARKS.md's bytes-per-key
-/// table measures it (six buckets of a one-minute window, filled to the limit over 50 s, the
-/// key named as there): at most 150 bytes while a bucket's count fits Redis' 24-bit integer
-/// encoding (limits up to about 40 million a minute; at MAX_LIMIT the counts take 32 bits and
-/// the key 152 bytes).
+/// table measures it (a one-minute window, the key named as there), with every bucket the
+/// window spans holding permits: at most 150 bytes with six buckets and with the default ten,
+/// warm-up's start included, at any limit (each count takes 4 bytes, whatever its size); at most
+/// 520 with the most buckets, `MAX_BUCKETS` (the figure docs/library.md gives).
 #[tokio::test]
-async fn a_sliding_window_counter_key_holds_at_most_150_bytes_up_to_ten_million_a_minute() {
+async fn a_sliding_window_counter_key_holds_at_most_150_bytes_at_any_limit() {
     let server = RedisServer::start();
     let start = 1_795_000_000_000;
     let clock = ManualClock::new(start);
     let limiter = Limiter::new(backend(&server).await.with_engine(RedisEngine::Lua).with_clock(clock.clone()));
-    for limit in [100, 100_000, 10_000_000] {
-        let q = Quota::per_minute(limit).and_then(|q| q.with_algorithm(Algorithm::SlidingWindow { buckets: 6 }));
-        let q = q.expect("quota");
-        let calls = limit.min(1_000);
-        for i in 0..calls {
-            clock.set_ms(start + i * (50_000 / calls));
-            assert!(limiter.check_cost("footprint", &q, limit / calls).await.expect("fill").allowed);
+    let cases = [(6, false, 150), (10, false, 150), (10, true, 150), (slidegate::quota::MAX_BUCKETS, false, 520)];
+    for (buckets, warm_up, most) in cases {
+        // A permit in each of the buckets + 1 the key spans needs a limit above that.
+        for limit in [100, 100_000, MAX_LIMIT].map(|l| l.max(2 * u64::from(buckets))) {
+            let mut q = Quota::per_minute(limit).and_then(|q| q.with_algorithm(Algorithm::SlidingWindow { buckets }));
+            if warm_up {
+                q = q.and_then(|q| q.with_warm_up(Duration::from_secs(30), 0.5));
+            }
+            let q = q.expect("quota");
+            // One admission per bucket over the window and the weighted bucket before it.
+            let bucket_ms = 60_000 / u64::from(buckets);
+            let cost = (limit / u64::from(buckets + 1)).min(q.max_cost()).max(1);
+            for i in 0..=u64::from(buckets) {
+                clock.set_ms(start + i * bucket_ms);
+                assert!(limiter.check_cost("footprint", &q, cost).await.expect("fill").allowed, "bucket {i}");
+            }
+            let key = "slidegate.sw:footprint";
+            let len: u64 = server.query(&["STRLEN", key]);
+            let head = if warm_up { 15 } else { 8 };
+            assert_eq!(len, head + 4 * u64::from(buckets + 1), "{buckets} buckets: each holds a count");
+            let bytes: u64 = server.query(&["MEMORY", "USAGE", key, "SAMPLES", "0"]);
+            eprintln!("{buckets} buckets, limit {limit}, warm-up {warm_up}: {bytes} bytes");
+            assert!(bytes <= most, "{buckets} buckets, limit {limit}, warm-up {warm_up}: {bytes} bytes");
+            limiter.reset("footprint").await.expect("reset");
         }
-        let bytes: u64 = server.query(&["MEMORY", "USAGE", "slidegate.sw:footprint", "SAMPLES", "0"]);
-        eprintln!("limit {limit}: {bytes} bytes");
-        assert!(bytes <= 150, "limit {limit}: {bytes} bytes");
-        limiter.reset("footprint").await.expect("reset");
     }
+}
+
+/// A key written in the earlier layout (a hash: bucket index -> count, `s` the warm-up start)
+/// is read as it stands, by the one-key script and by a group: a denial leaves it a hash, and
+/// the first admission rewrites it as the string, with no admission lost.
+#[tokio::test]
+async fn a_sliding_window_key_in_the_earlier_hash_layout_keeps_its_counts() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(1_795_000_055_000);
+    let limiter = Limiter::new(backend(&server).await.with_engine(RedisEngine::Lua).with_clock(clock.clone()));
+    // 10 per minute in six buckets of 10 s, at 55 s into bucket 179500005, which holds 3:
+    // bucket 179499999 (4 permits) is the weighted one, half inside; the one before has left.
+    let q = quota(10, 60_000).with_algorithm(Algorithm::SlidingWindow { buckets: 6 }).expect("quota");
+    for (key, group) in [("k", false), ("g", true)] {
+        let name = format!("slidegate.sw:{key}");
+        server.query::<()>(&["HSET", &name, "179499998", "9", "179499999", "4", "179500005", "3"]);
+        server.query::<()>(&["PEXPIRE", &name, "120000"]);
+        let check = async |cost| {
+            if group {
+                let checks = [Check { key, quota: q, cost }];
+                limiter.check_all(&checks).await.expect("group").decisions.remove(0)
+            } else {
+                limiter.check_cost(key, &q, cost).await.expect("check")
+            }
+        };
+        // Estimate 3 + floor(4 * 5/10) = 5: 6 do not fit, and nothing is written.
+        let denied = check(6).await;
+        assert_eq!((denied.allowed, denied.remaining), (false, 5), "{key}");
+        assert_eq!(server.query::<String>(&["TYPE", &name]), "hash", "{key}");
+        let admitted = check(5).await;
+        assert_eq!((admitted.allowed, admitted.remaining), (true, 0), "{key}");
+        assert_eq!(server.query::<String>(&["TYPE", &name]), "string", "{key}");
+        assert_eq!(
+            server.query::<Vec<u8>>(&["GET", &name]),
+            window_value(1_795_000_050_000, &[8, 0, 0, 0, 0, 0, 4]),
+            "{key}"
+        );
+        assert!(!check(1).await.allowed, "{key}: the limit holds across the rewrite");
+    }
+}
+
+/// Callers' clocks apart: one whose window does not reach the key's newest bucket (its clock
+/// behind another's by more than the window less a bucket, however far) is decided as at that
+/// bucket's start, so the limit holds across both clocks; the expiry stays the one the newest
+/// bucket set, and the value one window's counts.
+#[tokio::test]
+async fn a_caller_more_than_a_window_behind_shares_the_sliding_window_limit() {
+    let server = RedisServer::start();
+    let start = 1_795_000_010_000;
+    let (ahead, behind) = (ManualClock::new(start), ManualClock::new(start));
+    let connect = async |clock: &ManualClock| {
+        Limiter::new(backend(&server).await.with_engine(RedisEngine::Lua).with_clock(clock.clone()))
+    };
+    let (a, b) = (connect(&ahead).await, connect(&behind).await);
+    // 10 per second in ten buckets of 100 ms; the second clock 1.1 s (11 buckets: no bucket of
+    // its window is the first clock's), 1.5 s or 65 s behind.
+    let q = quota(10, 1_000).with_algorithm(Algorithm::SlidingWindow { buckets: 10 }).expect("quota");
+    for lag in [1_100, 1_500, 65_000] {
+        let (key, name) = (format!("lag{lag}"), format!("slidegate.sw:lag{lag}"));
+        ahead.set_ms(start);
+        behind.set_ms(start - lag);
+        assert!(a.check_cost(&key, &q, 10).await.expect("fill").allowed);
+        let ttl: u64 = server.query(&["PTTL", &name]);
+        for group in [false, true] {
+            let d = if group {
+                b.check_all(&[Check { key: &key, quota: q, cost: 1 }]).await.expect("group").decisions.remove(0)
+            } else {
+                b.check(&key, &q).await.expect("check")
+            };
+            assert!(!d.allowed, "{lag} ms: the limit holds across the clocks (group {group})");
+            // Free again 1 ms after the first clock's window has passed (the filled bucket's
+            // share then drops): 1,001 ms on that clock, as much more on this one as it lags.
+            assert_eq!(d.retry_after, Some(Duration::from_millis(1_001 + lag)), "{lag} ms, group {group}");
+        }
+        // Both clocks past that window: the first clock's new bucket is shared again.
+        ahead.set_ms(start + 1_600);
+        behind.set_ms(start + 1_600 - lag);
+        assert!(a.check_cost(&key, &q, 8).await.expect("check").allowed, "{lag} ms");
+        assert!(b.check(&key, &q).await.expect("check").allowed, "{lag} ms");
+        assert!(b.check_all(&[Check { key: &key, quota: q, cost: 1 }]).await.expect("group").allowed, "{lag} ms");
+        assert!(!b.check(&key, &q).await.expect("check").allowed, "{lag} ms");
+        assert!(!a.check(&key, &q).await.expect("check").allowed, "{lag} ms");
+        let len: u64 = server.query(&["STRLEN", &name]);
+        assert!(len <= 8 + 4 * 11, "{lag} ms: {len} bytes");
+        // The expiry is the one the first clock's new bucket set, 1.6 s after the first.
+        let later: u64 = server.query(&["PTTL", &name]);
+        assert!(later <= ttl + 1_600, "{lag} ms: {later} ms, the first bucket's {ttl} ms");
+    }
+}
+
+/// A value the scripts did not write is an error, never an admission, and is left as it is.
+#[tokio::test]
+async fn a_sliding_window_key_holding_anything_else_is_an_error() {
+    let server = RedisServer::start();
+    let limiter = Limiter::new(backend(&server).await.with_engine(RedisEngine::Lua));
+    let q = quota(10, 1_000).with_algorithm(Algorithm::SlidingWindow { buckets: 10 }).expect("quota");
+    let ours = window_value(1_795_000_000_000, &[1]);
+    let long = [&ours[..], &[0; 4 * 202][..]].concat();
+    for value in [&b"hello world"[..], &[], &ours[..10], &[3; 12], &long] {
+        redis::cmd("SET").arg("slidegate.sw:k").arg(value).query::<()>(&mut server.conn()).expect("set");
+        let stored: Vec<u8> = server.query(&["GET", "slidegate.sw:k"]);
+        for group in [false, true] {
+            let e = if group {
+                limiter.check_all(&[Check { key: "k", quota: q, cost: 1 }]).await.map(|_| ()).expect_err("group")
+            } else {
+                limiter.check("k", &q).await.map(|_| ()).expect_err("check")
+            };
+            assert_eq!(e.class(), slidegate::ErrorClass::BackendError, "{value:?}: {e}");
+            assert_eq!(server.query::<Vec<u8>>(&["GET", "slidegate.sw:k"]), stored);
+        }
+    }
+}
+
+/// Bucket indexes up to the latest time a clock may give (`MAX_TIME_MS`, 2^53 ms) are kept whole.
+#[tokio::test]
+async fn sliding_window_bucket_indexes_past_2_to_the_48_are_kept_whole() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new((1 << 52) + 5);
+    let limiter = Limiter::new(backend(&server).await.with_engine(RedisEngine::Lua).with_clock(clock.clone()));
+    let q = quota(3, 10).with_algorithm(Algorithm::SlidingWindow { buckets: 10 }).expect("quota");
+    let mut allowed = Vec::new();
+    for _ in 0..6 {
+        allowed.push(limiter.check("k", &q).await.expect("check").allowed);
+    }
+    assert_eq!(allowed, [true, true, true, false, false, false]);
 }
 
 fn rdb_changes(server: &RedisServer) -> u64 {

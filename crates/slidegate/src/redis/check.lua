@@ -1,12 +1,13 @@
 -- slidegate: every algorithm, one atomic decision over one or several keys (all or nothing).
 -- (One key without warm-up goes through a leaner script: sliding_log.lua, sliding_window.lua or
--- one_key.lua, each writing the same entries or fields.) Semantics: src/spec.rs, which this
+-- one_key.lua, each writing the same values.) Semantics: src/spec.rs, which this
 -- implements independently.
 --
--- KEYS[i]     check i's state: a sorted set (sliding log), or a hash: bucket index -> count
---             (sliding window), i/n = window index and count (fixed window), t = theoretical
---             arrival time in µs (GCRA); s = warm-up start (ms) in the hashes. The sliding
---             log keeps its warm-up start in a member '0:<ms>' scored -inf, ahead of every entry.
+-- KEYS[i]     check i's state: a sorted set (sliding log); a string of counts by bucket
+--             (sliding window: see sliding_window.lua); or a hash: i/n = window index and count
+--             (fixed window), t = theoretical arrival time in µs (GCRA), s = warm-up start (ms).
+--             The sliding window keeps its warm-up start in its string, the sliding log in a
+--             member '0:<ms>' scored -inf, ahead of every entry.
 -- ARGV[1]     id: unique per call across all clients (the client's random id + a counter)
 -- ARGV[2]     now in ms, or "" for Redis' own TIME (see sliding_log.lua)
 -- ARGV[3]     "1" to decide and record, "0" to look only (inspect: cost 0, nothing written)
@@ -105,15 +106,46 @@ for i = 1, #KEYS do
     local n = c.param
     local b = c.window / n
     local j, r = floor(now / b), now % b
-    local counts, since = {}, nil
-    local h = redis.call('HGETALL', key)
-    for f = 1, #h, 2 do
-      if h[f] == 's' then
-        since = tonumber(h[f + 1])
-      else
-        counts[tonumber(h[f])] = tonumber(h[f + 1])
+    -- The value as sliding_window.lua lays it out and reads it (t the newest bucket), or the
+    -- earlier hash (HGETALL fails on a key of any other type), read into counts by bucket.
+    local counts, since, t, v = {}, nil, nil, redis.pcall('GET', key)
+    if type(v) == 'table' then
+      local h = redis.call('HGETALL', key)
+      for f = 1, #h, 2 do
+        local k = tonumber(h[f])
+        if h[f] == 's' then
+          since = tonumber(h[f + 1])
+        elseif k <= j + n + 1 then
+          counts[k], t = tonumber(h[f + 1]), max(t or k, k)
+        end
+      end
+    elseif v then
+      local kind, o = string.byte(v), 3
+      if kind == 2 then
+        o = 4
+      end
+      local m = (#v - 7 * o + 13) / 4
+      -- At most 2 * 100 + 2 counts (MAX_BUCKETS; the earlier layout's rewrite keeps two windows).
+      if (kind ~= 1 and kind ~= 2) or m < 0 or m % 1 ~= 0 or m > 202 then
+        return redis.error_reply('WRONGTYPE the key does not hold a sliding window counter')
+      end
+      local u = {struct.unpack((o == 3 and '<BI7' or '<BI7I7') .. string.rep('I4', m), v)}
+      if u[2] % b == 0 then
+        t = u[2] / b
+        if o == 4 then
+          since = u[3]
+        end
+        for i = o, #u - 1 do
+          if u[i] > 0 then
+            counts[t + o - i] = u[i]
+          end
+        end
       end
     end
+    if t and t > j + n then
+      j, r = t, 0
+    end
+    c.t = t
     local full, newest = 0, nil
     for k, count in pairs(counts) do
       if k > j - n and k <= j then
@@ -123,7 +155,7 @@ for i = 1, #KEYS do
         newest = k
       end
     end
-    c.n, c.b, c.j, c.r, c.counts, c.newest, c.idle = n, b, j, r, counts, newest, newest == nil
+    c.n, c.b, c.j, c.r, c.counts, c.newest, c.idle, c.since = n, b, j, r, counts, newest, newest == nil, since
     local limit = effective(c, since)
     c.limit_out = limit
     -- The oldest bucket, partly out of the window, counts for its share still inside.
@@ -133,12 +165,12 @@ for i = 1, #KEYS do
     else
       c.fits, c.remaining = 0, max(limit - estimate, 0)
       -- The first instant the estimate is <= room. In bucket k the full buckets sum to `full`
-      -- (later buckets are empty) and the weighted one, count `old`, adds
+      -- (bucket k joins it: empty, or ahead of j) and the weighted one, count `old`, adds
       -- floor(old * (b - r) / b), which is <= left iff r > b * (old - left - 1) / old.
       local room = limit - c.cost
-      for k = j, j + n + 1 do
+      for k = j, max(j, newest or j) + n + 1 do
         if k > j then
-          full = full - (counts[k - n] or 0)
+          full = full - (counts[k - n] or 0) + (counts[k] or 0)
         end
         local old, left = counts[k - n] or 0, room - full
         if left >= 0 then
@@ -234,21 +266,34 @@ for i, c in ipairs(checks) do
       end
       redis.call('PEXPIRE', key, c.window + ttl_slack)
     elseif alg == 'w' then
-      local j = c.j
-      redis.call('HINCRBY', key, fmt('%d', j), c.cost)
-      local stale = {}
-      for k in pairs(c.counts) do
-        if k < j - c.n then
-          stale[#stale + 1] = fmt('%d', k)
+      -- The whole value, newest bucket first, down to the oldest counted one with permits.
+      local j, counts = c.j, c.counts
+      counts[j] = (counts[j] or 0) + c.cost
+      local top, low, out = j, j, {}
+      for k in pairs(counts) do
+        if k >= j - c.n then
+          top, low = max(top, k), min(low, k)
         end
       end
-      if #stale > 0 then
-        redis.call('HDEL', key, unpack(stale))
+      for k = top, low, -1 do
+        out[top - k + 1] = counts[k] or 0
       end
+      local last = top - low + 1
+      local value, since = nil, c.since
       if warm_start then
-        redis.call('HSET', key, 's', now_s)
+        since = now
       end
-      redis.call('PEXPIRE', key, fmt('%d', (j + c.n + 1) * c.b - now + ttl_slack))
+      if since then
+        value = struct.pack('<BI7I7' .. string.rep('I4', last), 2, top * c.b, since, unpack(out, 1, last))
+      else
+        value = struct.pack('<BI7' .. string.rep('I4', last), 1, top * c.b, unpack(out, 1, last))
+      end
+      -- Only a new newest bucket moves the expiry (see sliding_window.lua).
+      if not c.t or j > c.t then
+        redis.call('SET', key, value, 'PX', fmt('%d', (j + c.n + 1) * c.b - now + ttl_slack))
+      else
+        redis.call('SET', key, value, 'KEEPTTL')
+      end
     elseif alg == 'f' then
       -- Under warm-up the previous window tells whether the key was idle: keep it a window longer.
       local ends = c.j + 1
@@ -309,7 +354,7 @@ for i, c in ipairs(checks) do
     local old = c.counts[j - n] or 0
     local share = floor(old * (b - r) / b)
     if share > 0 then
-      next_ms = min(floor(b * (old - share) / old) + 1, b) - r
+      next_ms = j * b + min(floor(b * (old - share) / old) + 1, b) - now
     else
       local oldest
       if admitted == 1 then
