@@ -15,11 +15,13 @@ use slidegate_testkit::RedisServer;
 
 const WINDOW: Duration = Duration::from_secs(60);
 
-/// The most a kind of call may hold Redis, in µs, by the median of its repeats: the work is
-/// bounded to well under a millisecond (BENCHMARKS.md has the measured figures). A median, not
-/// the single slowest, because a busy 2-core machine can preempt Redis in any one command; an
-/// input that makes unbounded work is slow every time.
-const MEDIAN_US: u64 = 2_000;
+/// The most a kind of call may hold Redis, in µs, by the median of its repeats. The largest
+/// accepted calls (100,000 permits at once, a group of 16 logs with warm-up) take about a
+/// millisecond (BENCHMARKS.md has the measured figures); this bound leaves room for a noisy
+/// machine, not for a path that grows with an input. A median, not the single slowest, because a
+/// busy 2-core machine can preempt Redis in any one command; an input that makes unbounded work
+/// is slow every time.
+const MEDIAN_US: u64 = 4_000;
 
 /// What no single command may exceed, preempted or not: the call never hung.
 const WORST_US: u64 = 50_000;
