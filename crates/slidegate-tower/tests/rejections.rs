@@ -173,3 +173,24 @@ async fn a_flood_of_bad_keys_is_never_a_backend_failure() {
     let answer = app.send("/", "203.0.113.9:1", &[("x-api-key", b"k1")]).await;
     assert_eq!((answer.status.as_u16(), answer.headers.get("ratelimit").is_some()), (200, true), "{answer:?}");
 }
+
+#[tokio::test]
+async fn a_key_redis_cannot_decide_is_500_never_a_pass_even_failing_open() {
+    // A value no script wrote (another application's key, a key of an earlier layout a rolling
+    // upgrade left behind) makes Redis answer WRONGTYPE: neither the caller's mistake nor a
+    // backend failure, so the fail-open policy must not turn it into an admission.
+    let redis = RedisServer::start();
+    let backend = RedisBackend::connect(&redis.url()).await.expect("connect").with_timeout(Duration::from_secs(5));
+    let limiter = Limiter::new(backend).with_failure_policy(FailurePolicy::FailOpen);
+    let app = App::new(RateLimitLayer::new(limiter.clone()).rule(rule("ip", 5)).expect("layer"));
+    let _: () = redis.query(&["SET", "slidegate:ip:{203.0.113.9}", "not a log"]);
+    for _ in 0..3 {
+        let answer = app.send("/", "203.0.113.9:1", &[]).await;
+        assert_eq!((answer.status.as_u16(), error_code(&answer)), (500, "rate_limit_error".to_owned()), "{answer:?}");
+    }
+    assert_eq!(app.reached(), 0, "the service never saw them");
+    assert!(!limiter.circuit_open(), "not counted as a backend failure");
+    // Another client's key is decided as usual.
+    assert_eq!(app.send("/", "203.0.113.10:1", &[]).await.status, 200);
+    assert_eq!(app.reached(), 1);
+}
