@@ -38,11 +38,18 @@ impl RedisServer {
     /// # Panics
     /// As [`RedisServer::start`].
     pub fn start_with(extra: &[&str]) -> Self {
+        Self::start_retrying(|| extra.iter().map(|&a| a.to_owned()).collect())
+    }
+
+    /// Starts a server on a free port with the extra arguments `args` gives. A free port can be
+    /// taken by someone else between our probe and Redis' bind: each attempt takes a new one,
+    /// and new `args` (a cluster node's bus port is such a port too).
+    fn start_retrying(args: impl Fn() -> Vec<String>) -> Self {
         let mut last_error = String::new();
-        // A free port can be taken by someone else between our probe and Redis' bind: retry.
         for _ in 0..5 {
-            let port = free_port();
-            match Self::launch(port, extra) {
+            let args = args();
+            let extra: Vec<&str> = args.iter().map(String::as_str).collect();
+            match Self::launch(free_port(), &extra) {
                 Ok(server) => return server,
                 Err(e) => last_error = e,
             }
@@ -57,11 +64,18 @@ impl RedisServer {
     /// As [`RedisServer::start`], or when the module is not built, is stale, or is not the one
     /// the server loaded.
     pub fn start_with_module(extra: &[&str]) -> Self {
+        Self::start_with_module_retrying(|| extra.iter().map(|&a| a.to_owned()).collect())
+    }
+
+    /// As [`RedisServer::start_with_module`], with new `args` for each attempt.
+    fn start_with_module_retrying(args: impl Fn() -> Vec<String>) -> Self {
         let module = module_path();
         let arg = module.to_str().expect("a UTF-8 path");
-        let mut args = vec!["--loadmodule", arg, "--enable-debug-command", "yes"];
-        args.extend_from_slice(extra);
-        let server = Self::start_with(&args);
+        let server = Self::start_retrying(|| {
+            let mut all: Vec<String> = ["--loadmodule", arg, "--enable-debug-command", "yes"].map(str::to_owned).into();
+            all.extend(args());
+            all
+        });
         module::assert_loaded(&server, &module);
         server
     }
@@ -219,7 +233,7 @@ impl RedisCluster {
     /// # Panics
     /// When `redis-server` or `redis-cli` is missing or the cluster does not form in time.
     pub fn start(masters: usize, replicas: usize) -> Self {
-        Self::start_nodes(masters, replicas, RedisServer::start_with)
+        Self::start_nodes(masters, replicas, RedisServer::start_retrying)
     }
 
     /// As [`RedisCluster::start`], with slidegate's Redis module loaded on every node.
@@ -227,26 +241,21 @@ impl RedisCluster {
     /// # Panics
     /// As [`RedisCluster::start`], or when the module is not built.
     pub fn start_with_module(masters: usize, replicas: usize) -> Self {
-        Self::start_nodes(masters, replicas, RedisServer::start_with_module)
+        Self::start_nodes(masters, replicas, RedisServer::start_with_module_retrying)
     }
 
-    fn start_nodes(masters: usize, replicas: usize, start: fn(&[&str]) -> RedisServer) -> Self {
-        // A failover needs the replicas to notice a dead master: one second, not fifteen.
-        let nodes: Vec<RedisServer> = (0..masters * (1 + replicas))
-            .map(|_| {
-                let bus = free_port().to_string();
-                start(&[
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    "nodes.conf",
-                    "--cluster-node-timeout",
-                    "1000",
-                    "--cluster-port",
-                    &bus,
-                ])
-            })
-            .collect();
+    fn start_nodes(masters: usize, replicas: usize, start: fn(fn() -> Vec<String>) -> RedisServer) -> Self {
+        // A failover needs the replicas to notice a dead master: one second, not fifteen. Each
+        // attempt to start a node takes a new cluster-bus port.
+        let node_args = || {
+            let bus = free_port().to_string();
+            ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "1000"]
+                .into_iter()
+                .map(str::to_owned)
+                .chain(["--cluster-port".to_owned(), bus])
+                .collect()
+        };
+        let nodes: Vec<RedisServer> = (0..masters * (1 + replicas)).map(|_| start(node_args)).collect();
         let mut create = Command::new("redis-cli");
         create.arg("--cluster").arg("create");
         for n in &nodes {
