@@ -189,9 +189,9 @@ fn window_words(warm_since: u64, buckets: impl IntoIterator<Item = (u64, u64)>) 
 /// The sliding window scripts' string (`sliding_window.lua`): a byte 1, or 2 when a warm-up start
 /// follows; the newest bucket's start in ms (7 bytes); [the warm-up start in ms (7 bytes)]; then
 /// each bucket's count (4 bytes), newest first; little-endian. The warm-up start (0 without) and
-/// the buckets of `bucket_ms` that hold permits, oldest first (none when the start is no multiple
-/// of `bucket_ms`: the scripts counted them under another bucket length, and count them for
-/// nothing); `None` when the bytes are not such a value.
+/// the buckets of `bucket_ms` that hold permits, oldest first (a start that is no multiple of
+/// `bucket_ms` was counted under another bucket length: as the scripts do, every count is taken
+/// as the bucket's holding that start); `None` when the bytes are not such a value.
 fn lua_window_counts(value: &[u8], bucket_ms: u64) -> Option<(u64, Vec<(u64, u64)>)> {
     let int = |bytes: &[u8]| bytes.iter().rev().fold(0u64, |n, &b| n << 8 | u64::from(b));
     let head = match value.first()? {
@@ -199,10 +199,16 @@ fn lua_window_counts(value: &[u8], bucket_ms: u64) -> Option<(u64, Vec<(u64, u64
         2 => 15,
         _ => return None,
     };
-    let counts = value.get(head..).filter(|c| c.len() % 4 == 0)?;
+    // At most MAX_BUCKETS + 1 counts: no writer keeps more.
+    let counts = value.get(head..).filter(|c| c.len() % 4 == 0 && c.len() <= 4 * 101)?;
     let (start, warm_since) = (int(&value[1..8]), if head == 15 { int(&value[8..15]) } else { 0 });
+    // A start past the scripts' latest time (`MAX_CLOCK_MS`, 2^52 ms) is no value they wrote.
+    if start > 1 << 52 {
+        return None;
+    }
     if start % bucket_ms != 0 {
-        return Some((0, Vec::new()));
+        let sum = counts.chunks(4).map(int).sum::<u64>().min(slidegate::MAX_LIMIT);
+        return Some((warm_since, if sum > 0 { vec![(start / bucket_ms, sum)] } else { Vec::new() }));
     }
     let mut buckets = Vec::new();
     for (age, count) in counts.chunks(4).map(int).enumerate() {
@@ -306,8 +312,8 @@ mod tests {
         assert_eq!(lua_window_counts(&plain, 10), Some((0, vec![(998, 7), (1_000, 3)])));
         let warm = [&[2][..], &10_000u64.to_le_bytes()[..7], &42u64.to_le_bytes()[..7], &[3, 0, 0, 0]].concat();
         assert_eq!(lua_window_counts(&warm, 10), Some((42, vec![(1_000, 3)])));
-        // Under another bucket length (10,000 is no multiple of 3 ms): nothing.
-        assert_eq!(lua_window_counts(&plain, 3), Some((0, vec![])));
+        // Under another bucket length (10,000 ms lies in bucket 3,333 of 3 ms): every count there.
+        assert_eq!(lua_window_counts(&plain, 3), Some((0, vec![(3_333, 10)])));
         // A short head, a torn count, an unknown first byte, an index below 0.
         let below = [&[1][..], &[0; 7], &[0; 4], &[1, 0, 0, 0]].concat();
         for bad in [&plain[..5], &plain[..10], &[3; 12][..], &below[..]] {

@@ -95,6 +95,16 @@ pub enum Error {
     #[cfg(feature = "redis")]
     #[error("unknown Redis engine {0:?} (known: auto, lua, module)")]
     UnknownEngine(String),
+    /// The clock a Redis backend was given ([`crate::RedisBackend::with_clock`]) reads past
+    /// [`crate::MAX_CLOCK_MS`]: nothing is sent.
+    #[cfg(feature = "redis")]
+    #[error("the limiter's clock reads {now} ms, past the latest time a Redis backend takes ({max} ms)")]
+    ClockOutOfRange {
+        /// What the clock read.
+        now: u64,
+        /// [`crate::MAX_CLOCK_MS`].
+        max: u64,
+    },
     /// Redis answered something the script cannot have returned (a different script under the
     /// same name, a proxy in between).
     #[error("unexpected reply from backend: {0}")]
@@ -150,6 +160,8 @@ impl Error {
             Self::UnknownEngine(_) => ErrorClass::Caller,
             #[cfg(feature = "redis")]
             Self::ModuleNotLoaded => ErrorClass::BackendFailure,
+            #[cfg(feature = "redis")]
+            Self::ClockOutOfRange { .. } => ErrorClass::BackendError,
             #[cfg(feature = "redis")]
             Self::Redis(e) => redis_class(e),
         }

@@ -51,10 +51,11 @@
 //!   about `L / n` at a steady rate). So any rolling window of `W` holds at most `L + count(j-n)`
 //!   admissions, and a client may be refused while fewer than `L` are really in the window. The
 //!   measured disagreement with the exact log on a bursty trace is in BENCHMARKS.md.
-//! - Buckets ahead of `j` (a caller's clock behind another's) are kept and not counted yet. The
-//!   Redis scripts keep them up to `n` ahead: a caller whose window does not reach the newest
-//!   bucket is decided there as at that bucket's start (one limit across both clocks), and a
-//!   value counted under another bucket length counts for nothing (docs/redis.md).
+//! - A caller whose clock lies behind the key's newest bucket `t` by at most a window (`j < t <=
+//!   j + n`: another caller's clock is ahead) is decided, and recorded, as at `t`'s start, its
+//!   durations still measured from its own `now`: the key's time never steps back, so one
+//!   limit holds across both clocks. A bucket further ahead is kept and not counted (the Redis
+//!   scripts decide there as at its start too; docs/redis.md).
 //!
 //! # Fixed window (crude)
 //!
@@ -222,15 +223,16 @@ impl Key {
             State::Log(log) => log.decide(now, limit, w, cost),
             State::Window(counts) => {
                 let (n, b) = geometry(quota);
-                let estimate = window_estimate(counts, now, n, b);
+                let at = window_time(counts, now, n, b);
+                let estimate = window_estimate(counts, at, n, b);
                 if estimate + cost <= limit {
-                    let next = window_next_drop(counts, now, n, b, cost);
-                    return Decision::allowed(limit, limit - estimate - cost, ms((now / b + n + 1) * b - now))
+                    let next = window_next_drop(counts, at, n, b, cost) + ms(at - now);
+                    return Decision::allowed(limit, limit - estimate - cost, ms((at / b + n + 1) * b - now))
                         .with_next_permit_after(next);
                 }
-                let retry = window_retry(counts, now, n, b, limit - cost);
+                let retry = window_retry(counts, at, n, b, limit - cost);
                 Decision::denied(limit, limit.saturating_sub(estimate), self.reset_after(now, quota), ms(retry - now))
-                    .with_next_permit_after(window_next_drop(counts, now, n, b, 0))
+                    .with_next_permit_after(window_next_permit(counts, now, n, b))
             }
             State::Fixed(last) => {
                 let end = (now / w + 1) * w;
@@ -268,7 +270,7 @@ impl Key {
             State::Log(log) => log.record(now, cost),
             State::Window(counts) => {
                 let (n, b) = geometry(quota);
-                let j = now / b;
+                let j = window_time(counts, now, n, b) / b;
                 counts.retain(|&(i, _)| i + n >= j);
                 match counts.binary_search_by_key(&j, |&(i, _)| i) {
                     Ok(at) => counts[at].1 += cost,
@@ -316,7 +318,7 @@ impl Key {
             State::Log(log) => log.next_permit_after(now, quota.window_ms()),
             State::Window(counts) => {
                 let (n, b) = geometry(quota);
-                window_next_drop(counts, now, n, b, 0)
+                window_next_permit(counts, now, n, b)
             }
             State::Fixed(_) => self.reset_after(now, quota),
             // A check of no permit is admitted, or denied, at the key's standing as it is.
@@ -380,6 +382,25 @@ fn geometry(quota: &Quota) -> (u64, u64) {
         return (1, quota.window_ms());
     };
     (u64::from(buckets), quota.window_ms() / u64::from(buckets))
+}
+
+/// The time a sliding window counter decides at: `now`, or, when `now` lies up to a window
+/// before the newest bucket (a caller's clock behind another's), that bucket's start. So the
+/// key's time never steps back: what a clock ahead admitted counts in full, and a clock behind
+/// never drops a bucket still in another's window. (A bucket further ahead was counted under
+/// another quota's geometry, and is not counted.)
+fn window_time(counts: &[(u64, u64)], now: u64, n: u64, b: u64) -> u64 {
+    match counts.last() {
+        Some(&(t, _)) if t > now / b && t <= now / b + n => t * b,
+        _ => now,
+    }
+}
+
+/// [`window_next_drop`] of a key as it stands, from `now`: zero when it holds nothing.
+fn window_next_permit(counts: &[(u64, u64)], now: u64, n: u64, b: u64) -> Duration {
+    let at = window_time(counts, now, n, b);
+    let next = window_next_drop(counts, at, n, b, 0);
+    if next.is_zero() { next } else { next + ms(at - now) }
 }
 
 /// The sliding window counter's estimate at `t`.

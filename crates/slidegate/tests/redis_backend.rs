@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use slidegate::{
-    Algorithm, Check, Clock, Error, KeyTimeline, Limiter, MAX_LIMIT, ManualClock, Quota, RedisBackend, RedisEngine,
-    SystemClock, hash_tag,
+    Algorithm, Check, Clock, Error, KeyTimeline, Limiter, MAX_CLOCK_MS, MAX_LIMIT, ManualClock, Quota, RedisBackend,
+    RedisEngine, SystemClock, hash_tag,
 };
 use slidegate_testkit::RedisServer;
 
@@ -414,6 +414,15 @@ async fn a_sliding_window_key_in_the_earlier_hash_layout_keeps_its_counts() {
         );
         assert!(!check(1).await.allowed, "{key}: the limit holds across the rewrite");
     }
+    // With the warm-up start an earlier check.lua kept beside the buckets (ms since 1970): read,
+    // and kept in the string after its bucket counts' head.
+    let since = 1_794_999_000_000u64;
+    server.query::<()>(&["HSET", "slidegate.sw:w", "s", &since.to_string(), "179500005", "3"]);
+    assert_eq!(limiter.check_cost("w", &q, 7).await.expect("check").remaining, 0);
+    let mut warm = window_value(1_795_000_050_000, &[10, 0, 0, 0, 0, 0, 0]);
+    warm[0] = 2;
+    warm.splice(8..8, since.to_le_bytes()[..7].iter().copied());
+    assert_eq!(server.query::<Vec<u8>>(&["GET", "slidegate.sw:w"]), warm);
 }
 
 /// Callers' clocks apart: one whose window does not reach the key's newest bucket (its clock
@@ -465,6 +474,95 @@ async fn a_caller_more_than_a_window_behind_shares_the_sliding_window_limit() {
     }
 }
 
+/// Two callers whose clocks are less than a window apart, each taking every permit it is given
+/// every 100 ms for three windows: the key's time never steps back (the caller behind is decided
+/// at the newest bucket), so together they get no more than one caller on one clock — not about
+/// a limit each per bucket, as when the caller behind counted only its own window's buckets.
+#[tokio::test]
+async fn callers_less_than_a_window_apart_share_one_sliding_window_limit() {
+    let q = quota(100, 10_000).with_algorithm(Algorithm::SlidingWindow { buckets: 10 }).expect("quota");
+    let start = 1_795_000_000_000;
+    // The most admitted in any 10 s, and in all, of admissions at these times (ms from start).
+    let tally = |admitted: &[u64]| {
+        let most = admitted.iter().map(|&t| admitted.iter().filter(|&&u| u >= t && u < t + 10_000).count()).max();
+        (most.unwrap_or(0), admitted.len())
+    };
+    // One caller on the first clock, asking as often as both do (the specification).
+    let (mut one, mut alone) = (slidegate::spec::Key::new(q.algorithm()), Vec::new());
+    for step in 0..300 {
+        while alone.len() <= 1_000 && one.check(start + step * 100, &q, 1).allowed {
+            alone.push(step * 100);
+        }
+    }
+    let (most_alone, total_alone) = tally(&alone);
+    for (server, engine) in engines() {
+        for lag in [40, 1_000, 9_500] {
+            let (ahead, behind) = (ManualClock::new(start), ManualClock::new(start - lag));
+            let connect = async |clock: &ManualClock| {
+                Limiter::new(backend(&server).await.with_engine(engine).with_clock(clock.clone()))
+            };
+            let (a, b) = (connect(&ahead).await, connect(&behind).await);
+            let key = format!("apart{lag}");
+            // Admissions by the first clock's time.
+            let mut admitted = Vec::new();
+            for step in 0..300 {
+                ahead.set_ms(start + step * 100);
+                behind.set_ms(start + step * 100 - lag);
+                for caller in [&a, &b] {
+                    for _ in 0..=q.limit() {
+                        if !caller.check(&key, &q).await.expect("check").allowed {
+                            break;
+                        }
+                        admitted.push(step * 100);
+                    }
+                }
+            }
+            let (most, total) = tally(&admitted);
+            assert!(most <= most_alone, "{engine:?}, {lag} ms apart: {most} in one window, one clock {most_alone}");
+            assert!(total <= total_alone, "{engine:?}, {lag} ms apart: {total} in all, one clock {total_alone}");
+        }
+    }
+}
+
+/// A rule's window and buckets changed while instances of both settings run (a rolling
+/// change), each taking every permit it is given, in turn, every 50 ms for 30 s: a value of
+/// the other bucket length is never read as fresh, so no window lets more through than twice
+/// the limit (one setting alone: 20 to 28 here), through either script.
+#[tokio::test]
+async fn a_change_of_bucket_length_keeps_the_sliding_window_limit() {
+    let server = RedisServer::start();
+    let start = 1_795_000_000_000;
+    let clock = ManualClock::new(start);
+    let connect = async || Limiter::new(backend(&server).await.with_engine(RedisEngine::Lua).with_clock(clock.clone()));
+    let (first, second) = (connect().await, connect().await);
+    let limit = 20;
+    let settings = [(&first, 9_999, 3), (&second, 9_998, 2), (&second, 10_000, 8)];
+    for group in [false, true] {
+        for pair in [[0, 1], [0, 2], [1, 2]] {
+            let key = format!("changed{group}{pair:?}");
+            let mut admitted = Vec::new();
+            for step in 0..600 {
+                clock.set_ms(start + step * 50);
+                let (limiter, window, buckets) = settings[pair[step as usize % 2]];
+                let q = quota(limit, window).with_algorithm(Algorithm::SlidingWindow { buckets }).expect("quota");
+                for _ in 0..=limit {
+                    let d = if group {
+                        limiter.check_all(&[Check::new(&key, q)]).await.expect("group").decisions.remove(0)
+                    } else {
+                        limiter.check(&key, &q).await.expect("check")
+                    };
+                    if !d.allowed {
+                        break;
+                    }
+                    admitted.push(step * 50);
+                }
+            }
+            let most = admitted.iter().map(|&t| admitted.iter().filter(|&&u| u >= t && u < t + 9_998).count()).max();
+            assert!(most <= Some(2 * limit as usize), "group {group}, {pair:?}: {most:?} in one window");
+        }
+    }
+}
+
 /// A value the scripts did not write is an error, never an admission, and is left as it is.
 #[tokio::test]
 async fn a_sliding_window_key_holding_anything_else_is_an_error() {
@@ -486,20 +584,102 @@ async fn a_sliding_window_key_holding_anything_else_is_an_error() {
             assert_eq!(server.query::<Vec<u8>>(&["GET", "slidegate.sw:k"]), stored);
         }
     }
+    // Hashes no earlier release wrote: a count below zero, over any limit or not a number (which
+    // would admit past the limit), a bucket or start not written as a whole number, more fields
+    // than two windows' buckets (work that grows with the hash).
+    let j = SystemClock.now_ms() / 100;
+    let bucket = |k: u64| (j - k).to_string();
+    let many: Vec<String> = (0..30).flat_map(|k| [bucket(k), "1".to_owned()]).collect();
+    let hashes: [Vec<String>; 8] = [
+        vec![bucket(0), "-1000".into()],
+        // Another name of the same bucket, whose count would replace the first's.
+        vec![bucket(0), "5".into(), format!("{:#x}", j), "0".into()],
+        vec![bucket(0), "5".into(), "s".into(), "1e3".into()],
+        vec![bucket(0), "5".into(), bucket(1), "-5".into()],
+        vec![bucket(0), "abc".into()],
+        vec![bucket(0), "4294967296".into()],
+        vec![bucket(0), "1".into(), format!("{j}.5"), "0".into()],
+        many,
+    ];
+    for fields in hashes {
+        server.query::<()>(&["DEL", "slidegate.sw:k"]);
+        let mut hset = vec!["HSET", "slidegate.sw:k"];
+        hset.extend(fields.iter().map(String::as_str));
+        server.query::<()>(&hset);
+        for group in [false, true] {
+            let answer = if group {
+                limiter.check_all(&[Check { key: "k", quota: q, cost: 1 }]).await.map(|_| ())
+            } else {
+                limiter.check("k", &q).await.map(|_| ())
+            };
+            let e = answer.expect_err("never an admission");
+            assert_eq!(e.class(), slidegate::ErrorClass::BackendError, "{fields:?}: {e}");
+            assert_eq!(server.query::<String>(&["TYPE", "slidegate.sw:k"]), "hash", "{fields:?}: left as it is");
+        }
+    }
 }
 
-/// Bucket indexes up to the latest time a clock may give (`MAX_TIME_MS`, 2^53 ms) are kept whole.
+/// Bucket indexes up to the latest time a caller's clock may give (`MAX_CLOCK_MS`, 2^52 ms) are
+/// kept whole, on both engines.
 #[tokio::test]
 async fn sliding_window_bucket_indexes_past_2_to_the_48_are_kept_whole() {
-    let server = RedisServer::start();
-    let clock = ManualClock::new((1 << 52) + 5);
-    let limiter = Limiter::new(backend(&server).await.with_engine(RedisEngine::Lua).with_clock(clock.clone()));
     let q = quota(3, 10).with_algorithm(Algorithm::SlidingWindow { buckets: 10 }).expect("quota");
-    let mut allowed = Vec::new();
-    for _ in 0..6 {
-        allowed.push(limiter.check("k", &q).await.expect("check").allowed);
+    for (server, engine) in engines() {
+        let clock = ManualClock::new(MAX_CLOCK_MS - 5);
+        let limiter = Limiter::new(backend(&server).await.with_engine(engine).with_clock(clock.clone()));
+        let mut allowed = Vec::new();
+        for _ in 0..6 {
+            allowed.push(limiter.check("k", &q).await.expect("check").allowed);
+        }
+        assert_eq!(allowed, [true, true, true, false, false, false], "{engine:?}");
     }
-    assert_eq!(allowed, [true, true, true, false, false, false]);
+}
+
+/// A caller's clock past `MAX_CLOCK_MS`, where a script's bucket loop would step by nothing and
+/// hold Redis for ever (a timeout: a backend failure, which fail-open admits), is refused before
+/// anything is sent, on every path and engine; a stored start past it is an error too, on Redis'
+/// own clock, not a hung script.
+#[tokio::test]
+async fn a_clock_past_max_clock_ms_is_refused_before_anything_is_sent() {
+    let window = quota(100, 10).with_algorithm(Algorithm::SlidingWindow { buckets: 1 }).expect("quota");
+    for (server, engine) in engines() {
+        let clock = ManualClock::new((1 << 53) - 1);
+        let limiter = Limiter::new(backend(&server).await.with_engine(engine).with_clock(clock.clone()));
+        for q in [window, quota(100, 10), window.with_algorithm(Algorithm::Gcra { burst: None }).expect("gcra")] {
+            let warm = q.with_warm_up(Duration::from_secs(1), 0.5).expect("warm-up");
+            let answers = [
+                limiter.check("k", &q).await.map(|_| ()),
+                limiter.check_all(&[Check::new("k", q), Check::new("l", warm)]).await.map(|_| ()),
+                limiter.inspect("k", &q).await.map(|_| ()),
+            ];
+            for answer in answers {
+                let e = answer.expect_err("refused");
+                assert!(
+                    matches!(e, Error::ClockOutOfRange { now, max } if now == (1 << 53) - 1 && max == MAX_CLOCK_MS)
+                );
+                assert_eq!(e.class(), slidegate::ErrorClass::BackendError, "{engine:?}: never a failure to fail open");
+            }
+        }
+        assert_eq!(server.query::<u64>(&["DBSIZE"]), 0, "{engine:?}: nothing written");
+    }
+    // Buckets of 1 ms: bucket 2^53, where `k + 1 == k` in a double.
+    let tiny = quota(100, 1).with_algorithm(Algorithm::SlidingWindow { buckets: 1 }).expect("quota");
+    let server = RedisServer::start();
+    let limiter = Limiter::new(backend(&server).await.with_engine(RedisEngine::Lua));
+    redis::cmd("SET")
+        .arg("slidegate.sw:k")
+        .arg(window_value(1 << 53, &[100]))
+        .query::<()>(&mut server.conn())
+        .expect("set");
+    for group in [false, true] {
+        let e = if group {
+            limiter.check_all(&[Check::new("k", tiny)]).await.map(|_| ()).expect_err("group")
+        } else {
+            limiter.check("k", &tiny).await.map(|_| ()).expect_err("check")
+        };
+        // Not a timeout (the backend's deadline is 5 s): the script answered.
+        assert_eq!(e.class(), slidegate::ErrorClass::BackendError, "{e}");
+    }
 }
 
 fn rdb_changes(server: &RedisServer) -> u64 {

@@ -37,6 +37,7 @@ if now_s == '' then
 end
 local now = tonumber(now_s)
 local floor, ceil, max, min, fmt = math.floor, math.ceil, math.max, math.min, string.format
+local WRONGTYPE = 'WRONGTYPE the key does not hold a sliding window counter'
 
 -- The effective limit: a warm-up ramps from cold/1000 of the limit to all of it over `period`
 -- ms from `since`, the first admission after the key was idle. A key with no recorded start
@@ -107,16 +108,30 @@ for i = 1, #KEYS do
     local b = c.window / n
     local j, r = floor(now / b), now % b
     -- The value as sliding_window.lua lays it out and reads it (t the newest bucket), or the
-    -- earlier hash (HGETALL fails on a key of any other type), read into counts by bucket.
+    -- earlier hash (HLEN fails on a key of any other type), read into counts by bucket; a value
+    -- sliding_window.lua refuses is refused here too.
     local counts, since, t, v = {}, nil, nil, redis.pcall('GET', key)
     if type(v) == 'table' then
+      if redis.call('HLEN', key) > 2 * n + 3 then
+        return redis.error_reply(WRONGTYPE)
+      end
+      local function whole(text, most)
+        local x = tonumber(text)
+        if x and x >= 0 and x <= most and fmt('%d', x) == text then
+          return x
+        end
+      end
       local h = redis.call('HGETALL', key)
       for f = 1, #h, 2 do
-        local k = tonumber(h[f])
-        if h[f] == 's' then
-          since = tonumber(h[f + 1])
+        local count = whole(h[f + 1], h[f] == 's' and 4503599627370496 or 1e9)
+        local k = h[f] == 's' or whole(h[f], 4503599627370496)
+        if not (count and k) then
+          return redis.error_reply(WRONGTYPE)
+        end
+        if k == true then
+          since = count
         elseif k <= j + n + 1 then
-          counts[k], t = tonumber(h[f + 1]), max(t or k, k)
+          counts[k], t = count, max(t or k, k)
         end
       end
     elseif v then
@@ -125,16 +140,28 @@ for i = 1, #KEYS do
         o = 4
       end
       local m = (#v - 7 * o + 13) / 4
-      -- At most 2 * 100 + 2 counts (MAX_BUCKETS; the earlier layout's rewrite keeps two windows).
-      if (kind ~= 1 and kind ~= 2) or m < 0 or m % 1 ~= 0 or m > 202 then
-        return redis.error_reply('WRONGTYPE the key does not hold a sliding window counter')
+      -- At most MAX_BUCKETS + 1 counts: no writer keeps more.
+      if (kind ~= 1 and kind ~= 2) or m < 0 or m % 1 ~= 0 or m > 101 then
+        return redis.error_reply(WRONGTYPE)
       end
       local u = {struct.unpack((o == 3 and '<BI7' or '<BI7I7') .. string.rep('I4', m), v)}
-      if u[2] % b == 0 then
-        t = u[2] / b
-        if o == 4 then
-          since = u[3]
+      if u[2] > 4503599627370496 then
+        -- Past MAX_CLOCK_MS (2^52 ms): no start the library sends.
+        return redis.error_reply(WRONGTYPE)
+      end
+      t = floor(u[2] / b)
+      if o == 4 then
+        since = u[3]
+      end
+      if u[2] % b ~= 0 then
+        -- A start of another bucket length: every count is the bucket's holding it, as
+        -- sliding_window.lua reads it.
+        local sum = 0
+        for i = o, #u - 1 do
+          sum = sum + u[i]
         end
+        counts[t] = min(sum, 1e9)
+      else
         for i = o, #u - 1 do
           if u[i] > 0 then
             counts[t + o - i] = u[i]
@@ -142,7 +169,7 @@ for i = 1, #KEYS do
         end
       end
     end
-    if t and t > j + n then
+    if t and t > j then
       j, r = t, 0
     end
     c.t = t
@@ -165,12 +192,12 @@ for i = 1, #KEYS do
     else
       c.fits, c.remaining = 0, max(limit - estimate, 0)
       -- The first instant the estimate is <= room. In bucket k the full buckets sum to `full`
-      -- (bucket k joins it: empty, or ahead of j) and the weighted one, count `old`, adds
+      -- (bucket k joins it empty: none lies ahead of j) and the weighted one, count `old`, adds
       -- floor(old * (b - r) / b), which is <= left iff r > b * (old - left - 1) / old.
       local room = limit - c.cost
-      for k = j, max(j, newest or j) + n + 1 do
+      for k = j, j + n + 1 do
         if k > j then
-          full = full - (counts[k - n] or 0) + (counts[k] or 0)
+          full = full - (counts[k - n] or 0)
         end
         local old, left = counts[k - n] or 0, room - full
         if left >= 0 then

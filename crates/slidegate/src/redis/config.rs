@@ -14,6 +14,12 @@ use crate::{Algorithm, Clock};
 /// The deadline of one backend call unless set otherwise: a sick Redis must not hold requests.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
 
+/// The latest time, in ms since 1970, that a Redis backend takes from a caller's clock
+/// ([`RedisBackend::with_clock`]): 2⁵² ms, some 140,000 years. Up to it the Lua scripts' bucket
+/// indexes, and the steps between them, are exact in Lua's doubles; past it a loop over buckets
+/// could step by nothing and never end, holding Redis.
+pub const MAX_CLOCK_MS: u64 = 1 << 52;
+
 /// The key namespace unless set otherwise: keys are `slidegate:<key>`.
 pub const DEFAULT_PREFIX: &str = "slidegate";
 
@@ -67,7 +73,8 @@ where
     }
 
     /// Takes "now" from `clock` instead of Redis' `TIME` (deterministic tests, replays).
-    /// Every client of a key must then share one clock. Redis' own key expiry still runs on
+    /// Every client of a key must then share one clock; a reading past [`MAX_CLOCK_MS`] is
+    /// refused ([`Error::ClockOutOfRange`](crate::Error::ClockOutOfRange)). Redis' own key expiry still runs on
     /// Redis' clock, so keys then expire one window plus one minute after the last admission:
     /// a caller's clock that lags Redis' by more than a minute can lose live entries.
     #[must_use]
@@ -128,8 +135,11 @@ where
     }
 
     /// "Now" for the scripts and the module when the caller's clock decides; `None` leaves it
-    /// to Redis' `TIME`.
-    pub(super) fn now_arg(&self) -> Option<u64> {
-        self.config.clock.as_ref().map(|c| c.now_ms())
+    /// to Redis' `TIME`. A reading past [`MAX_CLOCK_MS`] is refused before anything is sent.
+    pub(super) fn now_arg(&self) -> Result<Option<u64>, crate::Error> {
+        match self.config.clock.as_ref().map(|c| c.now_ms()) {
+            Some(now) if now > MAX_CLOCK_MS => Err(crate::Error::ClockOutOfRange { now, max: MAX_CLOCK_MS }),
+            now => Ok(now),
+        }
     }
 }

@@ -37,7 +37,7 @@ use std::sync::Arc;
 use redis::aio::ConnectionLike;
 
 pub use cluster::RedisClusterBackend;
-pub use config::{DEFAULT_PREFIX, DEFAULT_TIMEOUT};
+pub use config::{DEFAULT_PREFIX, DEFAULT_TIMEOUT, MAX_CLOCK_MS};
 pub use engine::RedisEngine;
 pub use pipelined::{DEFAULT_MAX_QUEUED, MAX_IN_FLIGHT, PipelinedConnection};
 pub use redis::cluster_async::ClusterConnection;
@@ -164,7 +164,7 @@ where
             let d = group.decisions.first().ok_or_else(|| wire::unexpected(&[]))?;
             return Ok(KeyState { count: d.limit - d.remaining, oldest_ms: None, reset_after: d.reset_after });
         }
-        let (window, now) = (quota.window_ms(), self.now_arg());
+        let (window, now) = (quota.window_ms(), self.now_arg()?);
         let reply: Vec<i64> = self
             .run_script(&scripts::scripts().inspect, &[(key, Algorithm::SlidingLog)], |cmd| {
                 wire::inspect_args(cmd, window, now, 0);
@@ -186,7 +186,7 @@ where
             let state = KeyState { count: d.limit - d.remaining, oldest_ms: None, reset_after: d.reset_after };
             return Ok(KeyTimeline { state, admissions_ms: Vec::new() });
         }
-        let (window, now) = (quota.window_ms(), self.now_arg());
+        let (window, now) = (quota.window_ms(), self.now_arg()?);
         let reply: Vec<i64> = self
             .run_script(&scripts::scripts().inspect, &[(key, Algorithm::SlidingLog)], |cmd| {
                 wire::inspect_args(cmd, window, now, max_admissions);

@@ -14,20 +14,20 @@ where
     /// `check.lua` answers.
     pub(super) async fn module_check(&self, checks: &[Check<'_>]) -> Result<MultiDecision, Error> {
         let keyed = checks.iter().map(|c| (self.redis_key(c.key, c.quota.algorithm()), c));
-        let reply: Vec<i64> = self.query(&wire::module_check(keyed, self.now_arg())).await?;
+        let reply: Vec<i64> = self.query(&wire::module_check(keyed, self.now_arg()?)).await?;
         wire::parse_group(&reply, checks.len())
     }
 
     /// `SLIDEGATE.INSPECT` of `key` under `quota`.
     pub(super) async fn module_inspect(&self, key: &str, quota: &Quota) -> Result<KeyState, Error> {
-        let cmd = wire::module_inspect(self.redis_key(key, quota.algorithm()), quota, self.now_arg(), None);
+        let cmd = wire::module_inspect(self.redis_key(key, quota.algorithm()), quota, self.now_arg()?, None);
         let reply: Vec<redis::Value> = self.query(&cmd).await?;
         wire::parse_module_inspect(&reply)
     }
 
     /// `SLIDEGATE.INSPECT … TIMES times` of `key` under `quota`.
     pub(super) async fn module_timeline(&self, key: &str, quota: &Quota, times: usize) -> Result<KeyTimeline, Error> {
-        let cmd = wire::module_inspect(self.redis_key(key, quota.algorithm()), quota, self.now_arg(), Some(times));
+        let cmd = wire::module_inspect(self.redis_key(key, quota.algorithm()), quota, self.now_arg()?, Some(times));
         let reply: Vec<redis::Value> = self.query(&cmd).await?;
         wire::parse_module_timeline(&reply)
     }

@@ -99,7 +99,7 @@ where
 
     /// One run of the one-key sliding-log script, in the order the key's outlook suggests.
     pub(super) async fn sliding_log(&self, key: &str, quota: &Quota, cost: u64) -> Result<Decision, Error> {
-        let (member, now) = (self.members.next(), self.now_arg());
+        let (member, now) = (self.members.next(), self.now_arg()?);
         let slot = self.outlook.slot(key);
         let expect_denial = self.config.fixed_order.unwrap_or_else(|| slot.load(Ordering::Relaxed));
         let reply: redis::Value = self
@@ -122,7 +122,7 @@ where
         args: [u64; 3],
         limit: u64,
     ) -> Result<Decision, Error> {
-        let now = self.now_arg();
+        let now = self.now_arg()?;
         let reply: Vec<i64> = self
             .run_script(&scripts().one_key, &[(key, algorithm)], |cmd| wire::one_key_args(cmd, code, &args, now))
             .await?;
@@ -138,7 +138,7 @@ where
         buckets: u32,
         cost: u64,
     ) -> Result<Decision, Error> {
-        let now = self.now_arg();
+        let now = self.now_arg()?;
         let reply: redis::Value = self
             .run_script(&scripts().sliding_window, &[(key, quota.algorithm())], |cmd| {
                 wire::sliding_window_args(cmd, quota, buckets, cost, now);
@@ -150,7 +150,7 @@ where
     /// One run of `check.lua` over `checks`: decided and recorded all or nothing, or, with
     /// `record == false`, only looked at.
     pub(super) async fn check_script(&self, checks: &[Check<'_>], record: bool) -> Result<MultiDecision, Error> {
-        let (member, now) = (self.members.next(), self.now_arg());
+        let (member, now) = (self.members.next(), self.now_arg()?);
         let keys: Vec<(&str, Algorithm)> = checks.iter().map(|c| (c.key, c.quota.algorithm())).collect();
         let reply: Vec<i64> =
             self.run_script(&scripts().check, &keys, |cmd| wire::check_args(cmd, &member, now, record, checks)).await?;

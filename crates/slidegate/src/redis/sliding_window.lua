@@ -7,10 +7,11 @@
 --          bucket's start in ms (its index t times the bucket length), 7 bytes; [the warm-up
 --          start in ms, 7 bytes]; then 4 bytes per bucket, newest first: the counts of buckets
 --          t, t - 1, ... down to the oldest still counted. Integers are little-endian. A start
---          that is no multiple of the bucket length was counted under another one: the value
---          counts for nothing. A string of any other shape is an error. A hash is the earlier
---          layout (bucket index -> count, 's' the warm-up start): read as such, and rewritten as
---          the string by the first admission.
+--          that is no multiple of the bucket length was counted under another one: all its
+--          counts are taken as the bucket's holding that start. A string of any other shape, or
+--          a start past MAX_CLOCK_MS, is an error. A hash is the earlier layout (bucket index ->
+--          count, 's' the warm-up start): read as such. Either is rewritten as this script
+--          writes it by the first admission.
 -- ARGV[1..4]  bucket ms (window / buckets, a whole number), buckets, limit, cost
 --          (1 <= cost <= limit)
 -- ARGV[5]  now in ms; absent or "" for Redis' own TIME (see sliding_log.lua)
@@ -25,12 +26,12 @@
 -- Cluster  touches KEYS[1] only.
 --
 -- Bucket j - n is weighted; j - n + 1 ..= j count in full; an admission drops the buckets
--- before j - n. Buckets ahead of j (a caller's clock behind another's) are kept, not counted
--- yet, up to n ahead; a caller whose window does not reach the newest bucket is decided as at
--- that bucket's start, so that one limit holds across both clocks. Only an admission into a new
--- newest bucket sets the expiry (one bucket after its window ends). A value holds at most n + 1
--- counts (2n + 2 when a caller behind rewrites the earlier layout). Products stay below 2^53
--- (the caller checks limit * bucket ms), exact in Lua's doubles.
+-- before j - n. A caller whose clock lies behind the newest bucket (another caller's is ahead)
+-- is decided as at that bucket's start, so that one limit holds across both clocks. Only an
+-- admission into a new newest bucket sets the expiry (one bucket after its window ends). A
+-- value holds at most n + 1 counts (up to 2n + 2 in the earlier layout, until its first
+-- admission). Products stay below 2^53 (the caller checks limit * bucket ms, and the clock
+-- MAX_CLOCK_MS), exact in Lua's doubles.
 local key, now_s = KEYS[1], ARGV[5]
 local now, slack
 if not now_s or now_s == '' then
@@ -50,48 +51,79 @@ local r = now - j * b
 -- behind a head of hs bytes. A hash (the earlier layout) is laid out the same way, and
 -- rewritten as a string by the first admission.
 local v, t, u, o, since = redis.pcall('GET', key), j, {}, 3, nil
-local legacy = type(v) == 'table'
-if legacy then
-  -- HGETALL fails on a key of any other type.
+-- Set when the value is not as this script writes it (the earlier hash, or buckets of another
+-- length): u and v are then made so, and an admission sets the whole value, keeping its expiry.
+local rewrite = type(v) == 'table'
+local WRONGTYPE = 'WRONGTYPE the key does not hold a sliding window counter'
+if rewrite then
+  -- HLEN fails on a key of any other type. The earlier script kept at most two windows of
+  -- buckets and the warm-up start, each a whole number as HINCRBY and %d write it: counts up
+  -- to MAX_LIMIT, bucket indexes and the start up to MAX_CLOCK_MS (2^52 ms).
+  if redis.call('HLEN', key) > 2 * n + 3 then
+    return redis.error_reply(WRONGTYPE)
+  end
+  local function whole(text, most)
+    local x = tonumber(text)
+    if x and x >= 0 and x <= most and string.format('%d', x) == text then
+      return x
+    end
+  end
   local h, counts = redis.call('HGETALL', key), {}
   t = j - n
   for f = 1, #h, 2 do
-    if h[f] == 's' then
-      since, o = h[f + 1] + 0, 4
-    else
-      local k = h[f] + 0
-      if k <= j + n + 1 then
-        counts[k] = h[f + 1] + 0
-        t = math.max(t, k)
-      end
+    local c = whole(h[f + 1], h[f] == 's' and 4503599627370496 or 1e9)
+    local k = h[f] == 's' or whole(h[f], 4503599627370496)
+    if not (c and k) then
+      return redis.error_reply(WRONGTYPE)
+    end
+    if k == true then
+      since, o = c, 4
+    elseif k <= j + n + 1 then
+      counts[k] = c
+      t = math.max(t, k)
     end
   end
   u = {o - 2, t * b, since}
   for k = t, j - n, -1 do
     u[o + t - k] = counts[k] or 0
   end
-  v = struct.pack((o == 3 and '<BI7' or '<BI7I7') .. string.rep('I4', #u - o + 1), unpack(u))
 elseif v then
   local kind = string.byte(v)
   if kind == 2 then
     o = 4
   end
   local m = (#v - 7 * o + 13) / 4
-  -- At most 2 * 100 + 2 counts (MAX_BUCKETS; the earlier layout's rewrite keeps two windows).
-  if (kind ~= 1 and kind ~= 2) or m < 0 or m % 1 ~= 0 or m > 202 then
-    return redis.error_reply('WRONGTYPE the key does not hold a sliding window counter')
+  -- At most MAX_BUCKETS + 1 counts: no writer keeps more.
+  if (kind ~= 1 and kind ~= 2) or m < 0 or m % 1 ~= 0 or m > 101 then
+    return redis.error_reply(WRONGTYPE)
   end
   u = {struct.unpack((o == 3 and '<BI7' or '<BI7I7') .. string.rep('I4', m), v)}
   u[#u] = nil
-  t, since = u[2] / b, o == 4 and u[3] or nil
-  if t % 1 ~= 0 then
-    -- Counted under another bucket length: the value counts for nothing.
-    v, t, u, o, since = false, j, {}, 3, nil
+  -- No start the library sends lies past MAX_CLOCK_MS (2^52 ms), below which every bucket index
+  -- and step between them is exact.
+  if u[2] > 4503599627370496 then
+    return redis.error_reply(WRONGTYPE)
+  end
+  t, since = floor(u[2] / b), o == 4 and u[3] or nil
+  if u[2] % b ~= 0 then
+    -- Counted under another bucket length (the rule's window or buckets changed), which the
+    -- value does not say: every count is taken as one of the bucket holding the newest start,
+    -- which may deny early for a window, never admits more.
+    local sum = 0
+    for i = o, #u do
+      sum = sum + u[i]
+    end
+    u, rewrite = {o - 2, t * b, since}, true
+    u[o] = math.min(sum, 1e9)
   end
 end
--- A caller whose window does not reach the newest bucket (its clock behind another's) is
--- decided as at that bucket's start; its times are still measured from its own now.
-if t > j + n then
+if rewrite then
+  v = struct.pack((o == 3 and '<BI7' or '<BI7I7') .. string.rep('I4', #u - o + 1), unpack(u))
+end
+-- A caller whose clock lies behind the newest bucket (another's is ahead) is decided as at that
+-- bucket's start, its times still measured from its own now: the key's time never steps back.
+-- From here t <= j.
+if t > j then
   j, r = t, 0
 end
 local weighted, base, ot, hs = j - n, (n + 2) * b + 1, o + t, 7 * o - 13
@@ -101,7 +133,7 @@ local lo = t - #u + o
 -- The full buckets' sum, the weighted bucket's count (0 when t is older) and the newest counted
 -- bucket with permits (the key holds nothing once it has left).
 local full, old, newest = 0, 0, weighted
-for k = math.min(t, j), math.max(weighted + 1, lo), -1 do
+for k = t, math.max(weighted + 1, lo), -1 do
   full = full + u[ot - k]
 end
 if t >= weighted then
@@ -125,7 +157,7 @@ if share > 0 then
   next_ms = j * b + math.min(floor(b * (old - share) / old) + 1, b) - now
 else
   local oldest
-  for k = math.max(weighted + 1, lo), math.min(t, j) do
+  for k = math.max(weighted + 1, lo), t do
     if u[ot - k] > 0 then
       oldest = k
       break
@@ -140,14 +172,13 @@ else
 end
 if admit then
   -- Bucket j's count: a new newest bucket sets the value (its count, then the counts still
-  -- counted behind it) with its expiry; into any other bucket the count is overwritten in
+  -- counted behind it) with its expiry; into the newest bucket the count is overwritten in
   -- place, or, when buckets before j - n are to go (or the key is the earlier hash), the value
   -- is set keeping its expiry.
   local reset, count = (j + n + 1) * b - now, cost
-  if j <= t then
-    count = cost + (u[ot - j] or 0)
+  if j == t then
+    count = cost + (u[o] or 0)
   end
-  local packed = struct.pack('<I4', count)
   if j > t or not v then
     local value
     if since then
@@ -161,12 +192,12 @@ if admit then
     end
     redis.call('SET', key, value, 'PX', string.format('%d', reset + slack))
   else
-    local at, ends = hs + 4 * (t - j), hs + 4 * (t - weighted + 1)
-    if legacy or #v > ends then
-      v = string.sub(v .. string.rep('\0', at + 4 - #v), 1, at) .. packed .. string.sub(v, at + 5, ends)
+    local packed, ends = struct.pack('<I4', count), hs + 4 * (n + 1)
+    if rewrite or #v > ends then
+      v = string.sub(v .. string.rep('\0', hs + 4 - #v), 1, hs) .. packed .. string.sub(v, hs + 5, ends)
       redis.call('SET', key, v, 'KEEPTTL')
     else
-      redis.call('SETRANGE', key, at, packed)
+      redis.call('SETRANGE', key, hs, packed)
     end
   end
   local remaining = limit - estimate - cost
@@ -178,19 +209,16 @@ if admit then
 end
 
 -- Denied: the first instant the estimate leaves room for cost. In bucket k the full buckets
--- sum to `full` (bucket k joins it: empty, or ahead of j) and the weighted one, count `old`,
--- adds floor(old * (b - r) / b), which is <= left iff r > b * (old - left - 1) / old.
--- While the full buckets alone leave no room and none lies ahead of j, nothing changes until
--- the oldest bucket with permits (lo) becomes the weighted one: the search skips to it.
-local room, retry, ahead = limit - cost, 0, t > j
-local k, last = j, math.max(j, newest) + n + 1
+-- sum to `full` (bucket k joins it empty) and the weighted one, count `old`, adds
+-- floor(old * (b - r) / b), which is <= left iff r > b * (old - left - 1) / old.
+-- While the full buckets alone leave no room, nothing changes until the oldest bucket with
+-- permits (lo) becomes the weighted one: the search skips to it.
+local room, retry = limit - cost, 0
+local k, last = j, j + n + 1
 while k <= last do
   local w = k - n
   if k > j then
     full = full - ((w <= t and u[ot - w]) or 0)
-    if ahead and k <= t then
-      full = full + u[ot - k]
-    end
   end
   local left = room - full
   if left >= 0 then
@@ -207,7 +235,7 @@ while k <= last do
       break
     end
     k = k + 1
-  elseif k == j and not ahead then
+  elseif k == j then
     k = math.max(j + 1, lo + n)
   else
     k = k + 1
