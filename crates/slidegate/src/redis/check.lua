@@ -1,6 +1,6 @@
 -- slidegate: every algorithm, one atomic decision over one or several keys (all or nothing).
 -- (One key without warm-up goes through a leaner script: sliding_log.lua, sliding_window.lua or
--- one_key.lua, each writing the same values.) Semantics: src/spec.rs, which this
+-- one_key.lua, each writing values the other reads alike.) Semantics: src/spec.rs, which this
 -- implements independently.
 --
 -- KEYS[i]     check i's state: a sorted set (sliding log); a string of counts by bucket
@@ -112,7 +112,7 @@ for i = 1, #KEYS do
     -- sliding_window.lua refuses is refused here too.
     local counts, since, t, v = {}, nil, nil, redis.pcall('GET', key)
     if type(v) == 'table' then
-      if redis.call('HLEN', key) > 2 * n + 3 then
+      if redis.call('HLEN', key) > 204 then
         return redis.error_reply(WRONGTYPE)
       end
       local function whole(text, most)

@@ -56,10 +56,11 @@ local v, t, u, o, since = redis.pcall('GET', key), j, {}, 3, nil
 local rewrite = type(v) == 'table'
 local WRONGTYPE = 'WRONGTYPE the key does not hold a sliding window counter'
 if rewrite then
-  -- HLEN fails on a key of any other type. The earlier script kept at most two windows of
-  -- buckets and the warm-up start, each a whole number as HINCRBY and %d write it: counts up
-  -- to MAX_LIMIT, bucket indexes and the start up to MAX_CLOCK_MS (2^52 ms).
-  if redis.call('HLEN', key) > 2 * n + 3 then
+  -- HLEN fails on a key of any other type. The earlier script kept the warm-up start and the
+  -- buckets of about two windows of the most buckets (more only after a change of bucket
+  -- length), each a whole number as HINCRBY and %d write it: counts up to MAX_LIMIT, bucket
+  -- indexes and the start up to MAX_CLOCK_MS (2^52 ms).
+  if redis.call('HLEN', key) > 204 then
     return redis.error_reply(WRONGTYPE)
   end
   local function whole(text, most)
@@ -107,8 +108,8 @@ elseif v then
   t, since = floor(u[2] / b), o == 4 and u[3] or nil
   if u[2] % b ~= 0 then
     -- Counted under another bucket length (the rule's window or buckets changed), which the
-    -- value does not say: every count is taken as one of the bucket holding the newest start,
-    -- which may deny early for a window, never admits more.
+    -- value does not say: every count is taken as one of the bucket holding the newest start
+    -- (docs/redis.md says what a change of settings may then let through).
     local sum = 0
     for i = o, #u do
       sum = sum + u[i]
