@@ -16,15 +16,19 @@ use slidegate_testkit::RedisServer;
 const WINDOW: Duration = Duration::from_secs(60);
 
 /// The most a kind of call may hold Redis, in µs, by the median of its repeats. The largest
-/// accepted calls (100,000 permits at once, a group of 16 logs with warm-up) take about a
-/// millisecond (BENCHMARKS.md has the measured figures); this bound leaves room for a noisy
-/// machine, not for a path that grows with an input. A median, not the single slowest, because a
-/// busy 2-core machine can preempt Redis in any one command; an input that makes unbounded work
-/// is slow every time.
-const MEDIAN_US: u64 = 4_000;
+/// accepted calls (100,000 permits at once, a group of 16 logs with warm-up) take one to three
+/// milliseconds on a shared 2-core machine (BENCHMARKS.md has the measured figures); this bound
+/// leaves room for its noise, not for a path that grows with an input. A median, not the single
+/// slowest, because such a machine can preempt Redis in any one command; an input that makes
+/// unbounded work is slow every time.
+const MEDIAN_US: u64 = 6_000;
 
 /// What no single command may exceed, preempted or not: the call never hung.
 const WORST_US: u64 = 50_000;
+
+/// The timing test runs alone (write), the others side by side (read): on a 2-core machine
+/// another test's barrage would preempt the Redis being timed.
+static TIMING: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
 
 fn quota(limit: u64, algorithm: Algorithm) -> Quota {
     Quota::new(limit, WINDOW).and_then(|q| q.with_algorithm(algorithm)).expect("valid quota")
@@ -156,6 +160,7 @@ fn assert_bounded(engine: &str, timings: &BTreeMap<String, Vec<u64>>) {
 /// One test for both engines, so that the two barrages do not compete for the CPU.
 #[tokio::test]
 async fn the_largest_inputs_never_hold_redis_for_long() {
+    let _alone = TIMING.write().await;
     let server = RedisServer::start();
     assert_bounded("lua", &barrage(&server, RedisEngine::Lua).await);
     let server = RedisServer::start_with_module(&[]);
@@ -167,6 +172,7 @@ async fn the_largest_inputs_never_hold_redis_for_long() {
 /// implementation) on the same clock.
 #[tokio::test]
 async fn a_long_expired_log_is_trimmed_a_bounded_amount_per_admission_without_changing_decisions() {
+    let _beside = TIMING.read().await;
     let server = RedisServer::start();
     let clock = ManualClock::new(1_700_000_000_000);
     let redis = limiter(&server, RedisEngine::Lua, &clock).await;
@@ -201,6 +207,7 @@ async fn a_long_expired_log_is_trimmed_a_bounded_amount_per_admission_without_ch
 /// the key is then checked normally.
 #[tokio::test]
 async fn inputs_past_the_bounds_are_the_callers_error_never_an_admission() {
+    let _beside = TIMING.read().await;
     let server = RedisServer::start();
     let clock = ManualClock::new(1_700_000_000_000);
     let limiter = limiter(&server, RedisEngine::Lua, &clock)
@@ -235,6 +242,7 @@ async fn inputs_past_the_bounds_are_the_callers_error_never_an_admission() {
 /// quota admits; the sliding log's limit is bounded there too.
 #[tokio::test]
 async fn the_module_takes_large_costs_within_the_log_limit() {
+    let _beside = TIMING.read().await;
     let server = RedisServer::start_with_module(&[]);
     let clock = ManualClock::new(1_700_000_000_000);
     let limiter = limiter(&server, RedisEngine::Module, &clock).await;
@@ -252,6 +260,7 @@ async fn the_module_takes_large_costs_within_the_log_limit() {
 /// at most window / n, about 3 LEB128 bytes each at 100,000 in 366 days, plus a mark per 256.)
 #[tokio::test]
 async fn memory_per_key_stays_within_the_documented_bound() {
+    let _beside = TIMING.read().await;
     const LOG_SCRIPT_BYTES: u64 = 13_000_000;
     const LOG_MODULE_BYTES: u64 = 320_000;
     const COUNTER_BYTES: u64 = 4_096;
