@@ -202,8 +202,8 @@ fn lua_window_counts(value: &[u8], bucket_ms: u64) -> Option<(u64, Vec<(u64, u64
     // At most MAX_BUCKETS + 1 counts: no writer keeps more.
     let counts = value.get(head..).filter(|c| c.len() % 4 == 0 && c.len() <= 4 * 101)?;
     let (start, warm_since) = (int(&value[1..8]), if head == 15 { int(&value[8..15]) } else { 0 });
-    // A start past the scripts' latest time (`MAX_CLOCK_MS`, 2^52 ms) is no value they wrote.
-    if start > 1 << 52 {
+    // A start past the scripts' latest time is no value they wrote.
+    if start > slidegate::MAX_CLOCK_MS {
         return None;
     }
     if start % bucket_ms != 0 {

@@ -77,8 +77,8 @@ pub use memory::MemoryBackend;
 pub use quota::{Algorithm, MAX_LIMIT, MAX_LOG_LIMIT, MAX_WINDOW, Quota, WarmUp};
 #[cfg(feature = "redis")]
 pub use redis::{
-    MAX_CLOCK_MS, MAX_SCRIPT_LOG_COST, PipelinedConnection, RedisBackend, RedisClusterBackend, RedisEngine,
-    RedisSentinelBackend,
+    MAX_SCRIPT_LOG_COST, PipelinedConnection, RedisBackend, RedisClusterBackend, RedisEngine, RedisSentinelBackend,
 };
 pub use resilience::{CircuitBreaker, FailurePolicy, NearCache};
 pub use slot::key_slot;
+pub use state::MAX_CLOCK_MS;

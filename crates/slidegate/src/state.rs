@@ -99,6 +99,13 @@ const MIN_SHRINK_CAPACITY: usize = 64;
 /// plus its bucket) fits in 64 bits.
 pub const MAX_TIME_MS: u64 = 1 << 53;
 
+/// The latest time, in ms since 1970, that a Redis backend takes from a caller's clock
+/// (`RedisBackend::with_clock`), and that a stored sliding window counter may start at: 2⁵² ms,
+/// some 140,000 years. Up to it the Lua scripts' bucket indexes, and the steps between them,
+/// are exact in Lua's doubles; past it a loop over buckets could step by nothing and never end,
+/// holding Redis.
+pub const MAX_CLOCK_MS: u64 = 1 << 52;
+
 impl Counter {
     /// A key that holds nothing yet, counted by `algorithm`.
     pub fn new(algorithm: Algorithm) -> Self {

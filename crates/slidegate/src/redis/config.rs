@@ -9,16 +9,11 @@ use redis::aio::ConnectionLike;
 use super::members::Members;
 use super::outlook::Outlook;
 use super::{RedisBackend, RedisEngine};
+use crate::state::MAX_CLOCK_MS;
 use crate::{Algorithm, Clock};
 
 /// The deadline of one backend call unless set otherwise: a sick Redis must not hold requests.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
-
-/// The latest time, in ms since 1970, that a Redis backend takes from a caller's clock
-/// ([`RedisBackend::with_clock`]): 2⁵² ms, some 140,000 years. Up to it the Lua scripts' bucket
-/// indexes, and the steps between them, are exact in Lua's doubles; past it a loop over buckets
-/// could step by nothing and never end, holding Redis.
-pub const MAX_CLOCK_MS: u64 = 1 << 52;
 
 /// The key namespace unless set otherwise: keys are `slidegate:<key>`.
 pub const DEFAULT_PREFIX: &str = "slidegate";
@@ -74,9 +69,10 @@ where
 
     /// Takes "now" from `clock` instead of Redis' `TIME` (deterministic tests, replays).
     /// Every client of a key must then share one clock; a reading past [`MAX_CLOCK_MS`] is
-    /// refused ([`Error::ClockOutOfRange`](crate::Error::ClockOutOfRange)). Redis' own key expiry still runs on
-    /// Redis' clock, so keys then expire one window plus one minute after the last admission:
-    /// a caller's clock that lags Redis' by more than a minute can lose live entries.
+    /// refused ([`Error::ClockOutOfRange`](crate::Error::ClockOutOfRange)). Redis' own key
+    /// expiry still runs on Redis' clock, so keys then expire one window plus one minute after
+    /// the last admission: a caller's clock that lags Redis' by more than a minute can lose
+    /// live entries.
     #[must_use]
     pub fn with_clock(mut self, clock: impl Clock) -> Self {
         Arc::make_mut(&mut self.config).clock = Some(Arc::new(clock));

@@ -37,7 +37,7 @@ use std::sync::Arc;
 use redis::aio::ConnectionLike;
 
 pub use cluster::RedisClusterBackend;
-pub use config::{DEFAULT_PREFIX, DEFAULT_TIMEOUT, MAX_CLOCK_MS};
+pub use config::{DEFAULT_PREFIX, DEFAULT_TIMEOUT};
 pub use engine::RedisEngine;
 pub use pipelined::{DEFAULT_MAX_QUEUED, MAX_IN_FLIGHT, PipelinedConnection};
 pub use redis::cluster_async::ClusterConnection;
