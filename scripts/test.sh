@@ -11,8 +11,8 @@ bash scripts/setup.sh
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
 status=0
-# The Redis module's tests load the module's own build (`target/debug/libslidegate_module.so`),
-# which only a build naming the module crate writes there; `cargo test` leaves it in deps/.
+# Everything is built first, so that a compile error shows once and the tests' time is their own
+# (the testkit would otherwise build the Redis module the tests load, on first use).
 cargo build --workspace --all-features 2>&1 | tee "$log" || status=$?
 [ "$status" -eq 0 ] && { cargo test --workspace --all-features --all-targets "$@" 2>&1 | tee -a "$log" || status=$?; }
 if [ "$status" -eq 0 ]; then

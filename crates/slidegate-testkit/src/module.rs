@@ -3,10 +3,14 @@
 //! A test that loads an old module passes or fails for the old code. So there is one module a
 //! test binary may load — the one its own profile's `cargo build -p slidegate-module` wrote —
 //! and it must be fresh: built from this checkout's sources, none of them changed since (the
-//! dep-info file cargo writes beside it lists them). After loading, the server must say that
-//! this very file is the module it runs.
+//! dep-info file cargo writes beside it lists them). A missing or stale module is built here,
+//! once per test binary (cargo's own lock on the target directory keeps two binaries from
+//! building it at once), so a plain `cargo test` works as `scripts/test.sh` does. After
+//! loading, the server must say that this very file is the module it runs.
 
 use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
 use std::time::SystemTime;
 
 use crate::RedisServer;
@@ -16,28 +20,66 @@ const MODULE_NAME: &str = "slidegate";
 
 /// The module (`crates/slidegate-module`) this test binary loads:
 /// `<target>/<profile>/libslidegate_module.so` of the profile the test binary was built with
-/// (where both `cargo build -p slidegate-module` and `cargo test -p slidegate-module` leave
-/// it; `cargo test` alone leaves it in `deps/`). `scripts/test.sh` builds it first; a
-/// `cargo test` of your own needs `cargo build -p slidegate-module` (with the same profile) first.
+/// (where `cargo build -p slidegate-module` leaves it; `cargo test` alone leaves it in
+/// `deps/`). Built first with that profile when missing or older than its sources.
 ///
 /// # Panics
-/// When the module is not built, or is stale: built from another checkout, or older than one
-/// of its sources.
+/// When the build fails, or what it wrote is still not a fresh build of this checkout's module.
 pub fn module_path() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(build_when_stale).clone()
+}
+
+/// Where this profile's module lives, built by `cargo build -p slidegate-module` when
+/// [`stale`] finds a reason.
+fn build_when_stale() -> PathBuf {
     let exe = std::env::current_exe().expect("the test binary's path");
     // Test binaries live in `<target>/<profile>/deps/`.
     let profile = exe.parent().and_then(Path::parent).expect("a profile directory");
     let stem = format!("{}slidegate_module", std::env::consts::DLL_PREFIX);
     let path = profile.join(format!("{stem}{}", std::env::consts::DLL_SUFFIX));
-    let rebuild = "run `cargo build -p slidegate-module`";
-    let built = modified(&path).unwrap_or_else(|| panic!("{} is not built: {rebuild}", path.display()));
-    let sources = dep_info_sources(&profile.join(format!("{stem}.d")));
-    let own = module_source();
-    assert!(sources.contains(&own), "{} was not built from {}: {rebuild}", path.display(), own.display());
-    if let Some(newer) = sources.iter().find(|s| modified(s).is_none_or(|m| m > built)) {
-        panic!("{} is older than {}: {rebuild}", path.display(), newer.display());
+    let dep_info = profile.join(format!("{stem}.d"));
+    if stale(&path, &dep_info).is_some() {
+        build(profile);
+    }
+    if let Some(reason) = stale(&path, &dep_info) {
+        panic!("{reason}: run `cargo build -p slidegate-module` with the tests' profile");
     }
     path
+}
+
+/// Why `path` is not a fresh build of this checkout's module, if it is not.
+fn stale(path: &Path, dep_info: &Path) -> Option<String> {
+    let Some(built) = modified(path) else { return Some(format!("{} is not built", path.display())) };
+    let Some(sources) = dep_info_sources(dep_info) else {
+        return Some(format!("{} has no dep-info file beside it", path.display()));
+    };
+    let own = module_source();
+    if !sources.contains(&own) {
+        return Some(format!("{} was not built from {}", path.display(), own.display()));
+    }
+    let newer = sources.iter().find(|s| modified(s).is_none_or(|m| m > built))?;
+    Some(format!("{} is older than {}", path.display(), newer.display()))
+}
+
+/// `cargo build -p slidegate-module` into `profile` (`<target>/<profile>`), with that profile.
+fn build(profile: &Path) {
+    let target_dir = profile.parent().expect("a target directory");
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../slidegate-module/Cargo.toml");
+    let mut cargo = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    cargo.arg("build").arg("--manifest-path").arg(&manifest).arg("--target-dir").arg(target_dir);
+    match profile.file_name().and_then(|p| p.to_str()) {
+        Some("debug") => {}
+        Some("release") => {
+            cargo.arg("--release");
+        }
+        Some(other) => {
+            cargo.args(["--profile", other]);
+        }
+        None => panic!("{}: not a profile directory", profile.display()),
+    }
+    let status = cargo.status().unwrap_or_else(|e| panic!("running cargo to build the module: {e}"));
+    assert!(status.success(), "`cargo build -p slidegate-module` failed ({status}): see its output above");
 }
 
 /// Panics unless `server` runs the module from [`module_path`](fn@module_path) (`MODULE LIST`).
@@ -79,10 +121,10 @@ fn module_source() -> PathBuf {
     source.canonicalize().unwrap_or(source)
 }
 
-/// The source files a cargo dep-info file (`target: dep dep ...`, spaces escaped as `\ `) lists.
-fn dep_info_sources(file: &Path) -> Vec<PathBuf> {
-    let text = std::fs::read_to_string(file)
-        .unwrap_or_else(|e| panic!("{}: {e}: run `cargo build -p slidegate-module`", file.display()));
+/// The source files a cargo dep-info file (`target: dep dep ...`, spaces escaped as `\ `) lists;
+/// `None` when there is no such file.
+fn dep_info_sources(file: &Path) -> Option<Vec<PathBuf>> {
+    let text = std::fs::read_to_string(file).ok()?;
     let mut sources = Vec::new();
     for line in text.lines() {
         let Some((_, deps)) = line.split_once(": ") else { continue };
@@ -91,7 +133,7 @@ fn dep_info_sources(file: &Path) -> Vec<PathBuf> {
     }
     sources.sort();
     sources.dedup();
-    sources
+    Some(sources)
 }
 
 fn modified(path: &Path) -> Option<SystemTime> {
