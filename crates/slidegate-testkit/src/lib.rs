@@ -4,13 +4,18 @@
 //! a scratch directory of its own, waits (bounded) until it answers `PING`, and kills it by pid
 //! when dropped — also when the test panics. Each test that needs Redis starts its own, so
 //! tests never see each other's keys and can kill or stall their server freely.
+//!
+//! [`FaultProxy`] stands between a client and a server on loopback and fails the network
+//! between them on demand ([`Fault`]: latency, loss, blackhole, half-open, reset).
 
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod fault;
 mod module;
+pub use fault::{CHUNK, Direction, Fault, FaultProxy, MAX_HELD_CHUNKS, TICK};
 pub use module::module_path;
 
 /// How long a server may take to answer its first `PING`.
