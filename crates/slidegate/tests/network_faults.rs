@@ -292,3 +292,137 @@ async fn replies_held_by_a_partition_never_reach_a_later_request() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn latency_under_the_deadline_is_exact_and_over_it_the_policy_answers_in_time() {
+    for engine in ENGINES {
+        let (_server, proxy) = redis(engine);
+        let limiter = limiter(&proxy, engine, FailurePolicy::FailClosed).await;
+        // A 20 ms round trip (± 10 ms), under the 50 ms deadline: Redis decides, exactly.
+        proxy.set(Fault::Latency { delay: Duration::from_millis(10), jitter: Duration::from_millis(5) });
+        assert_exact(&limiter, "slow").await;
+        // A 300 ms round trip: every call misses its deadline and fail_closed answers, in time.
+        proxy.set(Fault::Latency { delay: Duration::from_millis(150), jitter: Duration::from_millis(20) });
+        let mut slowest = Duration::ZERO;
+        for _ in 0..5 {
+            let t = Instant::now();
+            let d = limiter.check("late", &roomy()).await.expect("the policy answers");
+            slowest = slowest.max(t.elapsed());
+            assert_eq!((d.allowed, d.degraded), (false, Some(FailurePolicy::FailClosed)), "{engine:?}");
+        }
+        let _ = writeln!(std::io::stderr(), "network fault latency 150 ms one way, {engine:?}: slowest {slowest:?}");
+        assert!(slowest <= DEADLINE + SLACK, "{engine:?}: slowest {slowest:?}");
+        proxy.set(Fault::Pass);
+        // What the slow network carries still arrives late (a chunk never overtakes the one
+        // before it): past one slow round trip, the connection is fast again.
+        tokio::time::sleep(Duration::from_millis(2 * 170)).await;
+        assert_exact(&limiter, "healed").await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_packets_cost_the_requests_they_hold_up_the_deadline_and_no_more() {
+    for engine in ENGINES {
+        let (_server, proxy) = redis(engine);
+        let name = format!("loss 20 %, {engine:?}");
+        let fault = Fault::Loss { ratio: 0.2, retransmit: Duration::from_millis(200) };
+        let limiter = limiter(&proxy, engine, FailurePolicy::FailOpen).await;
+        let run = through(&proxy, limiter, roomy(), fault, Duration::from_secs(1)).await;
+        run.assert_answered_in_time_and_back(&name, false);
+        // Some requests got through the loss and some were held past their deadline.
+        let inside: Vec<_> = run.inside().collect();
+        let degraded = inside.iter().filter(|a| matches!(a.decision, Some((_, Some(_))))).count();
+        assert!(degraded > 0 && degraded < inside.len(), "{name}: {degraded} of {} degraded", inside.len());
+        assert!(run.degraded().all(|(allowed, _, _)| allowed), "{name}: fail_open admits");
+        assert_exact(&limiter_on(&proxy, engine).await, "healed").await;
+    }
+}
+
+/// A fail_closed limiter through `proxy`: for the checks a test makes after a fault.
+async fn limiter_on(proxy: &FaultProxy, engine: Engine) -> Limiter<RedisBackend> {
+    limiter(proxy, engine, FailurePolicy::FailClosed).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_half_open_connection_answers_in_time_and_a_check_it_lost_still_counts() {
+    for engine in ENGINES {
+        for open in [Direction::ToServer, Direction::ToClient] {
+            let (_server, proxy) = redis(engine);
+            let limiter = limiter_on(&proxy, engine).await;
+            let quota = Quota::per_minute(5).expect("valid");
+            proxy.set(Fault::HalfOpen(open));
+            for _ in 0..3 {
+                let t = Instant::now();
+                let d = limiter.check("h", &quota).await.expect("the policy answers");
+                assert!(t.elapsed() <= DEADLINE + SLACK, "{engine:?}, {open:?}: took {:?}", t.elapsed());
+                assert_eq!((d.allowed, d.degraded), (false, Some(FailurePolicy::FailClosed)));
+            }
+            proxy.set(Fault::Pass);
+            // The three checks reached Redis (at once, or held and sent on the heal) and were
+            // admitted there though their callers were denied: two admissions are left, never
+            // more. A network that loses replies costs a key admissions; it never adds any.
+            let patient = Limiter::new(limiter.backend().clone().with_timeout(Duration::from_secs(2)));
+            let mut seen = Vec::new();
+            for _ in 0..3 {
+                let d = patient.check("h", &quota).await.expect("answered");
+                assert_eq!(d.degraded, None);
+                seen.push(d.allowed);
+            }
+            let _ =
+                writeln!(std::io::stderr(), "network fault half-open {open:?}, {engine:?}: after the heal {seen:?}");
+            assert_eq!(seen, [true, true, false], "{engine:?}, {open:?}: the unanswered checks counted once");
+            assert_exact(&limiter, "healed").await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resets_under_load_are_answered_in_time_and_the_client_connects_again() {
+    for engine in ENGINES {
+        let (_server, proxy) = redis(engine);
+        let name = format!("reset 600 ms, {engine:?}");
+        let limiter = limiter(&proxy, engine, FailurePolicy::FailOpen).await;
+        let run = through(&proxy, limiter, roomy(), Fault::Reset, Duration::from_millis(600)).await;
+        run.assert_answered_in_time_and_back(&name, true);
+        assert!(run.degraded().all(|(allowed, _, _)| allowed), "{name}: fail_open admits");
+        // Reset connections are answered at once, not at the deadline: the client kept trying.
+        assert!(proxy.accepted() > 2, "{name}: reconnected {} times", proxy.accepted());
+        assert_exact(&limiter_on(&proxy, engine).await, "healed").await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_breaker_opens_in_a_partition_and_closes_once_healed() {
+    for engine in ENGINES {
+        let (_server, proxy) = redis(engine);
+        let open_for = Duration::from_millis(200);
+        let limiter = limiter_on(&proxy, engine).await.with_circuit_breaker(3, open_for);
+        let quota = roomy();
+        proxy.set(Fault::Blackhole);
+        let mut waits = Vec::new();
+        for _ in 0..6 {
+            let t = Instant::now();
+            let d = limiter.check("k", &quota).await.expect("the policy answers");
+            waits.push(t.elapsed());
+            assert_eq!((d.allowed, d.degraded), (false, Some(FailurePolicy::FailClosed)));
+        }
+        let _ = writeln!(std::io::stderr(), "network fault breaker in a blackhole, {engine:?}: waits {waits:?}");
+        // Closed, each of the first three waits its deadline; open, none waits for the network.
+        assert!(waits[..3].iter().all(|w| *w >= DEADLINE - Duration::from_millis(5)), "{engine:?}: {waits:?}");
+        assert!(waits.iter().all(|w| *w <= DEADLINE + SLACK), "{engine:?}: {waits:?}");
+        assert!(limiter.circuit_open(), "{engine:?}: open after three failures");
+        assert!(waits[3..].iter().all(|w| *w < DEADLINE / 2), "{engine:?}: open answers without waiting: {waits:?}");
+        proxy.set(Fault::Pass);
+        let healed = Instant::now();
+        loop {
+            tokio::time::sleep(open_for / 4).await;
+            let d = limiter.check("k", &quota).await.expect("answered");
+            if d.degraded.is_none() {
+                break;
+            }
+            assert!(healed.elapsed() < open_for + BACK_WITHIN, "{engine:?}: the circuit stayed open after the heal");
+        }
+        assert!(!limiter.circuit_open(), "{engine:?}: closed by the probe's success");
+        assert_exact(&limiter, "healed").await;
+    }
+}
