@@ -336,21 +336,35 @@ async fn latency_under_the_deadline_is_exact_and_over_it_the_policy_answers_in_t
     }
 }
 
+/// The load under fail_open on `engine` through `fault` for `hold`: what every run must show,
+/// every policy answer an admission, and a fresh key exact after the heal. Returns the run and
+/// the proxy for the test's own checks.
+async fn fail_open_through(
+    engine: Engine,
+    name: &str,
+    fault: Fault,
+    hold: Duration,
+    nothing_passes: bool,
+) -> (Run, FaultProxy) {
+    let (_server, proxy) = redis(engine);
+    let limiter = limiter(&proxy, engine, FailurePolicy::FailOpen).await;
+    let run = through(&proxy, limiter, roomy(), fault, hold).await;
+    run.assert_answered_in_time_and_back(name, nothing_passes);
+    assert!(run.degraded().all(|(allowed, _, _)| allowed), "{name}: fail_open admits");
+    assert_exact(&limiter_on(&proxy, engine).await, "healed").await;
+    (run, proxy)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lost_packets_cost_the_requests_they_hold_up_the_deadline_and_no_more() {
     for engine in ENGINES {
-        let (_server, proxy) = redis(engine);
         let name = format!("loss 2 %, {engine:?}");
         let fault = Fault::Loss { ratio: 0.02, retransmit: Duration::from_millis(200) };
-        let limiter = limiter(&proxy, engine, FailurePolicy::FailOpen).await;
-        let run = through(&proxy, limiter, roomy(), fault, Duration::from_secs(1)).await;
-        run.assert_answered_in_time_and_back(&name, false);
+        let (run, _) = fail_open_through(engine, &name, fault, Duration::from_secs(1), false).await;
         // Some requests got through the loss and some were held past their deadline.
         let inside: Vec<_> = run.inside().collect();
         let degraded = inside.iter().filter(|a| matches!(a.decision, Some((_, Some(_))))).count();
         assert!(degraded > 0 && degraded < inside.len(), "{name}: {degraded} of {} degraded", inside.len());
-        assert!(run.degraded().all(|(allowed, _, _)| allowed), "{name}: fail_open admits");
-        assert_exact(&limiter_on(&proxy, engine).await, "healed").await;
     }
 }
 
@@ -395,15 +409,10 @@ async fn a_half_open_connection_answers_in_time_and_a_check_it_lost_still_counts
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resets_under_load_are_answered_in_time_and_the_client_connects_again() {
     for engine in ENGINES {
-        let (_server, proxy) = redis(engine);
         let name = format!("reset 600 ms, {engine:?}");
-        let limiter = limiter(&proxy, engine, FailurePolicy::FailOpen).await;
-        let run = through(&proxy, limiter, roomy(), Fault::Reset, Duration::from_millis(600)).await;
-        run.assert_answered_in_time_and_back(&name, true);
-        assert!(run.degraded().all(|(allowed, _, _)| allowed), "{name}: fail_open admits");
-        // Reset connections are answered at once, not at the deadline: the client kept trying.
+        let (_, proxy) = fail_open_through(engine, &name, Fault::Reset, Duration::from_millis(600), true).await;
+        // Reset connections fail at once, not at the deadline: the client kept trying.
         assert!(proxy.accepted() > 2, "{name}: reconnected {} times", proxy.accepted());
-        assert_exact(&limiter_on(&proxy, engine).await, "healed").await;
     }
 }
 

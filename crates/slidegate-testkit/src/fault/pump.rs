@@ -48,9 +48,10 @@ impl Link {
 }
 
 /// Closes `socket` with a reset (RST) instead of an orderly end (FIN), once every handle to it
-/// is closed.
+/// is closed: this one now.
 pub(super) fn reset_now(socket: TcpStream) {
     let _ = socket2::SockRef::from(&socket).set_linger(Some(Duration::ZERO));
+    drop(socket);
 }
 
 impl Conn {
