@@ -5,7 +5,7 @@
 //! # Layout
 //!
 //! - [`config`]: the TOML rules file, validated with file/line/field errors.
-//! - [`file`]: reading a configuration file: regular files only, size-bounded, never waiting.
+//! - [`file`](mod@file): reading a configuration file: regular files only, size-bounded, never waiting.
 //! - [`backend`]: [`backend::AnyBackend`], the memory or Redis backend chosen at start.
 //! - [`app`]: the shared state — limiter and live rules, swapped whole on reload.
 //! - [`api`]: the HTTP routes, JSON bodies, RateLimit headers and error answers.

@@ -3,7 +3,7 @@
 //!
 //! Looking is reading every watched file (a digest of each is kept, not its text) and reloading
 //! reads them again: both run on the blocking pool, never on a runtime thread, so a slow disk
-//! cannot stall requests, `/healthz` or the shutdown. Each file is read as [`file`] reads: a
+//! cannot stall requests, `/healthz` or the shutdown. Each file is read as [`file`](mod@file) reads: a
 //! FIFO or a device is refused at once, never waited on.
 
 use std::path::{Path, PathBuf};

@@ -527,11 +527,20 @@ async fn the_largest_accepted_rules_cost_an_instance_under_256_mib_and_more_rule
     println!("VmRSS after the refused document of {most} rules: {third:.0} MiB");
     assert!(third <= 256.0, "{third} MiB");
 
-    // A rules file over the bound is refused at start, as `validate` refuses it.
+    // A rules file over the bound is refused at start, and on reload.
     let file = RulesFile::new(&minimal("d", MAX_RULES + 1));
     let (status, stderr) = support::run_to_exit(&["serve", "--config", file.arg()]);
     let over = format!("rules[{MAX_RULES}]: {} rules, over the {MAX_RULES} a rules file may have", MAX_RULES + 1);
     assert!(!status.success() && stderr.contains(&over), "{stderr}");
+    file.write(&minimal("d", MAX_RULES));
+    let from_file = Slidegate::serve(&["--config", file.arg()]);
+    file.write(&minimal("e", MAX_RULES + 1));
+    let started = Instant::now();
+    while !from_file.log_text().contains(&over) {
+        assert!(started.elapsed() < Duration::from_secs(5), "{}", from_file.log_text());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(limit_of(&client, &from_file, "d0").await, (1, false), "the rules in force stay");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
