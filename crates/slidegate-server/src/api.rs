@@ -640,12 +640,12 @@ fn count(app: &App, live: &Live, r: &Resolved<'_>, d: &Decision, started: quanta
     let rule = &*r.policy;
     if let Some(c) = live.counters(rule) {
         c.decisions.count(d.allowed);
+        if let Some(policy) = d.degraded {
+            c.decisions.count_degraded(policy);
+        }
         if let Some(traffic) = &c.traffic {
             app.stats.record(traffic, || crate::stats::client_key(&r.key, rule), d, started);
         }
-    }
-    if let Some(policy) = d.degraded {
-        metrics::count_degraded(rule, policy);
     }
 }
 
@@ -840,7 +840,9 @@ async fn render_metrics(State(app): State<Arc<App>>) -> impl IntoResponse {
     for name in ["memory", "lua", "module"] {
         ::metrics::gauge!(metrics::ENGINE, "engine" => name).set(if name == engine { 1.0 } else { 0.0 });
     }
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], metrics::handle().render())
+    let mut page = metrics::handle().render();
+    metrics::held::render(&mut page);
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], page)
 }
 
 async fn ready(State(app): State<Arc<App>>) -> Response {
@@ -856,8 +858,13 @@ async fn ready(State(app): State<Arc<App>>) -> Response {
         ),
     };
     // The shared rules and overrides: which version is in force, and whether it is current.
-    if let Some(shared) = app.shared() {
-        answer["shared"] = shared.detail();
+    let Some(shared) = app.shared() else { return (status, Json(answer)).into_response() };
+    answer["shared"] = shared.detail();
+    // An instance with no rules because the stored ones are unreadable must take no traffic.
+    if let Some(why) = shared.unready().filter(|_| status == StatusCode::OK) {
+        answer["status"] = json!("unavailable");
+        answer["error"] = json!(why);
+        return (StatusCode::SERVICE_UNAVAILABLE, Json(answer)).into_response();
     }
     (status, Json(answer)).into_response()
 }

@@ -30,15 +30,18 @@ pub use algorithm::{AlgorithmError, AlgorithmField, AlgorithmSpec, DEFAULT_COLD_
 use envoy::envoy_options;
 use inline::InlineSpec;
 use rule::RuleSpec;
-pub use rule::{Rule, Rules};
+pub use rule::{MAX_RULES, Rule, Rules};
 use server::ServerSpec;
 use ui::UiSpec;
 use value::failure_policy;
 pub use value::{check_redis_url, parse_duration};
 
 use crate::envoy::EnvoyOptions;
+use crate::file::FileError;
 use crate::http::HttpLimits;
 use crate::inline::InlineConfig;
+// A rules file is bounded as a pushed one is: both are the rules every instance parses.
+use crate::shared_rules::MAX_DOCUMENT_BYTES;
 use crate::ui::UiConfig;
 
 /// The per-call backend deadline when the file does not set one.
@@ -59,7 +62,7 @@ pub enum ConfigError {
         /// The file.
         path: String,
         /// Why.
-        source: std::io::Error,
+        source: FileError,
     },
     /// The file is not TOML of the rules file's shape: bad syntax, an unknown field, a value of
     /// the wrong type, a missing field.
@@ -266,7 +269,7 @@ impl Config {
     /// Reads and validates the rules file at `path`. A relative `envoy_config` directory is
     /// relative to the file.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path)
+        let text = crate::file::read_text(path, MAX_DOCUMENT_BYTES, "rules")
             .map_err(|source| ConfigError::Read { path: path.display().to_string(), source })?;
         let mut config = Self::parse(&text, &path.display().to_string())?;
         if let Some(dir) = config.envoy_config.take() {

@@ -1,6 +1,7 @@
 //! The standard gRPC health service (`grpc.health.v1.Health`) beside the Envoy service: it says
-//! `SERVING` while the backend is ready, as `/readyz` does, and `NOT_SERVING` while it is not,
-//! so that a load balancer or Kubernetes' gRPC probe stops sending work to an instance whose
+//! `SERVING` while the backend is ready, as `/readyz` does, and `NOT_SERVING` while it is not
+//! (or while the rules come from Redis and none are in force, the stored ones unreadable), so
+//! that a load balancer or Kubernetes' gRPC probe stops sending work to an instance whose
 //! Redis is gone.
 
 use std::sync::Arc;
@@ -15,6 +16,7 @@ use tracing::{info, warn};
 use crate::app::App;
 use crate::envoy::EnvoyRateLimit;
 use crate::redact::redact;
+use crate::shared_rules::Shared;
 
 /// The largest health request decoded: a service name is tens of bytes; tonic's default would
 /// let one request make the server decode 4 MiB.
@@ -29,18 +31,22 @@ pub const HEALTH_INTERVAL: Duration = Duration::from_secs(1);
 pub async fn follow_readiness(reporter: HealthReporter, app: Arc<App>) {
     let mut reported = None;
     loop {
-        let status = match app.limiter.backend().ready().await {
-            Ok(()) => ServingStatus::Serving,
-            Err(e) => {
+        let unready = match app.limiter.backend().ready().await {
+            Ok(()) => app.shared().and_then(Shared::unready),
+            Err(e) => Some(format!("backend not ready: {}", redact(&e.to_string()))),
+        };
+        let status = match unready {
+            None => ServingStatus::Serving,
+            Some(why) => {
                 if reported != Some(ServingStatus::NotServing) {
-                    warn!(error = %redact(&e.to_string()), "backend not ready: gRPC health NOT_SERVING");
+                    warn!("{why}: gRPC health NOT_SERVING");
                 }
                 ServingStatus::NotServing
             }
         };
         if reported != Some(status) {
             if reported.is_some() && status == ServingStatus::Serving {
-                info!("backend ready: gRPC health SERVING");
+                info!("ready: gRPC health SERVING");
             }
             // A watcher is woken by every report, so only changes are reported.
             for service in ["", <RateLimitServiceServer<EnvoyRateLimit> as NamedService>::NAME] {

@@ -5,10 +5,12 @@
 //! # Layout
 //!
 //! - [`config`]: the TOML rules file, validated with file/line/field errors.
+//! - [`file`](mod@file): reading a configuration file: regular files only, size-bounded, never waiting.
 //! - [`backend`]: [`backend::AnyBackend`], the memory or Redis backend chosen at start.
 //! - [`app`]: the shared state — limiter and live rules, swapped whole on reload.
 //! - [`api`]: the HTTP routes, JSON bodies, RateLimit headers and error answers.
-//! - [`server`]: `serve` — bind, graceful shutdown, rules-file watching and SIGHUP.
+//! - [`server`]: `serve` — bind, graceful shutdown.
+//! - [`watch`]: reloads on a change of the rules file or the Envoy directory, and on SIGHUP.
 //! - [`http`]: the HTTP listener — header-read and request deadlines, the connection cap.
 //! - [`inline`]: the bounds of inline checks (`[inline]`).
 //! - [`admin`]: the admin token, compared in constant time.
@@ -35,6 +37,7 @@ pub mod backend;
 pub mod bench;
 pub mod config;
 pub mod envoy;
+pub mod file;
 pub mod grpc;
 pub mod health;
 pub mod http;
@@ -52,3 +55,4 @@ pub mod shared_rules;
 pub mod stats;
 pub mod ui;
 pub mod validate;
+pub mod watch;

@@ -11,6 +11,8 @@ use std::time::Duration;
 use metrics::{Counter, Histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
 
+pub mod held;
+
 /// Decisions by rule and result (`allowed` / `denied`).
 pub const DECISIONS: &str = "slidegate_decisions_total";
 /// Backend calls that failed, by backend and error kind.
@@ -30,6 +32,9 @@ pub const RULES: &str = "slidegate_rules";
 /// Reloads by `result` (`ok` / `failed`) and `file` (`rules`: the rules file; `envoy`: the
 /// Envoy configuration directory).
 pub const RELOADS: &str = "slidegate_config_reloads_total";
+/// Configuration files refused before reading, by `file` (`rules`, `envoy`) and `reason`
+/// (`not_a_file`: a FIFO, a device, a directory…; `too_large`).
+pub const FILES_REFUSED: &str = "slidegate_config_files_refused_total";
 /// Decisions a failure policy made because the backend could not, by rule and policy.
 pub const DEGRADED: &str = "slidegate_degraded_decisions_total";
 /// 1 while the backend's circuit breaker is open (the backend is not being called).
@@ -71,17 +76,15 @@ pub const NEAR_CACHE_KEYS: &str = "slidegate_near_cache_keys";
 /// 1 while the Redis that holds the shared rules and overrides cannot be reached: the instance
 /// serves the last ones it had.
 pub const SHARED_UNREACHABLE: &str = "slidegate_shared_unreachable";
+/// Times everything shared was read again from Redis: at start, after Redis returns, after a
+/// gap in the versions or an unreadable notice (those waiting are merged into one read).
+pub const SHARED_RESYNCS: &str = "slidegate_shared_resyncs_total";
 /// The version of the rules from Redis in force (`--rules-from-redis`).
 pub const RULES_VERSION: &str = "slidegate_rules_version";
 /// Per-key overrides held.
 pub const OVERRIDES: &str = "slidegate_overrides";
 /// Override changes made through this instance, by `action` (`set`, `delete`, `lapse`).
 pub const OVERRIDE_CHANGES: &str = "slidegate_override_changes_total";
-
-/// Counts one degraded decision (rare: a label lookup per call is fine here).
-pub fn count_degraded(rule: &str, policy: slidegate::FailurePolicy) {
-    metrics::counter!(DEGRADED, "rule" => rule.to_owned(), "policy" => policy.as_str()).increment(1);
-}
 
 /// How often the recorder's upkeep runs (the exporter's own default): it drains the samples
 /// histograms collected since into their buckets, which a scrape does too; without it, a
@@ -136,26 +139,43 @@ pub fn handle() -> PrometheusHandle {
         .clone()
 }
 
-/// One rule's decision counters, registered once so that counting is an atomic add, not a
-/// label allocation and a registry lookup per request.
+/// The failure policies' names, as [`slidegate::FailurePolicy::as_str`] gives them.
+const POLICIES: [&str; 3] = ["fail_open", "fail_closed", "local"];
+
+/// One rule's decision counters, made once per configuration so that counting is an atomic
+/// add, not a label allocation and a registry lookup per request; [`held`], so that they leave
+/// `/metrics` with the rule.
 #[derive(Debug, Clone)]
 pub struct DecisionCounters {
     allowed: Counter,
     denied: Counter,
+    rule: String,
+    /// By failure policy ([`POLICIES`]), from the rule's first such decision on.
+    degraded: [OnceLock<Counter>; 3],
 }
 
 impl DecisionCounters {
-    /// The counters of `rule`.
+    /// The counters of `rule`, those of the configuration before kept.
     pub fn new(rule: &str) -> Self {
-        Self {
-            allowed: metrics::counter!(DECISIONS, "rule" => rule.to_owned(), "result" => "allowed"),
-            denied: metrics::counter!(DECISIONS, "rule" => rule.to_owned(), "result" => "denied"),
-        }
+        let of = |result: &str| held::counter(DECISIONS, &[("rule", rule.to_owned()), ("result", result.to_owned())]);
+        let degraded = POLICIES.map(|policy| {
+            let kept = held::existing(DEGRADED, &[("rule", rule.to_owned()), ("policy", policy.to_owned())]);
+            kept.map_or_else(OnceLock::new, OnceLock::from)
+        });
+        Self { allowed: of("allowed"), denied: of("denied"), rule: rule.to_owned(), degraded }
     }
 
     /// Counts one decision.
     pub fn count(&self, allowed: bool) {
         if allowed { &self.allowed } else { &self.denied }.increment(1);
+    }
+
+    /// Counts one decision that `policy` made because the backend could not.
+    pub fn count_degraded(&self, policy: slidegate::FailurePolicy) {
+        let name = policy.as_str();
+        let i = POLICIES.iter().position(|p| *p == name).unwrap_or(POLICIES.len() - 1);
+        let labels = || [("rule", self.rule.clone()), ("policy", name.to_owned())];
+        self.degraded[i].get_or_init(|| held::counter(DEGRADED, &labels())).increment(1);
     }
 }
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use tokio::net::TcpListener;
-use tracing::{error, info};
+use tracing::info;
 
 use crate::app::{App, StartError, admin_state};
 use crate::config::{Config, check_redis_url, parse_duration};
@@ -16,9 +16,6 @@ use crate::envoy::{EnvoyOptions, EnvoyRateLimit, HeaderStyle};
 use crate::http::HttpLimits;
 use crate::redact::redact;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
-
-/// How often the rules file is looked at for changes.
-const WATCH_INTERVAL: Duration = Duration::from_millis(250);
 
 /// `slidegate serve`'s flags; each overrides the rules file's setting, and each can be given as
 /// the environment variable `SLIDEGATE_<FLAG>` instead (`--redis-cluster` as
@@ -188,7 +185,7 @@ pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
         Some(addr) => Some(serve_grpc(addr, Arc::clone(&app), limits, stopped(stop_rx.clone())).await?),
         None => None,
     };
-    let watcher = tokio::spawn(watch_config(Arc::clone(&app)));
+    let watcher = tokio::spawn(crate::watch::watch_config(Arc::clone(&app)));
     let result = run(app, listener, limits, stopped(stop_rx)).await;
     if let Some(g) = grpc_server {
         g.await.context("gRPC server task")?.context("gRPC server")?;
@@ -369,59 +366,4 @@ async fn shutdown_signal() {
         _ = tokio::signal::ctrl_c() => info!("SIGINT: finishing requests in flight"),
         _ = term.recv() => info!("SIGTERM: finishing requests in flight"),
     }
-}
-
-/// Reloads the rules file and the Envoy configuration directory when their content changes,
-/// and both on SIGHUP.
-fn watch_config(app: Arc<App>) -> impl Future<Output = ()> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (path, dir) = (app.config_path().cloned(), app.envoy_dir().cloned());
-    // Read now, not when the task first runs: a change made in between would go unseen.
-    let (mut seen_file, mut seen_dir) =
-        (path.as_ref().and_then(|p| std::fs::read(p).ok()), dir.as_deref().map(snapshot));
-    // Registered now too: a SIGHUP before the task first runs would end the process.
-    let hup = (path.is_some() || dir.is_some()).then(|| signal(SignalKind::hangup()).expect("SIGHUP handler"));
-    let read = async |path: &Option<PathBuf>| match path {
-        Some(p) => tokio::fs::read(p).await.ok(),
-        None => None,
-    };
-    async move {
-        let Some(mut hup) = hup else { return };
-        loop {
-            let forced = tokio::select! {
-                _ = hup.recv() => true,
-                () = tokio::time::sleep(WATCH_INTERVAL) => false,
-            };
-            let (file_now, dir_now) = (read(&path).await, dir.as_deref().map(snapshot));
-            if path.is_some() && (forced || file_now != seen_file) {
-                seen_file = file_now;
-                if let Err(e) = app.reload() {
-                    error!("rules file not reloaded, the previous rules stay in force: {}", redact(&e.to_string()));
-                }
-            }
-            if dir.is_some() && (forced || dir_now != seen_dir) {
-                seen_dir = dir_now;
-                if let Err(e) = app.reload_envoy() {
-                    error!("envoy configuration not reloaded, the previous one stays in force: {e}");
-                }
-            }
-        }
-    }
-}
-
-/// The names and contents of a directory's YAML files, to notice any change.
-fn snapshot(dir: &std::path::Path) -> Vec<(PathBuf, Vec<u8>)> {
-    let mut files: Vec<(PathBuf, Vec<u8>)> = std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
-        .map(|p| {
-            let content = std::fs::read(&p).unwrap_or_default();
-            (p, content)
-        })
-        .collect();
-    files.sort();
-    files
 }

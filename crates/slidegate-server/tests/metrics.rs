@@ -133,3 +133,90 @@ async fn every_metric_family_follows_the_naming_scheme() {
     assert_eq!(content_type, "text/plain; version=0.0.4; charset=utf-8");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A rules file of `count` rules named `<prefix><i>`.
+fn named_rules(prefix: &str, count: usize) -> String {
+    (0..count).map(|i| format!("[[rules]]\nname = \"{prefix}{i}\"\nlimit = 5\nwindow = \"1m\"\n\n")).collect()
+}
+
+/// The `slidegate_decisions_total` series of `/metrics`, and whether any names a rule of `prefix`.
+async fn decision_series(client: &reqwest::Client, server: &Slidegate, prefix: &str) -> (usize, bool) {
+    let page = client.get(server.url("/metrics")).send().await.expect("metrics").text().await.expect("text");
+    let series: Vec<&str> = page.lines().filter(|l| l.starts_with("slidegate_decisions_total{")).collect();
+    (series.len(), series.iter().any(|l| l.contains(&format!("rule=\"{prefix}"))))
+}
+
+/// Waits (at most 5 s) until `/metrics` has `want` decision series and none of a rule of `gone`.
+async fn until_series(client: &reqwest::Client, server: &Slidegate, want: usize, gone: &str) {
+    let started = Instant::now();
+    loop {
+        let now = decision_series(client, server, gone).await;
+        if now == (want, false) {
+            return;
+        }
+        assert!(started.elapsed() < Duration::from_secs(5), "{now:?}, want ({want}, false): {}", server.log_text());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removed_rule_or_domain_leaves_metrics_and_stats_on_reload() {
+    let dir = support::envoy::Dir::with(&[("edge.yaml", &MESSAGING.replace("messaging", "edge"))]);
+    let rules = RulesFile::new(&named_rules("old", 100));
+    let grpc = format!("127.0.0.1:{}", slidegate_testkit::free_port());
+    let server = Slidegate::serve(&["--config", rules.arg(), "--envoy-config", dir.arg(), "--grpc", &grpc]);
+    let client = reqwest::Client::new();
+    let mut envoy = RateLimitServiceClient::connect(format!("http://{grpc}")).await.expect("connect");
+    let descriptor = RateLimitDescriptor {
+        entries: vec![Entry { key: "to_number".into(), value: "1".into() }],
+        ..RateLimitDescriptor::default()
+    };
+    let request = |domain: &str| RateLimitRequest {
+        domain: domain.into(),
+        descriptors: vec![descriptor.clone()],
+        hits_addend: 1,
+    };
+    envoy.should_rate_limit(request("edge")).await.expect("decided");
+    check(&client, &server, &json!({"rule": "old7", "key": "k"})).await;
+    // Allowed and denied for each rule and for inline checks.
+    assert_eq!(decision_series(&client, &server, "old").await, (202, true));
+    assert!(metric(&client, &server, r#"ratelimit_service_rate_limit_total_hits{domain="edge""#).await >= 1.0);
+
+    // Every rule renamed, the domain renamed.
+    rules.write(&named_rules("new", 100));
+    std::fs::write(dir.0.join("edge.yaml"), MESSAGING.replace("messaging", "core")).expect("write");
+    until_series(&client, &server, 202, "old").await;
+    let started = Instant::now();
+    let core = r#"ratelimit_service_rate_limit_total_hits{domain="core",key1="to_number"}"#;
+    while metric(&client, &server, core).await < 1.0 {
+        envoy.should_rate_limit(request("core")).await.expect("decided");
+        assert!(started.elapsed() < Duration::from_secs(5), "domain core not in force: {}", server.log_text());
+    }
+    let page = client.get(server.url("/metrics")).send().await.expect("metrics").text().await.expect("text");
+    let mut upstream = page.lines().filter(|l| l.starts_with("ratelimit_service_rate_limit_"));
+    assert!(upstream.all(|l| !l.contains(r#"domain="edge""#)), "{page}");
+    let stats: serde_json::Value =
+        client.get(server.url("/v1/stats")).send().await.expect("stats").json().await.expect("json");
+    let text = stats.to_string();
+    assert!(!text.contains("\"old7\"") && !text.contains("\"edge\"") && text.contains("\"core\""), "{stats}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removed_rule_leaves_metrics_on_push() {
+    let redis = RedisServer::start();
+    let (local, rules) = (RulesFile::new("admin_token = \"t\"\n"), RulesFile::new(&named_rules("push0-", 300)));
+    let push = |rules: &RulesFile| {
+        let out = support::run(&["rules", "push", "--redis", &redis.url(), rules.arg()]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    };
+    push(&rules);
+    let server = Slidegate::serve(&["--redis", &redis.url(), "--rules-from-redis", "--config", local.arg()]);
+    let client = reqwest::Client::new();
+    assert_eq!(decision_series(&client, &server, "push0-").await, (602, true));
+    for round in 1..5 {
+        rules.write(&named_rules(&format!("push{round}-"), 300));
+        push(&rules);
+        until_series(&client, &server, 602, &format!("push{}-", round - 1)).await;
+    }
+    assert_eq!(decision_series(&client, &server, "push").await.0, 602, "five pushes of 300 names: 300 rules' series");
+}

@@ -11,6 +11,10 @@ use reqwest::Client;
 use serde_json::{Value, json};
 use slidegate_testkit::{RedisCluster, RedisServer};
 use support::{RulesFile, Slidegate, check, metric};
+use tonic::transport::Channel;
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
 
 /// The local file of every instance: the admin token stays local.
 const LOCAL: &str = "admin_token = \"t\"\n";
@@ -42,6 +46,29 @@ fn two_instances(url: &str, local: &RulesFile) -> (Slidegate, Slidegate) {
         &[("SLIDEGATE_RULES_FROM_REDIS", "true")],
     );
     (a, b)
+}
+
+/// A redis-server with the rule `api` (5 an hour) pushed, and one instance serving it:
+/// (redis, the local file, the rules file, the instance).
+async fn one_instance(client: &Client) -> (RedisServer, RulesFile, RulesFile, Slidegate) {
+    let redis = RedisServer::start();
+    let (local, rules) = (RulesFile::new(LOCAL), RulesFile::new(&document(&[("api", 5)])));
+    pushed(&redis.url(), &rules);
+    let server = Slidegate::serve(&["--redis", &redis.url(), "--rules-from-redis", "--config", local.arg()]);
+    assert_eq!(limit_of(client, &server, "api").await, (5, false));
+    (redis, local, rules, server)
+}
+
+/// Stores `text` as rules version `version`, as the push script does, but announces nothing.
+fn store_silently(redis: &RedisServer, text: &str, version: u64) {
+    let mut conn = redis.conn();
+    let version = version.to_string();
+    redis::cmd("HSET")
+        .arg("slidegate:{rules}:state")
+        .arg(&["rules", text, "rules_version", &version, "pushed_at_ms", "0", "pushed_from", "test"][..])
+        .query::<()>(&mut conn)
+        .expect("HSET");
+    redis::cmd("HINCRBY").arg("slidegate:{rules}:state").arg("version").arg(1).query::<()>(&mut conn).expect("HINCRBY");
 }
 
 static KEYS: AtomicU64 = AtomicU64::new(0);
@@ -110,6 +137,8 @@ async fn a_push_changes_the_limit_on_every_instance_within_a_second() {
         (&json!(true), &json!(2)),
         "{ready}"
     );
+    // `/readyz` needs no token: it names no machine.
+    assert!(ready["shared"]["rules"].get("pushed_from").is_none() && !ready.to_string().contains("127.0.0.1"));
     assert_eq!(metric(&client, &b, "slidegate_rules_version").await, 2.0);
 }
 
@@ -316,21 +345,10 @@ async fn a_cluster_shares_rules_and_overrides_from_one_slot() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_change_whose_notice_is_lost_is_applied_by_the_version_check() {
-    let redis = RedisServer::start();
-    let (local, rules) = (RulesFile::new(LOCAL), RulesFile::new(&document(&[("api", 5)])));
-    pushed(&redis.url(), &rules);
-    let server = Slidegate::serve(&["--redis", &redis.url(), "--rules-from-redis", "--config", local.arg()]);
     let client = Client::new();
-    assert_eq!(limit_of(&client, &server, "api").await, (5, false));
+    let (redis, _local, _rules, server) = one_instance(&client).await;
     // A push as the script makes it, without its PUBLISH.
-    let text = document(&[("api", 6)]);
-    let mut conn = redis.conn();
-    redis::cmd("HSET")
-        .arg("slidegate:{rules}:state")
-        .arg(&["rules", &text, "rules_version", "2", "pushed_at_ms", "0", "pushed_from", "test"][..])
-        .query::<()>(&mut conn)
-        .expect("HSET");
-    redis::cmd("HINCRBY").arg("slidegate:{rules}:state").arg("version").arg(1).query::<()>(&mut conn).expect("HINCRBY");
+    store_silently(&redis, &document(&[("api", 6)]), 2);
     let took = until_limit(&client, &server, "api", 6, Duration::from_secs(5)).await;
     println!("applied {took:?} after the silent change");
 }
@@ -404,4 +422,175 @@ async fn a_prefix_keeps_two_deployments_on_one_redis_apart() {
     assert!(String::from_utf8_lossy(&shown.stdout).ends_with(&document(&[("api", 6)])));
     let refused = support::run(&["rules", "push", "--redis", &redis.url(), "--prefix", "{x}", other.arg()]);
     assert!(String::from_utf8_lossy(&refused.stderr).contains("--prefix: must not contain"), "{refused:?}");
+}
+
+/// What the gRPC health service says of the whole server.
+async fn serving(health: &mut HealthClient<Channel>) -> ServingStatus {
+    let request = HealthCheckRequest { service: String::new() };
+    health.check(request).await.expect("health").into_inner().status()
+}
+
+/// `/readyz` of `server`: (status, JSON).
+async fn readyz(client: &Client, server: &Slidegate) -> (u16, Value) {
+    let answer = client.get(server.url("/readyz")).send().await.expect("readyz");
+    (answer.status().as_u16(), answer.json().await.expect("json"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_instance_that_cannot_read_the_stored_rules_is_not_ready_until_it_can() {
+    let client = Client::new();
+    let (redis, local, rules, running) = one_instance(&client).await;
+    // The attack: an unreadable document stored under the next version.
+    store_silently(&redis, "[[rules]\nname = ", 2);
+    let grpc = format!("127.0.0.1:{}", slidegate_testkit::free_port());
+    let new =
+        Slidegate::serve(&["--redis", &redis.url(), "--rules-from-redis", "--config", local.arg(), "--grpc", &grpc]);
+    let (status, ready) = readyz(&client, &new).await;
+    assert_eq!(status, 503, "{ready}");
+    let error = ready["error"].as_str().unwrap_or_default();
+    assert!(error.starts_with("no rules in force: redis rules version 2:1:"), "{ready}");
+    assert!(ready["shared"]["error"].as_str().is_some_and(|e| e.contains("not in force")), "{ready}");
+    let mut health = HealthClient::new(support::grpc_channel(&grpc).await);
+    assert_eq!(serving(&mut health).await, ServingStatus::NotServing);
+    // The running instance keeps its rules and stays ready (the version check has seen it).
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(limit_of(&client, &running, "api").await, (5, false));
+    assert_eq!(readyz(&client, &running).await.0, 200);
+
+    // A readable push: the new instance serves it and says it is ready.
+    rules.write(&document(&[("api", 7)]));
+    pushed(&redis.url(), &rules);
+    until_limit(&client, &new, "api", 7, Duration::from_secs(5)).await;
+    let (status, ready) = readyz(&client, &new).await;
+    assert_eq!(status, 200, "{ready}");
+    let started = Instant::now();
+    while serving(&mut health).await != ServingStatus::Serving {
+        assert!(started.elapsed() < Duration::from_secs(5), "gRPC health still NOT_SERVING");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// `pid`'s resident memory, in MiB (`VmRSS` of /proc/PID/status).
+fn rss_mib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    let kb: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS");
+    kb / 1024.0
+}
+
+/// `count` minimal rules named `<prefix><i>`, as small as a rule is written.
+fn minimal(prefix: &str, count: usize) -> String {
+    (0..count).map(|i| format!("[[rules]]\nname=\"{prefix}{i}\"\nlimit=1\nwindow=\"1s\"\n")).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_largest_accepted_rules_cost_an_instance_under_256_mib_and_more_rules_are_refused() {
+    use slidegate_server::config::MAX_RULES;
+    use slidegate_server::shared_rules::MAX_DOCUMENT_BYTES;
+    let redis = RedisServer::start();
+    let local = RulesFile::new(LOCAL);
+    let rules = RulesFile::new(&minimal("a", MAX_RULES));
+    pushed(&redis.url(), &rules);
+    let server = Slidegate::serve(&["--redis", &redis.url(), "--rules-from-redis", "--config", local.arg()]);
+    let client = Client::new();
+    assert_eq!(limit_of(&client, &server, &format!("a{}", MAX_RULES - 1)).await, (1, false));
+    let first = rss_mib(server.pid());
+    // A second push of as many other names: for a moment, both sets are held.
+    rules.write(&minimal("b", MAX_RULES));
+    pushed(&redis.url(), &rules);
+    until_limit(&client, &server, &format!("b{}", MAX_RULES - 1), 1, Duration::from_secs(10)).await;
+    let second = rss_mib(server.pid());
+    println!("VmRSS with {MAX_RULES} rules: {first:.0} MiB; after {MAX_RULES} others: {second:.0} MiB");
+    assert!(first.max(second) <= 256.0, "{first} / {second} MiB");
+
+    // The attack: as many minimal rules as fit the document bound (24,000), pushed...
+    let (mut text, mut most) = (String::new(), 0);
+    while text.len() + minimal(&format!("c{most}-"), 1).len() <= MAX_DOCUMENT_BYTES {
+        text.push_str(&minimal(&format!("c{most}-"), 1));
+        most += 1;
+    }
+    rules.write(&text);
+    let (ok, _, stderr) = push(&redis.url(), &rules);
+    assert!(!ok && stderr.contains(&format!("{most} rules, over the {MAX_RULES} a rules file may have")), "{stderr}");
+    // ...or written into Redis directly: refused by the instance, which keeps its rules.
+    store_silently(&redis, &text, 9);
+    let started = Instant::now();
+    while !server.log_text().contains("rules version 9 from redis not applied") {
+        assert!(started.elapsed() < Duration::from_secs(5), "{}", server.log_text());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(limit_of(&client, &server, "b0").await, (1, false));
+    let third = rss_mib(server.pid());
+    println!("VmRSS after the refused document of {most} rules: {third:.0} MiB");
+    assert!(third <= 256.0, "{third} MiB");
+
+    // A rules file over the bound is refused at start, and on reload.
+    let file = RulesFile::new(&minimal("d", MAX_RULES + 1));
+    let (status, stderr) = support::run_to_exit(&["serve", "--config", file.arg()]);
+    let over = format!("rules[{MAX_RULES}]: {} rules, over the {MAX_RULES} a rules file may have", MAX_RULES + 1);
+    assert!(!status.success() && stderr.contains(&over), "{stderr}");
+    file.write(&minimal("d", MAX_RULES));
+    let from_file = Slidegate::serve(&["--config", file.arg()]);
+    file.write(&minimal("e", MAX_RULES + 1));
+    let started = Instant::now();
+    while !from_file.log_text().contains(&over) {
+        assert!(started.elapsed() < Duration::from_secs(5), "{}", from_file.log_text());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(limit_of(&client, &from_file, "d0").await, (1, false), "the rules in force stay");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_notices_that_arrive_during_a_re_read_are_merged_into_one() {
+    const OVERRIDES: usize = 20_000;
+    let client = Client::new();
+    let (redis, _local, _rules, server) = one_instance(&client).await;
+    let set = client.put(server.url("/v1/overrides/api/seed")).bearer_auth("t").json(&json!({"limit": 3})).send();
+    assert_eq!(set.await.expect("answer").status(), 200);
+    // Many overrides, so that reading everything again takes a while: copies of the seed's.
+    let mut conn = redis.conn();
+    let seed: String =
+        redis::cmd("HGET").arg("slidegate:{rules}:overrides").arg("3:api:seed").query(&mut conn).expect("HGET");
+    let mut pipe = redis::pipe();
+    for i in 0..OVERRIDES {
+        let key = format!("k{i}");
+        let json = seed.replace("\"seed\"", &format!("\"{key}\""));
+        pipe.cmd("HSET").arg("slidegate:{rules}:overrides").arg(format!("3:api:{key}")).arg(json).ignore();
+    }
+    pipe.query::<()>(&mut conn).expect("HSET");
+    let before = metric(&client, &server, "slidegate_shared_resyncs_total").await;
+
+    // The attack: 300 unreadable notices at once.
+    let mut pipe = redis::pipe();
+    for _ in 0..300 {
+        pipe.cmd("PUBLISH").arg("slidegate:{rules}:changes").arg("not a notice").ignore();
+    }
+    pipe.query::<()>(&mut conn).expect("PUBLISH");
+    let started = Instant::now();
+    while server.log_text().matches("an unreadable notice from redis").count() < 300 {
+        assert!(started.elapsed() < Duration::from_secs(10), "300 notices not seen in 10 s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Settled when the count stays put; the copies read prove a read ran.
+    let mut resyncs = metric(&client, &server, "slidegate_shared_resyncs_total").await;
+    loop {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let now = metric(&client, &server, "slidegate_shared_resyncs_total").await;
+        if now == resyncs && metric(&client, &server, "slidegate_overrides").await == (OVERRIDES + 1) as f64 {
+            break;
+        }
+        resyncs = now;
+        assert!(started.elapsed() < Duration::from_secs(20), "still reading after 20 s");
+    }
+    println!(
+        "300 bad notices: {} reads of {OVERRIDES} overrides, settled in {:?}",
+        resyncs - before,
+        started.elapsed()
+    );
+    assert!((1.0..=3.0).contains(&(resyncs - before)), "{} reads for 300 notices", resyncs - before);
+    let (_, _, v) = check(&client, &server, &json!({"rule": "api", "key": "k7"})).await;
+    assert_eq!(v["limit"], 3, "{v}");
 }

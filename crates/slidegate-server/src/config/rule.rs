@@ -11,6 +11,13 @@ use toml::Spanned;
 use super::value::{check_name, failure_policy};
 use super::{AlgorithmField, AlgorithmSpec, Invalid, parse_duration};
 
+/// The most rules a rules file (or a pushed document) may have. Each rule costs an instance
+/// about 40 KB whatever its traffic — its dashboard series ([`crate::stats::series`]) and
+/// its metrics — and a reload that renames every rule holds both sets for a moment: this many
+/// stay within the 256 MiB SECURITY.md promises, where the 24,000 minimal rules that fit the
+/// document bound cost a gigabyte.
+pub const MAX_RULES: usize = 5_000;
+
 /// One named rule: a default quota and quotas per tier.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rule {
@@ -59,6 +66,10 @@ impl Rules {
 
     /// The file's `[[rules]]`, validated in order.
     pub(super) fn from_specs(specs: Vec<RuleSpec>) -> Result<Self, Invalid> {
+        if let Some(over) = specs.get(MAX_RULES) {
+            let message = format!("{} rules, over the {MAX_RULES} a rules file may have", specs.len());
+            return Err(Invalid::new(format!("rules[{MAX_RULES}]"), over.name.span(), message));
+        }
         let mut rules = BTreeMap::new();
         for (i, spec) in specs.into_iter().enumerate() {
             let rule = spec.validate(&format!("rules[{i}]"), &rules)?;

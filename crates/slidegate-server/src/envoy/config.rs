@@ -8,7 +8,7 @@
 //! Reading a file is `envoy/spec.rs`; here the tree is built, checked, merged and searched.
 
 use std::collections::{HashMap, HashSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -19,6 +19,14 @@ use super::position::{Position, Problem, Step, join};
 use super::spec::{self, DescriptorSpec, RateLimitSpec};
 use super::stats::{Counters, Series};
 use super::wildcard::Pattern;
+use crate::file;
+
+/// The most YAML files a configuration directory may hold: each is read again every
+/// `serve` watch interval to notice a change.
+pub const MAX_FILES: usize = 1_000;
+
+/// The largest YAML file read (1 MiB): a domain of thousands of descriptors fits in a tenth.
+pub const MAX_FILE_BYTES: usize = 1024 * 1024;
 
 /// A configuration directory that cannot be used: the file, where in it, and why. Shown as
 /// `file:line:column: message`, or `file: message` where no line applies (a directory or a
@@ -264,26 +272,43 @@ impl EnvoyConfig {
         Self { merge_domains, ..Self::default() }
     }
 
-    /// Loads every `*.yaml` / `*.yml` file of `dir`, in name order.
+    /// Loads every `*.yaml` / `*.yml` file of `dir`, in name order: at most [`MAX_FILES`],
+    /// each of at most [`MAX_FILE_BYTES`]. An entry that is not a regular file (a FIFO, a
+    /// device, a directory) is skipped, with a warning, and counted.
     pub fn load_dir(dir: &Path, merge_domains: bool) -> Result<Self, EnvoyConfigError> {
         let err = |path: &Path, message: String| EnvoyConfigError {
             path: path.display().to_string(),
             position: None,
             message,
         };
-        let mut files: Vec<_> = std::fs::read_dir(dir)
-            .map_err(|e| err(dir, e.to_string()))?
+        let files = Self::files(dir).map_err(|e| err(dir, e.to_string()))?;
+        if files.len() > MAX_FILES {
+            return Err(err(dir, format!("{} YAML files, over the {MAX_FILES} a directory may have", files.len())));
+        }
+        let mut config = Self::new(merge_domains);
+        for file in files {
+            let text = match file::read_text(&file, MAX_FILE_BYTES, "envoy") {
+                Ok(text) => text,
+                Err(e @ file::FileError::NotAFile(_)) => {
+                    config.warnings.push(format!("{}: {e}: skipped", file.display()));
+                    continue;
+                }
+                Err(e) => return Err(err(&file, e.to_string())),
+            };
+            config.add_file(&file.display().to_string(), &text)?;
+        }
+        Ok(config)
+    }
+
+    /// The `*.yaml` / `*.yml` entries of `dir`, in name order (of any type: reading checks).
+    pub fn files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+        let mut files: Vec<_> = std::fs::read_dir(dir)?
             .filter_map(Result::ok)
             .map(|e| e.path())
             .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
             .collect();
         files.sort();
-        let mut config = Self::new(merge_domains);
-        for file in files {
-            let text = std::fs::read_to_string(&file).map_err(|e| err(&file, e.to_string()))?;
-            config.add_file(&file.display().to_string(), &text)?;
-        }
-        Ok(config)
+        Ok(files)
     }
 
     /// Adds one file's domain.

@@ -26,7 +26,7 @@ mod traffic;
 pub mod wildcard;
 
 pub use bounds::{MAX_DESCRIPTORS, MAX_ENTRIES, MAX_REQUEST_BYTES};
-pub use config::{EnvoyConfig, EnvoyConfigError};
+pub use config::{EnvoyConfig, EnvoyConfigError, MAX_FILE_BYTES, MAX_FILES};
 pub use key::descriptor_key;
 pub use options::{EnvoyOptions, HeaderStyle};
 pub use position::Position;

@@ -21,7 +21,7 @@ use metrics::Counter;
 use super::bounds::Invalid;
 use crate::metrics::{
     ENVOY_DOMAIN_NOT_FOUND, ENVOY_INVALID_DESCRIPTORS, RATE_LIMIT_NEAR_LIMIT, RATE_LIMIT_OVER_LIMIT,
-    RATE_LIMIT_SHADOW_MODE, RATE_LIMIT_TOTAL_HITS, RATE_LIMIT_WITHIN_LIMIT,
+    RATE_LIMIT_SHADOW_MODE, RATE_LIMIT_TOTAL_HITS, RATE_LIMIT_WITHIN_LIMIT, held,
 };
 
 /// The most distinct request-built stats keys one descriptor gets series for; later keys share
@@ -66,12 +66,13 @@ impl Counters {
     /// The counters of upstream's stats key `key` (`<domain>.<key>_<value>…`).
     pub fn new(key: &str) -> Self {
         let labels = labels(key);
+        // Held: a domain's series leave `/metrics` with its configuration.
         Self {
-            total: metrics::counter!(RATE_LIMIT_TOTAL_HITS, &labels),
-            over: metrics::counter!(RATE_LIMIT_OVER_LIMIT, &labels),
-            near: metrics::counter!(RATE_LIMIT_NEAR_LIMIT, &labels),
-            within: metrics::counter!(RATE_LIMIT_WITHIN_LIMIT, &labels),
-            shadow: metrics::counter!(RATE_LIMIT_SHADOW_MODE, &labels),
+            total: held::counter(RATE_LIMIT_TOTAL_HITS, &labels),
+            over: held::counter(RATE_LIMIT_OVER_LIMIT, &labels),
+            near: held::counter(RATE_LIMIT_NEAR_LIMIT, &labels),
+            within: held::counter(RATE_LIMIT_WITHIN_LIMIT, &labels),
+            shadow: held::counter(RATE_LIMIT_SHADOW_MODE, &labels),
         }
     }
 

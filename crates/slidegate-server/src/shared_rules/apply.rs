@@ -10,6 +10,7 @@ use super::{Shared, Snapshot, StoreError, StoredRules, diff};
 use crate::app::App;
 use crate::metrics;
 use crate::overrides::{Override, Record, Target};
+use crate::redact::redact;
 
 /// The notice of one change, as the scripts publish it: `{"v", "op", "o"?}`.
 #[derive(Debug, Deserialize)]
@@ -101,6 +102,7 @@ pub(super) fn rules(app: &App, shared: &Shared, stored: StoredRules) {
         Err(e) => {
             ::metrics::counter!(metrics::RELOADS, "result" => "failed", "file" => "redis").increment(1);
             error!("rules version {} from redis not applied, the previous rules stay in force: {e}", stored.version);
+            shared.refuse_rules(redact(&e.to_string()).into_owned());
             return;
         }
     };

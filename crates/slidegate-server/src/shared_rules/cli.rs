@@ -66,11 +66,7 @@ pub async fn run(args: RulesArgs) -> anyhow::Result<ExitCode> {
 
 async fn push(at: &At, file: &std::path::Path) -> anyhow::Result<ExitCode> {
     let path = file.display().to_string();
-    let len = std::fs::metadata(file).with_context(|| path.clone())?.len();
-    if len > MAX_DOCUMENT_BYTES as u64 {
-        anyhow::bail!("{path}: {len} bytes, over the {MAX_DOCUMENT_BYTES} a rules document may have");
-    }
-    let text = std::fs::read_to_string(file).with_context(|| path.clone())?;
+    let text = crate::file::read_text(file, MAX_DOCUMENT_BYTES, "rules").with_context(|| path.clone())?;
     let config = validate_push(&text, &path)?;
     let store = at.store().await?;
     let from = store.client_address().await?;

@@ -33,6 +33,8 @@ struct Status {
     unreachable: Option<String>,
     /// The rules document in force, when it came from Redis.
     rules: Option<StoredRules>,
+    /// Why the stored rules document could not be put in force, while it cannot.
+    refused: Option<String>,
 }
 
 impl Shared {
@@ -63,7 +65,22 @@ impl Shared {
 
     pub(super) fn set_rules(&self, rules: StoredRules) {
         ::metrics::gauge!(metrics::RULES_VERSION).set(rules.version as f64);
-        self.status.lock().unwrap_or_else(PoisonError::into_inner).rules = Some(rules);
+        let mut status = self.status.lock().unwrap_or_else(PoisonError::into_inner);
+        status.rules = Some(rules);
+        status.refused = None;
+    }
+
+    /// Records that the stored rules document cannot be put in force, and why.
+    pub(super) fn refuse_rules(&self, why: String) {
+        self.status.lock().unwrap_or_else(PoisonError::into_inner).refused = Some(why);
+    }
+
+    /// Why this instance is not ready: its rules come from Redis and it has none in force,
+    /// the stored document being unreadable (an instance with rules keeps serving them).
+    pub fn unready(&self) -> Option<String> {
+        let status = self.status.lock().unwrap_or_else(PoisonError::into_inner);
+        let why = status.refused.as_ref().filter(|_| self.rules_from_redis && status.rules.is_none())?;
+        Some(format!("no rules in force: {why}"))
     }
 
     /// Records that every change up to `version` is applied.
@@ -97,18 +114,21 @@ impl Shared {
         ::metrics::gauge!(metrics::SHARED_UNREACHABLE).set(1.0);
     }
 
-    /// `/readyz`'s detail: `{"in_sync", "error"?, "version", "rules"?}`.
+    /// `/readyz`'s detail: `{"in_sync", "error"?, "version", "rules"?}`. It names no address:
+    /// `/readyz` needs no token (`rules show` says who pushed).
     pub fn detail(&self) -> Value {
         let status = self.status.lock().unwrap_or_else(PoisonError::into_inner);
         let mut detail = json!({"in_sync": status.unreachable.is_none(), "version": *self.applied.borrow()});
         if let Some(why) = &status.unreachable {
             detail["error"] = json!(format!("{why}: serving the last rules and overrides"));
+        } else if let Some(why) = status.refused.as_ref().filter(|_| self.rules_from_redis) {
+            detail["error"] = json!(format!("the stored rules are not in force: {why}"));
         }
         if self.rules_from_redis {
-            detail["rules"] = status.rules.as_ref().map_or(
-                Value::Null,
-                |r| json!({"version": r.version, "pushed_at_ms": r.pushed_at_ms, "pushed_from": r.pushed_from}),
-            );
+            detail["rules"] = status
+                .rules
+                .as_ref()
+                .map_or(Value::Null, |r| json!({"version": r.version, "pushed_at_ms": r.pushed_at_ms}));
         }
         detail
     }

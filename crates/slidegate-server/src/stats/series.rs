@@ -1,5 +1,5 @@
-//! One rule's decisions per 10-second slot over the last 15 minutes, and their latency: a ring
-//! of atomic counters, fixed memory, written by every decision without a lock.
+//! One rule's decisions per 10-second slot over the last 15 minutes, and their latency over the
+//! last minute: rings of atomic counters, fixed memory, written by every decision without a lock.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
@@ -37,23 +37,26 @@ pub enum Outcome {
 struct Slot {
     at: AtomicU64,
     counts: [AtomicU64; 3],
-    latency: [AtomicU32; BUCKETS],
 }
 
-impl Slot {
-    fn new() -> Self {
-        Self {
-            at: AtomicU64::new(0),
-            counts: std::array::from_fn(|_| AtomicU64::new(0)),
-            latency: std::array::from_fn(|_| AtomicU32::new(0)),
-        }
-    }
+/// One slot's latencies, tagged as [`Slot`] is: kept for the last [`LATENCY_SLOTS`] slots
+/// only, the ones the percentiles are taken over (a bucket array is ten times a slot's counts).
+struct Latency {
+    at: AtomicU64,
+    buckets: [AtomicU32; BUCKETS],
 }
 
-/// The ring: `SLOTS` slots of 3 counters and `BUCKETS` latency buckets (about 36 KB whatever
-/// the traffic).
+/// Clears `at`'s ring entry for slot number `slot` if an earlier lap left it; true once cleared.
+fn claim(at: &AtomicU64, slot: u64) -> bool {
+    let (tag, seen) = (slot + 1, at.load(Relaxed));
+    seen < tag && at.compare_exchange(seen, tag, Relaxed, Relaxed).is_ok()
+}
+
+/// The rings: `SLOTS` slots of 3 counters, and `LATENCY_SLOTS` of `BUCKETS` latency buckets
+/// (about 5 KB whatever the traffic: a rules document's rules each hold one).
 pub struct Series {
     slots: Box<[Slot]>,
+    latency: Box<[Latency]>,
 }
 
 impl std::fmt::Debug for Series {
@@ -64,7 +67,10 @@ impl std::fmt::Debug for Series {
 
 impl Default for Series {
     fn default() -> Self {
-        Self { slots: (0..SLOTS).map(|_| Slot::new()).collect() }
+        let zero = || AtomicU64::new(0);
+        let slot = |_| Slot { at: zero(), counts: std::array::from_fn(|_| zero()) };
+        let latency = |_| Latency { at: zero(), buckets: std::array::from_fn(|_| AtomicU32::new(0)) };
+        Self { slots: (0..SLOTS).map(slot).collect(), latency: (0..LATENCY_SLOTS).map(latency).collect() }
     }
 }
 
@@ -111,15 +117,16 @@ impl Series {
     /// the new slot; counts are for watching, not billing.
     pub fn record(&self, slot: u64, outcome: Outcome, took: Duration) {
         let s = &self.slots[(slot % SLOTS as u64) as usize];
-        let tag = slot + 1;
-        let seen = s.at.load(Relaxed);
-        if seen < tag && s.at.compare_exchange(seen, tag, Relaxed, Relaxed).is_ok() {
+        if claim(&s.at, slot) {
             s.counts.iter().for_each(|c| c.store(0, Relaxed));
-            s.latency.iter().for_each(|c| c.store(0, Relaxed));
         }
         s.counts[outcome as usize].fetch_add(1, Relaxed);
+        let l = &self.latency[(slot % LATENCY_SLOTS) as usize];
+        if claim(&l.at, slot) {
+            l.buckets.iter().for_each(|c| c.store(0, Relaxed));
+        }
         let us = u32::try_from(took.as_micros()).unwrap_or(u32::MAX);
-        s.latency[bucket(us)].fetch_add(1, Relaxed);
+        l.buckets[bucket(us)].fetch_add(1, Relaxed);
     }
 
     /// The last [`SLOTS`] slots up to slot number `now`, oldest first.
@@ -132,8 +139,11 @@ impl Series {
             snap.allowed.push(count(Outcome::Allowed as usize));
             snap.denied.push(count(Outcome::Denied as usize));
             snap.degraded.push(count(Outcome::Degraded as usize));
-            if current && n + LATENCY_SLOTS > now {
-                for (sum, b) in snap.latency.iter_mut().zip(&s.latency) {
+        }
+        for n in (now + 1).saturating_sub(LATENCY_SLOTS)..=now {
+            let l = &self.latency[(n % LATENCY_SLOTS) as usize];
+            if l.at.load(Relaxed) == n + 1 {
+                for (sum, b) in snap.latency.iter_mut().zip(&l.buckets) {
                     *sum += u64::from(b.load(Relaxed));
                 }
             }
@@ -195,8 +205,8 @@ mod tests {
     }
 
     #[test]
-    fn the_ring_holds_36_kb_whatever_the_traffic() {
-        assert_eq!(SLOTS * size_of::<Slot>(), 36_000);
+    fn the_rings_hold_5_kb_whatever_the_traffic() {
+        assert_eq!(SLOTS * size_of::<Slot>() + LATENCY_SLOTS as usize * size_of::<Latency>(), 5_136);
     }
 
     #[test]
