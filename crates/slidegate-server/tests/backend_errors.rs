@@ -8,20 +8,11 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::R
 use reqwest::Client;
 use serde_json::{Value, json};
 use slidegate_testkit::RedisServer;
-use support::envoy::{Dir, request};
+use support::envoy::{Dir, USER_EDGE, request};
 use support::{RulesFile, Slidegate};
 
 /// What Redis says of a key of another type, which the scripts and the module pass on.
 const REDIS_TEXT: [&str; 4] = ["WRONGTYPE", "user_script", "ResponseError", "Operation against"];
-
-const EDGE: &str = "
-domain: edge
-descriptors:
-  - key: user
-    rate_limit:
-      unit: minute
-      requests_per_unit: 2
-";
 
 /// Whether `text` holds none of Redis' own words.
 fn generic(text: &str) -> bool {
@@ -35,7 +26,7 @@ async fn a_script_error_answers_a_stable_code_and_the_request_id_and_logs_the_de
             "[backend]\nredis = \"{}\"\ntimeout = \"10s\"\n[[rules]]\nname = \"api\"\nlimit = 5\nwindow = \"1m\"\n",
             redis.url()
         ));
-        let dir = Dir::with(&[("edge.yaml", EDGE)]);
+        let dir = Dir::with(&[("edge.yaml", USER_EDGE)]);
         let grpc = format!("127.0.0.1:{}", slidegate_testkit::free_port());
         let server = Slidegate::serve(&["--config", rules.arg(), "--grpc", &grpc, "--envoy-config", dir.arg()]);
         // The attack: a key of another type where the limiter's key is, so Redis answers an error.

@@ -12,7 +12,7 @@ use slidegate_testkit::RedisServer;
 use support::envoy::{Dir, OK, OVER, request};
 use support::{RulesFile, Slidegate, check};
 
-/// The rules: `upload`, a GCRA of 10 per 10 s with a burst of 20 (and a tier of the same).
+/// The rules: `upload`, a GCRA of 10 per 10 s with a burst of 20, and its tier `big` of 30.
 const RULES: &str = r#"
 [[rules]]
 name = "upload"
@@ -32,9 +32,11 @@ async fn on_each_engine(case: impl AsyncFn(&str, &str)) {
     }
 }
 
-/// A rules file: the admin token `t`, `backend`, `rules`.
-fn rules_file(backend: &str, rules: &str) -> RulesFile {
-    RulesFile::new(&format!("admin_token = \"t\"\n{backend}{rules}"))
+/// A server with `extra` flags on a rules file of the admin token `t`, `backend` and `rules`
+/// (returned too: the server reads it while it runs).
+fn serve(backend: &str, rules: &str, extra: &[&str]) -> (Slidegate, RulesFile) {
+    let rules = RulesFile::new(&format!("admin_token = \"t\"\n{backend}{rules}"));
+    (Slidegate::serve(&[&["--config", rules.arg()], extra].concat()), rules)
 }
 
 /// `n` checks of `body` sent at once: their answers.
@@ -61,8 +63,7 @@ async fn admin(client: &Client, method: &str, url: String, body: Option<Value>) 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_override_on_a_gcra_bounds_its_burst_and_every_route_reports_that_limit() {
     on_each_engine(async |engine, backend| {
-        let rules = rules_file(backend, RULES);
-        let server = Slidegate::serve(&["--config", rules.arg()]);
+        let (server, _rules) = serve(backend, RULES, &[]);
         let client = Client::new();
         let (status, v) =
             admin(&client, "PUT", server.url("/v1/overrides/upload/abuser"), Some(json!({"limit": 1}))).await;
@@ -116,8 +117,7 @@ async fn an_override_that_does_not_fit_a_tier_is_refused_naming_the_tier() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keys_no_check_can_use_are_refused_and_take_no_room() {
     on_each_engine(async |engine, backend| {
-        let rules = rules_file(backend, RULES);
-        let server = Slidegate::serve(&["--config", rules.arg()]);
+        let (server, _rules) = serve(backend, RULES, &[]);
         let client = Client::new();
         // `upload:{<key>}` holds 9 bytes beside the key: 503 bytes of key fit, 504 do not.
         let room = slidegate::MAX_KEY_LEN - "upload:{}".len();
@@ -159,9 +159,8 @@ descriptors:
 async fn a_share_threshold_descriptor_is_reset_on_its_shared_counter_and_not_overridden() {
     on_each_engine(async |engine, backend| {
         let dir = Dir::with(&[("edge.yaml", SHARED)]);
-        let rules = rules_file(backend, "");
         let grpc = format!("127.0.0.1:{}", slidegate_testkit::free_port());
-        let server = Slidegate::serve(&["--config", rules.arg(), "--grpc", &grpc, "--envoy-config", dir.arg()]);
+        let (server, _rules) = serve(backend, "", &["--grpc", &grpc, "--envoy-config", dir.arg()]);
         let mut envoy = RateLimitServiceClient::connect(format!("http://{grpc}")).await.expect("connect");
         let client = Client::new();
         let one = "/v1/overrides/envoy:edge/path=%2Fapi%2Fx";
