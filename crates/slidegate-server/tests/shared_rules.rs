@@ -391,22 +391,6 @@ async fn behind_sentinel_an_instance_follows_the_rules_through_a_failover() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_prefix_keeps_two_deployments_on_one_redis_apart() {
-    let redis = RedisServer::start();
-    let (default, other) = (RulesFile::new(&document(&[("api", 5)])), RulesFile::new(&document(&[("api", 6)])));
-    pushed(&redis.url(), &default);
-    let out = support::run(&["rules", "push", "--redis", &redis.url(), "--prefix", "rl", other.arg()]);
-    assert!(out.status.success(), "{out:?}");
-    let local = RulesFile::new(&format!("{LOCAL}[backend]\nprefix = \"rl\"\n"));
-    let server = Slidegate::serve(&["--redis", &redis.url(), "--rules-from-redis", "--config", local.arg()]);
-    assert_eq!(limit_of(&Client::new(), &server, "api").await, (6, false));
-    let shown = support::run(&["rules", "show", "--redis", &redis.url(), "--prefix", "rl"]);
-    assert!(String::from_utf8_lossy(&shown.stdout).ends_with(&document(&[("api", 6)])));
-    let refused = support::run(&["rules", "push", "--redis", &redis.url(), "--prefix", "{x}", other.arg()]);
-    assert!(String::from_utf8_lossy(&refused.stderr).contains("--prefix: must not contain"), "{refused:?}");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_change_the_store_cannot_finish_writes_nothing_and_answers_no_redis_text() {
     let redis = RedisServer::start();
     let (local, rules) = (RulesFile::new(LOCAL), RulesFile::new(&document(&[("api", 5)])));
@@ -440,4 +424,20 @@ async fn a_change_the_store_cannot_finish_writes_nothing_and_answers_no_redis_te
     let text: String = redis.query(&["HGET", state, "rules"]);
     assert!(text.contains("limit = 5"), "the rules are unchanged: {text}");
     assert!(server.log_text().contains("not a whole number"), "the detail is in the log");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prefix_keeps_two_deployments_on_one_redis_apart() {
+    let redis = RedisServer::start();
+    let (default, other) = (RulesFile::new(&document(&[("api", 5)])), RulesFile::new(&document(&[("api", 6)])));
+    pushed(&redis.url(), &default);
+    let out = support::run(&["rules", "push", "--redis", &redis.url(), "--prefix", "rl", other.arg()]);
+    assert!(out.status.success(), "{out:?}");
+    let local = RulesFile::new(&format!("{LOCAL}[backend]\nprefix = \"rl\"\n"));
+    let server = Slidegate::serve(&["--redis", &redis.url(), "--rules-from-redis", "--config", local.arg()]);
+    assert_eq!(limit_of(&Client::new(), &server, "api").await, (6, false));
+    let shown = support::run(&["rules", "show", "--redis", &redis.url(), "--prefix", "rl"]);
+    assert!(String::from_utf8_lossy(&shown.stdout).ends_with(&document(&[("api", 6)])));
+    let refused = support::run(&["rules", "push", "--redis", &redis.url(), "--prefix", "{x}", other.arg()]);
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--prefix: must not contain"), "{refused:?}");
 }
