@@ -72,19 +72,21 @@ impl Routes {
 
     /// Answers `request`, which came from `peer`.
     pub(crate) fn call(&self, mut request: hyper::Request<Incoming>, peer: SocketAddr) -> Answer {
+        // The id an error answer and its log line share (`crate::request_id`).
+        let given = request.headers().get(crate::request_id::HEADER).cloned();
         if request.method() == Method::POST && request.uri().path() == CHECK {
-            return Box::pin(Arc::clone(&self.check).answer(request.into_body()));
+            return Box::pin(crate::request_id::scope(given, Arc::clone(&self.check).answer(request.into_body())));
         }
         // The admin routes' audit trail names the client; decisions have no use for it.
         request.extensions_mut().insert(ConnectInfo(peer));
         // A router is always ready (axum's `Router::poll_ready` returns `Ready` at once).
         let answer = tower_service::Service::call(&mut self.router.clone(), request);
-        Box::pin(async move {
+        Box::pin(crate::request_id::scope(given, async move {
             match answer.await {
                 Ok(response) => response,
                 Err(never) => match never {},
             }
-        })
+        }))
     }
 }
 
@@ -301,11 +303,29 @@ pub struct ApiError {
     status: StatusCode,
     code: &'static str,
     message: String,
+    /// Set on a backend's failure: the id its log line is under ([`crate::request_id`]).
+    request_id: Option<String>,
 }
 
 impl ApiError {
     pub(crate) fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        Self { status, code, message: message.into() }
+        Self { status, code, message: message.into(), request_id: None }
+    }
+
+    /// A backend's failure (`code`: `backend_unavailable`, `backend_timeout`, `backend_error`):
+    /// its own text goes to the log under the request's id, the answer says only what kind of
+    /// failure it was and that id.
+    pub(crate) fn backend(status: StatusCode, code: &'static str, detail: &dyn std::fmt::Display) -> Self {
+        let request_id = crate::request_id::current();
+        // Errors can quote a backend URL; its password stays out of the log too.
+        tracing::warn!(request_id, code, "the backend failed: {}", redact(&detail.to_string()));
+        let what = match code {
+            "backend_timeout" => "the backend did not answer in time",
+            "backend_unavailable" => "the backend cannot decide now",
+            _ => "the backend failed to decide this request",
+        };
+        let message = format!("{what}; the server log has the detail under request id {request_id}");
+        Self { status, code, message, request_id: Some(request_id) }
     }
 
     pub(crate) fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
@@ -325,8 +345,13 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = Json(json!({"error": {"code": self.code, "message": self.message}}));
-        (self.status, body).into_response()
+        let Some(id) = self.request_id else {
+            let body = Json(json!({"error": {"code": self.code, "message": self.message}}));
+            return (self.status, body).into_response();
+        };
+        let body = Json(json!({"error": {"code": self.code, "message": self.message, "request_id": id}}));
+        let header = HeaderValue::from_str(&id).ok().map(|v| [(crate::request_id::HEADER, v)]);
+        (self.status, header, body).into_response()
     }
 }
 
@@ -337,8 +362,6 @@ impl IntoResponse for ApiError {
 impl From<slidegate::Error> for ApiError {
     fn from(e: slidegate::Error) -> Self {
         use slidegate::Error as E;
-        // Errors can quote a backend URL; its password stays out of answers.
-        let message = redact(&e.to_string()).into_owned();
         match e.class() {
             ErrorClass::BackendFailure => {
                 let (kind, code) = if matches!(e, E::Timeout(_)) {
@@ -347,11 +370,14 @@ impl From<slidegate::Error> for ApiError {
                     ("error", "backend_unavailable")
                 };
                 ::metrics::counter!(metrics::BACKEND_ERRORS, "kind" => kind).increment(1);
-                return Self::new(StatusCode::SERVICE_UNAVAILABLE, code, message);
+                return Self::backend(StatusCode::SERVICE_UNAVAILABLE, code, &e);
             }
             ErrorClass::Caller => {}
-            _ => return Self::new(StatusCode::INTERNAL_SERVER_ERROR, "backend_error", message),
+            _ => return Self::backend(StatusCode::INTERNAL_SERVER_ERROR, "backend_error", &e),
         }
+        // A caller's error quotes only what the caller sent and the bounds; a URL's password
+        // stays out all the same.
+        let message = redact(&e.to_string()).into_owned();
         let code = match e {
             E::InvalidCost { .. } => "invalid_cost",
             E::EmptyKey => "invalid_key",
@@ -779,7 +805,7 @@ async fn inspect_key(
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let tier = query.map(|Query(q)| q.tier).map_err(|e| ApiError::bad_request("invalid_query", e.body_text()));
     let (target, base, source) = admin_target(&app, &headers, path, tier)?;
-    let backend_key = target.backend_key();
+    let backend_key = target.counted_key(&app.envoy());
     // Which limit applies and why: the override in force, unless it no longer fits the quota
     // under it (then decisions take that quota, and say so here).
     let set = app.overrides.get(&backend_key);
@@ -812,6 +838,10 @@ async fn inspect_key(
     if let Source::Tier(tier) = source {
         answer["tier"] = json!(tier);
     }
+    // A GCRA's capacity, which its decisions report as their `limit`.
+    if let Algorithm::Gcra { .. } = quota.algorithm() {
+        answer["burst"] = json!(quota.burst());
+    }
     if let Some(o) = &set {
         answer["override"] = json!(overrides::Record::from(o));
     }
@@ -827,7 +857,7 @@ async fn reset_key(
     path: Result<Path<(String, String)>, PathRejection>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let (target, _, _) = admin_target(&app, &headers, path, Ok(None))?;
-    let backend_key = target.backend_key();
+    let backend_key = target.counted_key(&app.envoy());
     app.timed(app.limiter.reset(&backend_key)).await?;
     Ok(Json(json!({"rule": target.rule(), "key": backend_key, "reset": true})))
 }
@@ -1007,7 +1037,7 @@ tiers = { vip = { limit = 100 } }
                 }
                 Ok(Some(request))
             }
-            Err(ApiError { status, code, message }) => {
+            Err(ApiError { status, code, message, .. }) => {
                 prop_assert!(status.is_client_error(), "{status} {code}: {message}");
                 prop_assert!(!code.is_empty() && !message.is_empty());
                 Ok(None)

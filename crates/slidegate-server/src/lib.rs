@@ -15,6 +15,7 @@
 //! - [`inline`]: the bounds of inline checks (`[inline]`).
 //! - [`admin`]: the admin token, compared in constant time.
 //! - [`redact`](mod@redact): passwords out of every log line and answer.
+//! - [`request_id`]: the id that ties an error answer to its log line.
 //! - [`envoy`]: the Envoy rate limit service (gRPC) and envoyproxy/ratelimit's YAML files.
 //! - [`grpc`]: the gRPC listener — the HTTP listener's deadlines and connection cap.
 //! - [`health`]: the gRPC health service, following the backend's readiness.
@@ -50,6 +51,7 @@ mod mutate;
 pub mod openapi;
 pub mod overrides;
 pub mod redact;
+pub mod request_id;
 pub mod server;
 pub mod shared_rules;
 pub mod stats;

@@ -12,6 +12,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::R
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use reqwest::Client;
 use serde_json::{Value, json};
+use support::envoy::USER_EDGE;
 use support::{RulesFile, Slidegate, check, metric};
 
 const RULES: &str = r#"
@@ -217,14 +218,8 @@ async fn on_the_memory_backend_an_override_is_the_instances_own_and_lapses_after
     assert_eq!(list["total"], 0, "{list}");
 }
 
-const EDGE: &str = "
-domain: edge
-descriptors:
-  - key: user
-    rate_limit:
-      unit: minute
-      requests_per_unit: 2
-  - key: open
+/// Besides `user` ([`USER_EDGE`]), a descriptor without a limit to change.
+const OPEN: &str = "  - key: open
     rate_limit:
       unlimited: true
 ";
@@ -252,7 +247,7 @@ async fn an_override_for_an_envoy_descriptor_changes_its_limit_over_grpc() {
         slidegate_testkit::free_port()
     ));
     std::fs::create_dir_all(&dir).expect("dir");
-    std::fs::write(dir.join("edge.yaml"), EDGE).expect("write");
+    std::fs::write(dir.join("edge.yaml"), format!("{USER_EDGE}{OPEN}")).expect("write");
     let rules = RulesFile::new("admin_token = \"t\"\n");
     let grpc = format!("127.0.0.1:{}", slidegate_testkit::free_port());
     let server =

@@ -409,6 +409,42 @@ async fn behind_sentinel_an_instance_follows_the_rules_through_a_failover() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_the_store_cannot_finish_writes_nothing_and_answers_no_redis_text() {
+    let redis = RedisServer::start();
+    let (local, rules) = (RulesFile::new(LOCAL), RulesFile::new(&document(&[("api", 5)])));
+    pushed(&redis.url(), &rules);
+    let server = Slidegate::serve(&["--redis", &redis.url(), "--rules-from-redis", "--config", local.arg()]);
+    let client = Client::new();
+    let put = |key: &str| client.put(server.url(&format!("/v1/overrides/api/{key}"))).bearer_auth("t");
+    assert_eq!(put("kept").json(&json!({"limit": 9})).send().await.expect("answer").status(), 200);
+    let state: Vec<String> = redis.query(&["KEYS", "*{rules}:state"]);
+    let overrides: Vec<String> = redis.query(&["KEYS", "*{rules}:overrides"]);
+    let (state, overrides) = (&state[0], &overrides[0]);
+
+    // The attack: the state's version is no longer a number, so counting the change would fail.
+    let _: () = redis.query(&["HSET", state, "version", "x"]);
+    let refused = put("new").json(&json!({"limit": 7, "ttl": "1h"})).send().await.expect("answer");
+    assert_eq!(refused.status(), 503);
+    let v: Value = refused.json().await.expect("JSON");
+    assert_eq!(v["error"]["code"], "backend_unavailable", "{v}");
+    assert!(v["error"]["request_id"].is_string() && !v.to_string().contains("version of"), "no Redis text: {v}");
+    let deleted = client.delete(server.url("/v1/overrides/api/kept")).bearer_auth("t").send().await.expect("answer");
+    assert_eq!(deleted.status(), 503);
+    // Nothing was written: the one override stays, in Redis and in force, and none is new.
+    let fields: Vec<String> = redis.query(&["HKEYS", overrides]);
+    assert_eq!(fields, ["3:api:kept"]);
+    let expiries: u64 = redis.query(&["ZCARD", &overrides.replace(":overrides", ":expiries")]);
+    assert_eq!(expiries, 0);
+    let (status, _, v) = check(&client, &server, &json!({"rule": "api", "key": "kept"})).await;
+    assert_eq!((status, &v["limit"]), (200, &json!(9)), "{v}");
+    let (ok, _, stderr) = push(&redis.url(), &RulesFile::new(&document(&[("api", 6)])));
+    assert!(!ok, "a push is refused too: {stderr}");
+    let text: String = redis.query(&["HGET", state, "rules"]);
+    assert!(text.contains("limit = 5"), "the rules are unchanged: {text}");
+    assert!(server.log_text().contains("not a whole number"), "the detail is in the log");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_prefix_keeps_two_deployments_on_one_redis_apart() {
     let redis = RedisServer::start();
     let (default, other) = (RulesFile::new(&document(&[("api", 5)])), RulesFile::new(&document(&[("api", 6)])));

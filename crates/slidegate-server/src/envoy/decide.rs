@@ -5,7 +5,7 @@
 use std::borrow::Cow;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use slidegate::{Check, Decision, Error};
+use slidegate::{Check, Decision, Error, ErrorClass};
 use tonic::Status;
 
 use super::bounds::Invalid;
@@ -177,7 +177,7 @@ impl EnvoyRateLimit {
             [one] => Ok(vec![self.one(one).await?]),
             _ => match self.app.timed(limiter.check_all(checks)).await {
                 Ok(group) => Ok(group.decisions.into_iter().map(Outcome::decided).collect()),
-                Err(e) if e.is_backend_failure() => Err(unavailable(e)),
+                Err(e) if e.is_backend_failure() => Err(backend_status(&e)),
                 // Not one check (keys in several Redis Cluster slots, which no script can see
                 // together): one by one, in request order, stopping at the first over limit —
                 // the descriptors before it are charged, those after it are not.
@@ -196,7 +196,7 @@ impl EnvoyRateLimit {
     /// Decides one check.
     async fn one(&self, c: &Check<'_>) -> Result<Outcome, Status> {
         let decided = self.app.timed(self.app.limiter.check_cost(c.key, &c.quota, c.cost)).await;
-        decided.map(Outcome::decided).or_else(own_problem)
+        decided.map(Outcome::decided).or_else(|e| own_problem(&e))
     }
 
     /// Where a check stands, read only, charging nothing: held when it would fit, denied (until
@@ -204,7 +204,7 @@ impl EnvoyRateLimit {
     async fn standing(&self, c: &Check<'_>) -> Result<Outcome, Status> {
         let state = match self.app.limiter.inspect(c.key, &c.quota).await {
             Ok(state) => state,
-            Err(e) => return own_problem(e),
+            Err(e) => return own_problem(&e),
         };
         let (limit, reset) = (c.quota.limit(), state.reset_after);
         let remaining = limit.saturating_sub(state.count);
@@ -244,13 +244,24 @@ fn check_of<'s>(slot: &'s Slot<'_>, overrides: &Overrides) -> Result<Check<'s>, 
 }
 
 /// A limiter error for one descriptor. A backend failure — which the failure policy, when one
-/// is set, has already answered — fails the request (`UNAVAILABLE`); anything else is the
-/// caller's mistake in that descriptor alone, which is then not decided.
-fn own_problem(e: Error) -> Result<Outcome, Status> {
-    if e.is_backend_failure() { Err(unavailable(e)) } else { Ok(Outcome::Invalid(Invalid::Rejected)) }
+/// is set, has already answered — fails the request (`UNAVAILABLE`), and so does a backend that
+/// answered with an error (`INTERNAL`: a failure policy must not hide it, nor may a pass);
+/// anything else is the caller's mistake in that descriptor alone, which is then not decided.
+fn own_problem(e: &Error) -> Result<Outcome, Status> {
+    match e.class() {
+        ErrorClass::Caller => Ok(Outcome::Invalid(Invalid::Rejected)),
+        _ => Err(backend_status(e)),
+    }
 }
 
-/// A backend failure that no failure policy answered (a Redis URL's password masked).
-pub(super) fn unavailable(e: impl std::fmt::Display) -> Status {
-    Status::unavailable(crate::redact::redact(&e.to_string()))
+/// The status of a backend's error: its code, a generic message and the request's id; the
+/// backend's own text goes to the log under that id ([`crate::request_id`]), never to Envoy.
+pub(super) fn backend_status(e: &Error) -> Status {
+    let request_id = crate::request_id::current();
+    tracing::warn!(request_id, "the backend failed: {}", crate::redact::redact(&e.to_string()));
+    let (code, what) = match e.class() {
+        ErrorClass::BackendFailure => (tonic::Code::Unavailable, "the backend cannot decide now"),
+        _ => (tonic::Code::Internal, "the backend failed to decide this request"),
+    };
+    Status::new(code, format!("{what}; the server log has the detail under request id {request_id}"))
 }

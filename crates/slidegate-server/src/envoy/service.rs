@@ -57,11 +57,13 @@ impl RateLimitService for EnvoyRateLimit {
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
         let started = self.app.now();
-        let answer = self.answer(&request.into_inner()).await;
+        // The id an error status and its log line share (`crate::request_id`).
+        let given = request.metadata().get(crate::request_id::HEADER).and_then(|v| v.as_bytes().try_into().ok());
+        let answer = crate::request_id::scope(given, self.answer(&request.into_inner())).await;
         self.calls.increment(1);
         self.seconds.record(self.app.now().duration_since(started).as_secs_f64());
         if let Err(status) = &answer {
-            let backend = status.code() == tonic::Code::Unavailable;
+            let backend = matches!(status.code(), tonic::Code::Unavailable | tonic::Code::Internal);
             if backend { &self.backend_errors } else { &self.service_errors }.increment(1);
         }
         answer.map(Response::new)

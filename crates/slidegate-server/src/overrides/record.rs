@@ -33,17 +33,33 @@ impl Counting {
     pub fn of(quota: &Quota) -> Self {
         Self { algorithm: quota.algorithm(), warm_up: quota.warm_up().map(|w| (w.period(), w.cold_permille())) }
     }
+
+    /// How an override that names no algorithm counts over `base`: as `base` does, a GCRA's
+    /// burst following the override's limit ([`Limits::over`]).
+    fn inherited(base: &Quota) -> Self {
+        let mut counting = Self::of(base);
+        if let Algorithm::Gcra { burst } = &mut counting.algorithm {
+            *burst = None;
+        }
+        counting
+    }
 }
 
 impl Limits {
     /// The quota a key with this override is decided with, over `base`, the quota it would
     /// otherwise have. Fails when the two do not fit together: a rule changed since the
     /// override was set (its algorithm no longer takes the limit, say).
+    ///
+    /// An override that keeps a GCRA's algorithm sets its burst too, to the override's limit:
+    /// the rule's burst was chosen for the rule's limit, and kept under a lower one it would
+    /// admit more at once than the override allows in a window (a burst of 20 under a limit
+    /// of 1). Only an override that names `algorithm = gcra` sets a burst of its own.
     pub fn over(&self, base: &Quota) -> Result<Quota, slidegate::Error> {
-        if self.window.is_none() && self.counting.is_none() {
+        let gcra = matches!(base.algorithm(), Algorithm::Gcra { .. });
+        if self.window.is_none() && self.counting.is_none() && !gcra {
             return base.with_limit(self.limit);
         }
-        let counting = self.counting.unwrap_or_else(|| Counting::of(base));
+        let counting = self.counting.unwrap_or_else(|| Counting::inherited(base));
         let mut quota =
             Quota::new(self.limit, self.window.unwrap_or_else(|| base.window()))?.with_algorithm(counting.algorithm)?;
         if let Some((period, cold_permille)) = counting.warm_up {
@@ -200,6 +216,24 @@ mod tests {
         let gcra = Limits { limit: 20, window: Some(Duration::from_secs(1)), counting: Some(own) };
         let q = gcra.over(&base).expect("fits");
         assert_eq!((q.limit(), q.window(), q.burst(), q.warm_up()), (20, Duration::from_secs(1), 5, None));
+    }
+
+    #[test]
+    fn an_override_of_a_gcra_bounds_its_burst_unless_it_names_its_own() {
+        let base = Quota::new(10, Duration::from_secs(10))
+            .and_then(|q| q.with_algorithm(Algorithm::Gcra { burst: Some(20) }))
+            .expect("valid")
+            .with_failure_policy(FailurePolicy::FailClosed);
+        for window in [None, Some(Duration::from_secs(60))] {
+            let lowered = Limits { limit: 1, window, counting: None }.over(&base).expect("fits");
+            assert_eq!((lowered.limit(), lowered.burst(), lowered.max_cost()), (1, 1, 1), "{window:?}");
+            assert_eq!(lowered.failure_policy(), Some(FailurePolicy::FailClosed));
+        }
+        let raised = Limits { limit: 100, window: None, counting: None }.over(&base).expect("fits");
+        assert_eq!((raised.burst(), raised.window()), (100, base.window()));
+        let own = Counting { algorithm: Algorithm::Gcra { burst: Some(3) }, warm_up: None };
+        let named = Limits { limit: 1, window: None, counting: Some(own) }.over(&base).expect("fits");
+        assert_eq!((named.limit(), named.burst()), (1, 3), "a burst the override names");
     }
 
     #[test]

@@ -19,9 +19,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::change::{self, ChangeError, audit};
-use super::{OverrideBody, Record, Target, TargetError, now_ms};
+use super::{Limits, OverrideBody, Record, Target, TargetError, now_ms};
 use crate::api::{ApiError, authorize};
-use crate::app::App;
+use crate::app::{App, Live};
 
 /// The page size of a list unless `limit` says otherwise.
 pub const DEFAULT_PAGE: usize = 100;
@@ -56,10 +56,13 @@ pub async fn put(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let target = target(&app, &headers, path)?;
-    let (base, _) = target.base(&app.live(), &app.envoy(), None)?;
+    let (live, envoy) = (app.live(), app.envoy());
+    let (base, _) = target.base(&live, &envoy, None)?;
+    target.own_counter(&envoy)?;
     let body: OverrideBody =
         serde_json::from_slice(&body?).map_err(|e| ApiError::bad_request("invalid_json", e.to_string()))?;
     let (limits, ttl) = body.limits(&base, matches!(target, Target::Descriptor { .. }))?;
+    fits_every_tier(&live, &target, &limits)?;
     let now = now_ms();
     let from = address(&peer);
     let o = super::Override {
@@ -75,6 +78,18 @@ pub async fn put(
     Ok(Json(json!({
         "rule": o.rule, "key": o.key, "override": Record::from(&o), "previous": previous.as_ref().map(Record::from),
     })))
+}
+
+/// Refuses `limits` when they do not fit a tier of the target's rule: a key is checked under
+/// any tier with the one override, which would then be ignored there.
+fn fits_every_tier(live: &Live, target: &Target, limits: &Limits) -> Result<(), ApiError> {
+    let Some(rule) = live.rules.get(&target.rule()).filter(|_| matches!(target, Target::Rule { .. })) else {
+        return Ok(());
+    };
+    for (tier, quota) in &rule.tiers {
+        limits.over(quota).map_err(|e| ApiError::bad_request("invalid_quota", format!("under tier {tier:?}: {e}")))?;
+    }
+    Ok(())
 }
 
 /// `DELETE /v1/overrides/{rule}/{key}`.
@@ -127,6 +142,7 @@ impl From<TargetError> for ApiError {
         let message = e.to_string();
         match e {
             TargetError::Key(e) => e.into(),
+            TargetError::KeyTooLongForRule { .. } => ApiError::bad_request("key_too_long", message),
             TargetError::Descriptor(_) => ApiError::bad_request("invalid_descriptor", message),
             TargetError::UnknownRule(_) => ApiError::new(StatusCode::NOT_FOUND, "unknown_rule", message),
             TargetError::UnknownTier { .. } => ApiError::bad_request("unknown_tier", message),
@@ -135,6 +151,7 @@ impl From<TargetError> for ApiError {
             }
             TargetError::NoQuota => ApiError::bad_request("no_quota", message),
             TargetError::TierOfDescriptor => ApiError::bad_request("invalid_request", message),
+            TargetError::Shared { .. } => ApiError::bad_request("shared_descriptor", message),
         }
     }
 }
@@ -143,11 +160,7 @@ impl From<ChangeError> for ApiError {
     fn from(e: ChangeError) -> Self {
         match e {
             ChangeError::Full(full) => ApiError::new(StatusCode::CONFLICT, "too_many_overrides", full.to_string()),
-            ChangeError::Store(e) => ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "backend_unavailable",
-                crate::redact::redact(&e.to_string()).into_owned(),
-            ),
+            ChangeError::Store(e) => ApiError::backend(StatusCode::SERVICE_UNAVAILABLE, "backend_unavailable", &e),
         }
     }
 }

@@ -6,6 +6,7 @@
 use slidegate::Quota;
 
 use crate::app::Live;
+use crate::envoy::key::shared_descriptor_key;
 use crate::envoy::{EnvoyConfig, MAX_ENTRIES, descriptor_key};
 
 /// The `{rule}` prefix of an Envoy domain's descriptors.
@@ -17,6 +18,18 @@ pub enum TargetError {
     /// The key is empty or over [`slidegate::MAX_KEY_LEN`] bytes.
     #[error(transparent)]
     Key(#[from] slidegate::Error),
+    /// A key that fits [`slidegate::MAX_KEY_LEN`] alone but not inside its rule's backend key
+    /// (`<rule>:{<key>}`): no check could ever use it.
+    #[error(
+        "a key of rule {rule:?} is checked as `{rule}:{{<key>}}`, at most {max} bytes: the key may be at most {room} bytes",
+        max = slidegate::MAX_KEY_LEN
+    )]
+    KeyTooLongForRule {
+        /// The rule.
+        rule: String,
+        /// The longest key the rule's backend key has room for.
+        room: usize,
+    },
     /// An Envoy descriptor that cannot be read, or is over the Envoy service's bounds.
     #[error("{0}")]
     Descriptor(String),
@@ -42,6 +55,16 @@ pub enum TargetError {
     /// The descriptor's limit is `unlimited` or `requests_per_unit: 0`: no quota to change.
     #[error("the descriptor's limit is unlimited or blocks everything: it has no quota to change")]
     NoQuota,
+    /// An Envoy descriptor whose value matches a `share_threshold` wildcard: every value that
+    /// matches shares one counter, which is no one key's to override.
+    #[error(
+        "the descriptor's value matches the share_threshold wildcard {pattern:?}: every matching value shares one \
+         counter, which an override of one key cannot change; change the descriptor's limit in the Envoy configuration"
+    )]
+    Shared {
+        /// The wildcard.
+        pattern: String,
+    },
     /// A tier asked of an Envoy descriptor.
     #[error("Envoy descriptors have no tiers")]
     TierOfDescriptor,
@@ -85,6 +108,11 @@ impl Target {
             slidegate::validate_key(key)?;
             if rule.len() > 64 {
                 return Err(TargetError::UnknownRule(rule.chars().take(64).collect()));
+            }
+            // `<rule>:{<key>}`: the rule, three bytes, the key.
+            let room = slidegate::MAX_KEY_LEN - rule.len() - 3;
+            if key.len() > room {
+                return Err(TargetError::KeyTooLongForRule { rule: rule.to_owned(), room });
             }
             return Ok(Self::Rule { rule: rule.to_owned(), key: key.to_owned() });
         };
@@ -132,6 +160,31 @@ impl Target {
                 descriptor_key(domain, &borrowed)
             }
         }
+    }
+
+    /// The backend key the Envoy service counts it under: [`Target::backend_key`], except for
+    /// a descriptor whose value matched a `share_threshold` wildcard of `envoy`, which counts
+    /// under the key every matching value shares.
+    pub fn counted_key(&self, envoy: &EnvoyConfig) -> String {
+        match self.shared(envoy) {
+            Some((key, _)) => key,
+            None => self.backend_key(),
+        }
+    }
+
+    /// Refuses a descriptor that counts under a shared key ([`Target::counted_key`]): an
+    /// override is one key's.
+    pub fn own_counter(&self, envoy: &EnvoyConfig) -> Result<(), TargetError> {
+        self.shared(envoy).map_or(Ok(()), |(_, pattern)| Err(TargetError::Shared { pattern }))
+    }
+
+    /// For a descriptor counted under a shared key: that key and the (first) wildcard.
+    fn shared(&self, envoy: &EnvoyConfig) -> Option<(String, String)> {
+        let Self::Descriptor { domain, entries } = self else { return None };
+        let borrowed: Vec<(&str, &str)> = entries.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let found = envoy.lookup(domain, &borrowed)?;
+        let pattern = found.shared.iter().flatten().next()?;
+        Some((shared_descriptor_key(domain, &borrowed, &found.shared), (*pattern).to_owned()))
     }
 
     /// The quota it has before any override, and where that comes from: the rule (its `tier`,
@@ -240,6 +293,10 @@ mod tests {
     fn sizes_are_bounded_before_anything_is_built() {
         let long = "k".repeat(slidegate::MAX_KEY_LEN + 1);
         assert!(matches!(Target::parse("api", &long), Err(TargetError::Key(_))));
+        let room = slidegate::MAX_KEY_LEN - "api:{}".len();
+        assert!(Target::parse("api", &"k".repeat(room)).is_ok_and(|t| t.backend_key().len() == slidegate::MAX_KEY_LEN));
+        let over = Target::parse("api", &"k".repeat(room + 1));
+        assert!(matches!(over, Err(TargetError::KeyTooLongForRule { room: 506, .. })), "{over:?}");
         assert!(matches!(Target::parse("api", ""), Err(TargetError::Key(_))));
         assert!(matches!(Target::parse("envoy:edge", &format!("k={long}")), Err(TargetError::Key(_))));
         let near = format!("k={}", "v".repeat(slidegate::MAX_KEY_LEN - 4));

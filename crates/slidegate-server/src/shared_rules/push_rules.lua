@@ -13,6 +13,10 @@
 --
 -- The text, its version and the announcement change together: an instance that reads the
 -- state sees a whole document and the version it was stored under, never part of a push.
+local problem = unwritable(ARGV[2])
+if problem then
+  return redis.error_reply(problem)
+end
 local previous = redis.call('HMGET', KEYS[1], 'rules', 'rules_version', 'pushed_at_ms', 'pushed_from')
 local version = redis.call('HINCRBY', KEYS[1], 'version', 1)
 redis.call('HSET', KEYS[1], 'rules', ARGV[1], 'rules_version', version, 'pushed_at_ms', ARGV[2], 'pushed_from', ARGV[3])

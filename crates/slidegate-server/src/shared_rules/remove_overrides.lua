@@ -10,6 +10,15 @@
 --          sweeping instance's clock; every instance decides by its own clock in the meantime)
 -- Returns  {version, JSON} per override removed, in order; empty when there was none.
 -- Cluster  three keys of one hash tag, so one slot.
+local problem
+if ARGV[2] == 'del' then
+  problem = unwritable()
+else
+  problem = unwritable(ARGV[3], ARGV[4])
+end
+if problem then
+  return redis.error_reply(problem)
+end
 local fields
 if ARGV[2] == 'del' then
   fields = {ARGV[3]}

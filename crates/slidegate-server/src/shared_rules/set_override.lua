@@ -10,6 +10,10 @@
 -- ARGV[5]  the channel to announce it on
 -- Returns  {version, previous JSON or false}; {0, false} when the hash is full and the field new.
 -- Cluster  three keys of one hash tag, so one slot.
+local problem = unwritable(ARGV[4], ARGV[3] == '' and '0' or ARGV[3])
+if problem then
+  return redis.error_reply(problem)
+end
 if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 0 and redis.call('HLEN', KEYS[2]) >= tonumber(ARGV[4]) then
   return {0, false}
 end

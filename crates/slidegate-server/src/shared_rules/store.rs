@@ -166,9 +166,17 @@ pub fn field(rule: &str, key: &str) -> String {
     format!("{}:{rule}:{key}", rule.len())
 }
 
-static PUSH_RULES: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("push_rules.lua")));
-static SET_OVERRIDE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("set_override.lua")));
-static REMOVE_OVERRIDES: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("remove_overrides.lua")));
+/// A shared-rules script: `unwritten.lua` (the checks made before anything is written), then
+/// the script's own text.
+macro_rules! script {
+    ($file:literal) => {
+        LazyLock::new(|| Script::new(concat!(include_str!("unwritten.lua"), include_str!($file))))
+    };
+}
+
+static PUSH_RULES: LazyLock<Script> = script!("push_rules.lua");
+static SET_OVERRIDE: LazyLock<Script> = script!("set_override.lua");
+static REMOVE_OVERRIDES: LazyLock<Script> = script!("remove_overrides.lua");
 
 impl Store {
     fn new(conn: Connection, listen: Listen, prefix: &str) -> Self {

@@ -19,6 +19,16 @@ pub const OVER: i32 = Code::OverLimit as i32;
 /// A refused descriptor's code: not decided.
 pub const UNKNOWN: i32 = Code::Unknown as i32;
 
+/// Domain `edge`: 2 a minute per `user`.
+pub const USER_EDGE: &str = "
+domain: edge
+descriptors:
+  - key: user
+    rate_limit:
+      unit: minute
+      requests_per_unit: 2
+";
+
 /// A config directory with the given files, and a server serving it over gRPC.
 pub struct Envoy {
     pub server: Slidegate,

@@ -1,0 +1,76 @@
+//! A backend's own error text never reaches a caller, through the real binary on Redis (Lua
+//! and module): the HTTP API and the Envoy service answer a stable code, a generic message and
+//! the request's id; the log holds the backend's text under that id.
+
+mod support;
+
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use reqwest::Client;
+use serde_json::{Value, json};
+use slidegate_testkit::RedisServer;
+use support::envoy::{Dir, USER_EDGE, request};
+use support::{RulesFile, Slidegate};
+
+/// What Redis says of a key of another type, which the scripts and the module pass on.
+const REDIS_TEXT: [&str; 4] = ["WRONGTYPE", "user_script", "ResponseError", "Operation against"];
+
+/// Whether `text` holds none of Redis' own words.
+fn generic(text: &str) -> bool {
+    REDIS_TEXT.iter().all(|word| !text.contains(word))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_script_error_answers_a_stable_code_and_the_request_id_and_logs_the_detail() {
+    for (engine, redis) in [("lua", RedisServer::start()), ("module", RedisServer::start_with_module(&[]))] {
+        let rules = RulesFile::new(&format!(
+            "[backend]\nredis = \"{}\"\ntimeout = \"10s\"\n[[rules]]\nname = \"api\"\nlimit = 5\nwindow = \"1m\"\n",
+            redis.url()
+        ));
+        let dir = Dir::with(&[("edge.yaml", USER_EDGE)]);
+        let grpc = format!("127.0.0.1:{}", slidegate_testkit::free_port());
+        let server = Slidegate::serve(&["--config", rules.arg(), "--grpc", &grpc, "--envoy-config", dir.arg()]);
+        // The attack: a key of another type where the limiter's key is, so Redis answers an error.
+        let _: () = redis.query(&["SET", "slidegate:api:{k}", "x"]);
+        let _: () = redis.query(&["SET", "slidegate:4:edge:{4:user=1:k}", "x"]);
+
+        let client = Client::new();
+        let check = json!({"rule": "api", "key": "k"});
+        let answer = client
+            .post(server.url("/v1/check"))
+            .header("x-request-id", "req-42")
+            .json(&check)
+            .send()
+            .await
+            .expect("answer");
+        let header = answer.headers().get("x-request-id").and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let (status, v) = (answer.status().as_u16(), answer.json::<Value>().await.expect("JSON"));
+        assert_eq!(
+            (status, &v["error"]["code"], &v["error"]["request_id"]),
+            (500, &json!("backend_error"), &json!("req-42"))
+        );
+        assert_eq!(header.as_deref(), Some("req-42"), "{engine}");
+        assert!(generic(&v.to_string()), "{engine}: {v}");
+
+        // No id given (or one too long to log as given): one of the server's, in the answer.
+        let long = "r".repeat(slidegate_server::request_id::MAX_REQUEST_ID_LEN + 1);
+        let answer = client.post(server.url("/v1/check")).header("x-request-id", &long).json(&check).send().await;
+        let v: Value = answer.expect("answer").json().await.expect("JSON");
+        let made = v["error"]["request_id"].as_str().expect("an id").to_owned();
+        assert!(made.len() == 16 && made != long && generic(&v.to_string()), "{engine}: {v}");
+
+        let mut envoy = RateLimitServiceClient::connect(format!("http://{grpc}")).await.expect("connect");
+        let mut asked = tonic::Request::new(request("edge", &[&[("user", "k")]], 1));
+        asked.metadata_mut().insert("x-request-id", "grpc-7".parse().expect("ascii"));
+        let status = envoy.should_rate_limit(asked).await.expect_err("a backend error fails the request");
+        assert_eq!(status.code(), tonic::Code::Internal, "{engine}: {status:?}");
+        assert!(status.message().contains("grpc-7") && generic(status.message()), "{engine}: {status:?}");
+
+        // The log has each one's detail under its id.
+        let log = server.log_text();
+        for id in ["req-42", made.as_str(), "grpc-7"] {
+            let line =
+                log.lines().find(|l| l.contains(id)).unwrap_or_else(|| panic!("{engine}: no line for {id}: {log}"));
+            assert!(line.contains("WRONGTYPE"), "{engine}: {line}");
+        }
+    }
+}
