@@ -1,10 +1,32 @@
 """Type stubs of the Rust extension (bindings/python/src)."""
 
 from datetime import timedelta
-from typing import Awaitable, Literal, Mapping, Optional, Sequence, Union
+from typing import Awaitable, Literal, Optional, Sequence, TypedDict, Union
+
+from typing_extensions import NotRequired, Unpack
 
 Window = Union[str, int, float, timedelta]
 Algorithm = Literal["sliding_log", "sliding_window", "fixed_window", "gcra", "token_bucket"]
+
+class LimitOptions(TypedDict):
+    """What `inspect` takes beside the key: the limit and how it counts."""
+
+    limit: int
+    window: Window
+    algorithm: NotRequired[Algorithm]
+    rule: NotRequired[Optional[str]]
+    burst: NotRequired[Optional[int]]
+    buckets: NotRequired[Optional[int]]
+
+class CheckOptions(LimitOptions):
+    """What `check` and `acheck` take beside the key."""
+
+    cost: NotRequired[Optional[int]]
+
+class CheckItem(CheckOptions):
+    """One check of `check_all`."""
+
+    key: str
 
 MAX_KEY_LEN: int
 MAX_CHECKS: int
@@ -71,41 +93,9 @@ class Limiter:
     def backend(self) -> Literal["memory", "redis", "redis_cluster", "redis_sentinel"]: ...
     @property
     def engine(self) -> Literal["memory", "auto", "lua", "module"]: ...
-    def check(
-        self,
-        key: str,
-        *,
-        limit: int,
-        window: Window,
-        cost: Optional[int] = 1,
-        algorithm: Algorithm = "sliding_log",
-        rule: Optional[str] = None,
-        burst: Optional[int] = None,
-        buckets: Optional[int] = None,
-    ) -> Decision: ...
-    def acheck(
-        self,
-        key: str,
-        *,
-        limit: int,
-        window: Window,
-        cost: Optional[int] = 1,
-        algorithm: Algorithm = "sliding_log",
-        rule: Optional[str] = None,
-        burst: Optional[int] = None,
-        buckets: Optional[int] = None,
-    ) -> Awaitable[Decision]: ...
-    def check_all(self, checks: Sequence[Mapping[str, object]]) -> MultiDecision: ...
-    def acheck_all(self, checks: Sequence[Mapping[str, object]]) -> Awaitable[MultiDecision]: ...
-    def inspect(
-        self,
-        key: str,
-        *,
-        limit: int,
-        window: Window,
-        algorithm: Algorithm = "sliding_log",
-        rule: Optional[str] = None,
-        burst: Optional[int] = None,
-        buckets: Optional[int] = None,
-    ) -> KeyState: ...
+    def check(self, key: str, **options: Unpack[CheckOptions]) -> Decision: ...
+    def acheck(self, key: str, **options: Unpack[CheckOptions]) -> Awaitable[Decision]: ...
+    def check_all(self, checks: Sequence[CheckItem]) -> MultiDecision: ...
+    def acheck_all(self, checks: Sequence[CheckItem]) -> Awaitable[MultiDecision]: ...
+    def inspect(self, key: str, **options: Unpack[LimitOptions]) -> KeyState: ...
     def reset(self, key: str, *, rule: Optional[str] = None) -> None: ...

@@ -1,6 +1,8 @@
 """What the web integrations share: a rate limit as a view declares it, the key of a request
 (from a callable, or the client's address behind named trusted proxies), and the 429 answer."""
 
+import functools
+import inspect
 import ipaddress
 import json
 from typing import Any, Callable, Iterable, Optional, Union
@@ -105,3 +107,39 @@ class RateLimit:
     def denial_body(self, decision: Decision) -> bytes:
         return json.dumps({"error": "rate_limited", "message": self.message,
                            "retry_after": decision.retry_after}).encode()
+
+
+def view_decorator(options: dict, request_of, addresses, denied, admitted):
+    """`@rate_limit(**options)` for a framework's views, sync and async: `request_of(args)` is a
+    call's request, `addresses(request)` its peer and `X-Forwarded-For`, `denied(spec,
+    decision)` the 429 answer, `admitted(spec, decision, result)` the view's answer with the
+    RateLimit fields."""
+    spec = RateLimit(**options)
+
+    def decorate(view):
+        spec.named(view.__name__)
+
+        def key(args):
+            request = request_of(args)
+            return spec.key_of(request, *addresses(request))
+
+        if inspect.iscoroutinefunction(view):
+            @functools.wraps(view)
+            async def limited_async(*args, **kwargs):
+                decision = await spec.acheck(key(args))
+                if not decision.allowed:
+                    return denied(spec, decision)
+                return admitted(spec, decision, await view(*args, **kwargs))
+
+            return limited_async
+
+        @functools.wraps(view)
+        def limited(*args, **kwargs):
+            decision = spec.check(key(args))
+            if not decision.allowed:
+                return denied(spec, decision)
+            return admitted(spec, decision, view(*args, **kwargs))
+
+        return limited
+
+    return decorate

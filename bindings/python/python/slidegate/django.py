@@ -7,55 +7,27 @@ fields when the limit is reached, the RateLimit fields on every admitted answer 
     def send_sms(request): ...
 """
 
-import functools
-import inspect
-
 from django.http import HttpResponse
 
-from ._web import RateLimit, default_limiter, set_default_limiter
+from ._web import default_limiter, set_default_limiter, view_decorator
 
 __all__ = ["rate_limit", "default_limiter", "set_default_limiter"]
 
 
+def _admitted(spec, decision, response):
+    for name, value in spec.headers(decision).items():
+        response[name] = value
+    return response
+
+
+def _denied(spec, decision):
+    body = HttpResponse(spec.denial_body(decision), status=429, content_type="application/json")
+    return _admitted(spec, decision, body)
+
+
 def rate_limit(**options):
-    """Limits a view: `limit` per `window` per key (`key`: a callable of the request, a
-    constant, or by default the client's address behind `trusted_proxies`). The other
-    arguments are `slidegate._web.RateLimit`'s."""
-    spec = RateLimit(**options)
-
-    def decorate(view):
-        spec.named(view.__name__)
-
-        def key(request):
-            meta = request.META
-            return spec.key_of(request, meta.get("REMOTE_ADDR"), meta.get("HTTP_X_FORWARDED_FOR"))
-
-        def denied(decision):
-            response = HttpResponse(spec.denial_body(decision), status=429, content_type="application/json")
-            return with_headers(response, decision)
-
-        def with_headers(response, decision):
-            for name, value in spec.headers(decision).items():
-                response[name] = value
-            return response
-
-        if inspect.iscoroutinefunction(view):
-            @functools.wraps(view)
-            async def limited_async(request, *args, **kwargs):
-                decision = await spec.acheck(key(request))
-                if not decision.allowed:
-                    return denied(decision)
-                return with_headers(await view(request, *args, **kwargs), decision)
-
-            return limited_async
-
-        @functools.wraps(view)
-        def limited(request, *args, **kwargs):
-            decision = spec.check(key(request))
-            if not decision.allowed:
-                return denied(decision)
-            return with_headers(view(request, *args, **kwargs), decision)
-
-        return limited
-
-    return decorate
+    """Limits a view (its first argument the request): `limit` per `window` per key (`key`: a
+    callable of the request, a constant, or by default the client's address behind
+    `trusted_proxies`); the other arguments are `slidegate._web.RateLimit`'s."""
+    addresses = lambda r: (r.META.get("REMOTE_ADDR"), r.META.get("HTTP_X_FORWARDED_FOR"))  # noqa: E731
+    return view_decorator(options, lambda args: args[0], addresses, _denied, _admitted)
