@@ -189,7 +189,12 @@ impl KeyState {
 
     fn __repr__(&self) -> String {
         let s = &self.inner;
-        format!("KeyState(count={}, oldest_ms={:?}, reset_after={:?})", s.count, s.oldest_ms, s.reset_after.as_secs_f64())
+        format!(
+            "KeyState(count={}, oldest_ms={:?}, reset_after={:?})",
+            s.count,
+            s.oldest_ms,
+            s.reset_after.as_secs_f64()
+        )
     }
 }
 

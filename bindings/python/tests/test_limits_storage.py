@@ -1,9 +1,9 @@
 """The `limits` storage through limits' own strategies: the scheme registered, the moving window
 exact under threads on memory and Redis, and the strategies it does not serve refused."""
 
-import threading
-
 import pytest
+
+from threads import admitted_from_threads
 
 limits = pytest.importorskip("limits")
 import slidegate.limits  # noqa: E402,F401  (registers the schemes)
@@ -19,18 +19,9 @@ def moving(request):
 
 
 def test_the_moving_window_admits_exactly_its_limit_from_8_threads(moving):
-    item, admitted = parse("100/minute"), []
+    item = parse("100/minute")
     moving.clear(item, "hot")
-
-    def worker():
-        admitted.append(sum(moving.hit(item, "hot") for _ in range(40)))
-
-    threads = [threading.Thread(target=worker) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert sum(admitted) == 100
+    assert admitted_from_threads(lambda: moving.hit(item, "hot")) == 100
     assert not moving.test(item, "hot")
     assert moving.get_window_stats(item, "hot").remaining == 0
     moving.clear(item, "hot")
