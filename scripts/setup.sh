@@ -10,6 +10,8 @@ missing=()
 command -v redis-server >/dev/null && command -v redis-cli >/dev/null || missing+=(redis-server redis-tools)
 dpkg -s libclang-dev >/dev/null 2>&1 || missing+=(libclang-dev clang)
 command -v python3 >/dev/null || missing+=(python3)
+# python3-venv: scripts/test-python.sh builds the Python package into a venv of its own.
+command -v python3 >/dev/null && python3 -c 'import ensurepip' 2>/dev/null || missing+=(python3-venv)
 command -v curl >/dev/null || missing+=(curl)
 command -v chromium >/dev/null || missing+=(chromium)
 command -v chromedriver >/dev/null || missing+=(chromium-driver)

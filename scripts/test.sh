@@ -18,6 +18,10 @@ cargo build --workspace --all-features 2>&1 | tee "$log" || status=$?
 if [ "$status" -eq 0 ]; then
   cargo test --workspace --all-features --doc 2>&1 | tee -a "$log" || status=$?
 fi
+# The Python package (bindings/python): built by pip into a venv of its own, tested by pytest.
+if [ "$status" -eq 0 ]; then
+  bash scripts/test-python.sh 2>&1 | tee -a "$log" || status=$?
+fi
 
 # One closing line over every suite (libtest prints one "test result" line per binary).
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) s += $i } }
