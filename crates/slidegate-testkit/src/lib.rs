@@ -11,7 +11,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod module;
+mod tls;
 pub use module::module_path;
+pub use tls::{CertFiles, ExtendedKeyUsagePurpose, Flaw, TestPki};
 
 /// How long a server may take to answer its first `PING`.
 const START_DEADLINE: Duration = Duration::from_secs(10);
@@ -21,6 +23,8 @@ const START_DEADLINE: Duration = Duration::from_secs(10);
 pub struct RedisServer {
     child: Child,
     port: u16,
+    /// Set when the server serves TLS too ([`RedisServer::start_tls`]).
+    tls_port: Option<u16>,
     dir: PathBuf,
 }
 
@@ -116,7 +120,7 @@ impl RedisServer {
             .stderr(log)
             .spawn()
             .map_err(|e| format!("cannot run redis-server (is it installed? scripts/test.sh installs it): {e}"))?;
-        let mut server = Self { child, port, dir };
+        let mut server = Self { child, port, tls_port: None, dir };
         let started = Instant::now();
         loop {
             if let Ok(Some(status)) = server.child.try_wait() {
