@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 mod module;
 mod tls;
 pub use module::module_path;
-pub use tls::{CertFiles, ExtendedKeyUsagePurpose, Flaw, TestPki};
+pub use tls::{CertFiles, Flaw, TestPki};
 
 /// How long a server may take to answer its first `PING`.
 const START_DEADLINE: Duration = Duration::from_secs(10);
@@ -248,7 +248,7 @@ impl RedisCluster {
         Self::start_nodes(masters, replicas, RedisServer::start_with_module_retrying)
     }
 
-    fn start_nodes(masters: usize, replicas: usize, start: fn(fn() -> Vec<String>) -> RedisServer) -> Self {
+    fn start_nodes(masters: usize, replicas: usize, start: impl Fn(fn() -> Vec<String>) -> RedisServer) -> Self {
         // A failover needs the replicas to notice a dead master: one second, not fifteen. Each
         // attempt to start a node takes a new cluster-bus port.
         let node_args = || {
@@ -351,7 +351,13 @@ pub struct RedisSentinel {
     pub replica: RedisServer,
     sentinel: Child,
     sentinel_port: u16,
+    /// Set when the Sentinel serves TLS too ([`RedisSentinel::start_tls`]).
+    sentinel_tls_port: Option<u16>,
     dir: PathBuf,
+}
+
+fn master_port_plain(master: &RedisServer) -> u16 {
+    master.port()
 }
 
 /// The name the Sentinel monitors.
@@ -365,29 +371,36 @@ impl RedisSentinel {
     pub fn start() -> Self {
         let master = RedisServer::start();
         let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &master.port().to_string()]);
+        Self::watch(master, replica, master_port_plain, "")
+    }
+
+    /// Starts a Sentinel over `master` and its `replica`, monitoring the master on the port
+    /// `port_of` gives, with `conf` added to its configuration; returns once the replica is in
+    /// sync and the Sentinel knows it.
+    fn watch(master: RedisServer, replica: RedisServer, port_of: fn(&RedisServer) -> u16, conf: &str) -> Self {
         let sentinel_port = free_port();
         let dir = std::env::temp_dir().join(format!("slidegate-sentinel-{}-{sentinel_port}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("sentinel dir");
-        let conf = dir.join("sentinel.conf");
+        let conf_file = dir.join("sentinel.conf");
         std::fs::write(
-            &conf,
+            &conf_file,
             format!(
                 "port {sentinel_port}\nbind 127.0.0.1\ndir {}\nsentinel monitor {SENTINEL_SERVICE} 127.0.0.1 {} 1\n\
-                 sentinel down-after-milliseconds {SENTINEL_SERVICE} 1000\nsentinel failover-timeout {SENTINEL_SERVICE} 3000\n",
+                 sentinel down-after-milliseconds {SENTINEL_SERVICE} 1000\nsentinel failover-timeout {SENTINEL_SERVICE} 3000\n{conf}",
                 dir.display(),
-                master.port()
+                port_of(&master)
             ),
         )
         .expect("sentinel.conf");
         let sentinel = Command::new("redis-server")
-            .arg(&conf)
+            .arg(&conf_file)
             .arg("--sentinel")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("start redis-server --sentinel");
-        let setup = Self { master, replica, sentinel, sentinel_port, dir };
+        let setup = Self { master, replica, sentinel, sentinel_port, sentinel_tls_port: None, dir };
         let started = Instant::now();
         loop {
             let synced = redis::cmd("INFO")

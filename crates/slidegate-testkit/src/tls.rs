@@ -6,11 +6,10 @@
 
 use std::path::Path;
 
-use super::{RedisServer, free_port};
+use super::{RedisCluster, RedisSentinel, RedisServer, free_port};
 
 mod pki;
 pub use pki::{CertFiles, Flaw, TestPki};
-pub use rcgen::ExtendedKeyUsagePurpose;
 
 /// The `redis-server` arguments that serve TLS on `tls_port` with `pki`'s server certificate;
 /// `auth_clients`: whether a client must present a certificate from `pki`'s CA.
@@ -39,11 +38,16 @@ impl RedisServer {
     /// # Panics
     /// As [`RedisServer::start`].
     pub fn start_tls(pki: &TestPki, auth_clients: bool, extra: &[&str]) -> Self {
+        Self::start_tls_retrying(pki, auth_clients, || extra.iter().map(|&a| a.to_owned()).collect())
+    }
+
+    /// As [`RedisServer::start_tls`], with new `extra` arguments for each attempt.
+    pub(crate) fn start_tls_retrying(pki: &TestPki, auth_clients: bool, extra: impl Fn() -> Vec<String>) -> Self {
         let mut last_error = String::new();
         for _ in 0..5 {
             let tls_port = free_port();
             let mut args = server_args(pki, tls_port, auth_clients);
-            args.extend(extra.iter().map(|&a| a.to_owned()));
+            args.extend(extra());
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
             match Self::launch(free_port(), &args) {
                 Ok(mut server) => {
@@ -67,5 +71,58 @@ impl RedisServer {
     /// When the server serves no TLS.
     pub fn tls_url(&self) -> String {
         format!("rediss://127.0.0.1:{}", self.tls_port.expect("a server started with start_tls"))
+    }
+}
+
+impl RedisCluster {
+    /// As [`RedisCluster::start`], every node also serving TLS with `pki`'s certificate
+    /// (`tls-cluster yes`: the cluster bus and replication over TLS too). A client over TLS is
+    /// told the nodes' TLS ports (`CLUSTER SLOTS`, `MOVED`); a plaintext one, the harness's.
+    ///
+    /// # Panics
+    /// As [`RedisCluster::start`].
+    pub fn start_tls(pki: &TestPki, masters: usize, replicas: usize) -> Self {
+        Self::start_nodes(masters, replicas, |node_args| {
+            RedisServer::start_tls_retrying(pki, false, || {
+                let mut args = node_args();
+                args.extend(["--tls-cluster", "yes", "--tls-replication", "yes"].map(str::to_owned));
+                args
+            })
+        })
+    }
+
+    /// The nodes' `rediss://` URLs.
+    pub fn tls_urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::tls_url).collect()
+    }
+}
+
+impl RedisSentinel {
+    /// As [`RedisSentinel::start`], the master, its replica and the Sentinel also serving TLS
+    /// with `pki`'s certificate, replication and the Sentinel's own links over TLS
+    /// (`tls-replication yes`): the Sentinel names the master by its TLS port.
+    ///
+    /// # Panics
+    /// As [`RedisSentinel::start`].
+    pub fn start_tls(pki: &TestPki) -> Self {
+        let master = RedisServer::start_tls(pki, false, &["--tls-replication", "yes"]);
+        let master_tls = master.tls_port().expect("TLS").to_string();
+        let replica =
+            RedisServer::start_tls(pki, false, &["--tls-replication", "yes", "--replicaof", "127.0.0.1", &master_tls]);
+        let tls_port = free_port();
+        let conf: String =
+            server_args(pki, tls_port, false).chunks(2).map(|kv| format!("{} {}\n", &kv[0][2..], kv[1])).collect();
+        let mut setup =
+            Self::watch(master, replica, |m| m.tls_port().expect("TLS"), &format!("{conf}tls-replication yes\n"));
+        setup.sentinel_tls_port = Some(tls_port);
+        setup
+    }
+
+    /// `rediss://127.0.0.1:<sentinel TLS port>`.
+    ///
+    /// # Panics
+    /// When the Sentinel serves no TLS.
+    pub fn sentinel_tls_url(&self) -> String {
+        format!("rediss://127.0.0.1:{}", self.sentinel_tls_port.expect("a Sentinel started with start_tls"))
     }
 }

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use redis::aio::ConnectionLike;
 use slidegate::{Error, Limiter, PipelinedConnection, Quota, RedisBackend, RedisTls, TlsFiles};
-use slidegate_testkit::{ExtendedKeyUsagePurpose, Flaw, RedisServer, TestPki};
+use slidegate_testkit::{Flaw, RedisServer, TestPki};
 
 fn files(ca: Option<PathBuf>) -> TlsFiles {
     let mut f = TlsFiles::default();
@@ -101,7 +101,7 @@ async fn a_server_certificate_of_another_ca_is_refused() {
 #[tokio::test]
 async fn an_expired_server_certificate_is_refused() {
     let pki = TestPki::new("expired");
-    pki.issue("server", Flaw::Expired, ExtendedKeyUsagePurpose::ServerAuth);
+    pki.issue("server", Flaw::Expired);
     let server = RedisServer::start_tls(&pki, false, &[]);
     let message = refusal(&server.tls_url(), &load(&files(Some(pki.ca())))).await;
     assert!(message.contains("expired"), "{message}");
@@ -110,7 +110,7 @@ async fn an_expired_server_certificate_is_refused() {
 #[tokio::test]
 async fn a_certificate_for_another_host_is_refused_unless_hostname_verification_is_skipped() {
     let pki = TestPki::new("host");
-    pki.issue("server", Flaw::OtherHost, ExtendedKeyUsagePurpose::ServerAuth);
+    pki.issue("server", Flaw::OtherHost);
     let server = RedisServer::start_tls(&pki, false, &[]);
     let message = refusal(&server.tls_url(), &load(&files(Some(pki.ca())))).await;
     assert!(message.contains("not valid for name"), "{message}");

@@ -59,8 +59,8 @@ impl TestPki {
         let ca = CertifiedIssuer::self_signed(params, KeyPair::generate().expect("CA key")).expect("CA certificate");
         std::fs::write(dir.join("ca.pem"), ca.pem()).expect("write ca.pem");
         let pki = Self { dir, ca };
-        pki.issue("server", Flaw::None, ExtendedKeyUsagePurpose::ServerAuth);
-        pki.issue("client", Flaw::None, ExtendedKeyUsagePurpose::ClientAuth);
+        pki.issue("server", Flaw::None);
+        pki.issue("client", Flaw::None);
         pki
     }
 
@@ -84,18 +84,19 @@ impl TestPki {
         &self.dir
     }
 
-    /// Issues `<name>.pem` and `<name>.key` with `flaw`, for `usage`.
+    /// Issues `<name>.pem` and `<name>.key` with `flaw`, for a server and a client alike (a
+    /// Cluster node's bus connections present the server's certificate as a client).
     ///
     /// # Panics
     /// When the certificate cannot be made or written.
-    pub fn issue(&self, name: &str, flaw: Flaw, usage: ExtendedKeyUsagePurpose) -> CertFiles {
+    pub fn issue(&self, name: &str, flaw: Flaw) -> CertFiles {
         let names = match flaw {
             Flaw::OtherHost => vec!["redis.invalid".to_owned()],
             Flaw::None | Flaw::Expired => vec!["localhost".to_owned(), "127.0.0.1".to_owned()],
         };
         let mut params = CertificateParams::new(names).expect("certificate params");
         params.distinguished_name.push(DnType::CommonName, format!("slidegate test {name}"));
-        params.extended_key_usages = vec![usage];
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
         if flaw == Flaw::Expired {
             let now = time::OffsetDateTime::now_utc();
             params.not_before = now - time::Duration::days(30);

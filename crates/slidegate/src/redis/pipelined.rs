@@ -203,6 +203,9 @@ struct Link {
     queue: Mutex<Queue>,
     wake_writer: mpsc::Sender<()>,
     failed: AtomicBool,
+    /// Why it failed, for the calls that come after: a TLS refusal (Redis' alert for a missing
+    /// client certificate) can fail the link before the first command is sent.
+    failure: std::sync::OnceLock<(io::ErrorKind, String)>,
 }
 
 type Caller = oneshot::Sender<RedisResult<Value>>;
@@ -284,7 +287,13 @@ impl Link {
             _ => return Err(io::Error::new(io::ErrorKind::Unsupported, "only TCP and Unix sockets").into()),
         };
         let (wake_writer, woken) = mpsc::channel(1);
-        let this = Arc::new(Self { writer, queue: Mutex::default(), wake_writer, failed: AtomicBool::new(false) });
+        let this = Arc::new(Self {
+            writer,
+            queue: Mutex::default(),
+            wake_writer,
+            failed: AtomicBool::new(false),
+            failure: std::sync::OnceLock::new(),
+        });
         tokio::spawn(read_replies(reader, Arc::downgrade(&this)));
         tokio::spawn(write_batches(woken, Arc::downgrade(&this)));
         let settings = info.redis_settings();
@@ -329,7 +338,8 @@ impl Link {
     fn send(&self, write: impl FnOnce(&mut Vec<u8>), replies: usize, max_queued: usize) -> RedisResult<Vec<Reply>> {
         let mut guard = lock(&self.queue);
         if self.failed.load(Ordering::Relaxed) {
-            return Err(closed().into());
+            let (kind, why) = self.failure.get().cloned().unwrap_or_else(|| (closed().kind(), closed().to_string()));
+            return Err(io::Error::new(kind, why).into());
         }
         let q = &mut *guard;
         if q.len() > 0 && q.len() + replies > max_queued {
@@ -368,6 +378,7 @@ impl Link {
 
     /// Marks the link failed and answers every caller in flight or queued with `e`.
     fn fail(&self, e: &io::Error) {
+        let _ = self.failure.set((e.kind(), e.to_string()));
         self.failed.store(true, Ordering::Relaxed);
         let q = std::mem::take(&mut *lock(&self.queue));
         for tx in q.in_flight.into_iter().chain(q.queued_callers) {
