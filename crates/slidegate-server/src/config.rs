@@ -222,8 +222,8 @@ impl BackendConfig {
     /// TLS files given for a Redis that is not reached over TLS would be ignored, and the
     /// operator who gave them would believe the link encrypted: refused instead.
     pub fn check_tls(&self) -> Result<(), String> {
-        let urls = self.redis.iter().chain(&self.redis_cluster).chain(&self.redis_sentinel);
-        match urls.clone().find(|u| !u.starts_with("rediss://")) {
+        let mut urls = self.redis.iter().chain(&self.redis_cluster).chain(&self.redis_sentinel);
+        match urls.find(|u| !u.starts_with("rediss://")) {
             Some(url) if self.tls.is_set() => Err(format!(
                 "TLS settings are given but {:?} is not a rediss:// URL: use rediss:// (nothing falls back to plaintext)",
                 crate::redact::redact(url)

@@ -156,7 +156,7 @@ impl RedisTls {
             let message = "skipping hostname verification is not offered with Sentinel: give a CA and certificates that name the hosts";
             return Err((redis::ErrorKind::InvalidClientConfig, "TLS", message.to_owned()).into());
         }
-        let first = infos[0].redis_settings().clone();
+        let first = infos.first().map(|i| i.redis_settings().clone()).unwrap_or_default();
         let mut builder =
             SentinelClientBuilder::new(infos.iter().map(|i| i.addr().clone()), service, SentinelServerType::Master)?
                 .set_client_to_redis_tls_mode(TlsMode::Secure);
