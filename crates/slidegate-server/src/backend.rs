@@ -2,7 +2,7 @@
 
 use slidegate::{
     Backend, Check, Decision, Error, KeyState, KeyTimeline, Limiter, MemoryBackend, MultiDecision, Quota, RedisBackend,
-    RedisClusterBackend, RedisSentinelBackend,
+    RedisClusterBackend, RedisSentinelBackend, RedisTls,
 };
 
 use crate::config::BackendConfig;
@@ -21,18 +21,25 @@ pub enum AnyBackend {
 }
 
 impl AnyBackend {
-    /// Connects what `config` names: a cluster, a Redis, or (neither) the memory backend.
+    /// Connects what `config` names: a cluster, a Redis, or (neither) the memory backend;
+    /// over TLS as `config.tls` sets it up, its files read first.
     pub async fn connect(config: &BackendConfig) -> Result<Self, Error> {
+        let tls = if config.tls.is_set() { RedisTls::load(&config.tls)? } else { RedisTls::default() };
+        if tls.skips_hostname_verification() {
+            tracing::warn!(
+                "Redis' TLS certificate is not checked against the host's name (--redis-tls-skip-hostname-verification)"
+            );
+        }
         if !config.redis_cluster.is_empty() {
             let nodes: Vec<&str> = config.redis_cluster.iter().map(String::as_str).collect();
-            let backend = RedisBackend::connect_cluster(&nodes).await?;
+            let backend = RedisBackend::connect_cluster_tls(&nodes, &tls).await?;
             return Ok(Self::Cluster(
                 backend.with_prefix(config.prefix.clone()).with_timeout(config.timeout).with_engine(config.engine),
             ));
         }
         if !config.redis_sentinel.is_empty() {
             let sentinels: Vec<&str> = config.redis_sentinel.iter().map(String::as_str).collect();
-            let backend = RedisBackend::connect_sentinel(&sentinels, &config.sentinel_service).await?;
+            let backend = RedisBackend::connect_sentinel_tls(&sentinels, &config.sentinel_service, &tls).await?;
             return Ok(Self::Sentinel(
                 backend.with_prefix(config.prefix.clone()).with_timeout(config.timeout).with_engine(config.engine),
             ));
@@ -40,7 +47,7 @@ impl AnyBackend {
         Ok(match &config.redis {
             None => Self::Memory(MemoryBackend::new().with_max_keys(config.max_keys)),
             Some(url) => Self::Redis(
-                RedisBackend::connect(url)
+                RedisBackend::connect_tls(url, &tls)
                     .await?
                     .with_prefix(config.prefix.clone())
                     .with_timeout(config.timeout)

@@ -23,7 +23,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use serde::Deserialize;
-use slidegate::{FailurePolicy, RedisEngine};
+use slidegate::{FailurePolicy, RedisEngine, TlsFiles};
 use toml::Spanned;
 
 pub use algorithm::{AlgorithmError, AlgorithmField, AlgorithmSpec, DEFAULT_COLD_FRACTION};
@@ -198,6 +198,9 @@ pub struct BackendConfig {
     pub timeout: Duration,
     /// Which code decides on Redis: `auto` (the module when loaded), `lua` or `module`.
     pub engine: RedisEngine,
+    /// TLS to a `rediss://` Redis: `tls_ca`, `tls_cert`, `tls_key`,
+    /// `tls_skip_hostname_verification`.
+    pub tls: TlsFiles,
 }
 
 impl Default for BackendConfig {
@@ -213,6 +216,22 @@ impl Default for BackendConfig {
             near_cache: DEFAULT_NEAR_CACHE,
             max_keys: slidegate::memory::DEFAULT_MAX_KEYS,
             engine: RedisEngine::Auto,
+            tls: TlsFiles::default(),
+        }
+    }
+}
+
+impl BackendConfig {
+    /// TLS files given for a Redis that is not reached over TLS would be ignored, and the
+    /// operator who gave them would believe the link encrypted: refused instead.
+    pub fn check_tls(&self) -> Result<(), String> {
+        let mut urls = self.redis.iter().chain(&self.redis_cluster).chain(&self.redis_sentinel);
+        match urls.find(|u| !u.starts_with("rediss://")) {
+            Some(url) if self.tls.is_set() => Err(format!(
+                "TLS settings are given but {:?} is not a rediss:// URL: use rediss:// (nothing falls back to plaintext)",
+                crate::redact::redact(url)
+            )),
+            _ => Ok(()),
         }
     }
 }
@@ -263,11 +282,15 @@ struct BackendSpec {
     prefix: Option<Spanned<String>>,
     timeout: Option<Spanned<String>>,
     engine: Option<Spanned<String>>,
+    tls_ca: Option<Spanned<String>>,
+    tls_cert: Option<Spanned<String>>,
+    tls_key: Option<Spanned<String>>,
+    tls_skip_hostname_verification: Option<bool>,
 }
 
 impl Config {
-    /// Reads and validates the rules file at `path`. A relative `envoy_config` directory is
-    /// relative to the file.
+    /// Reads and validates the rules file at `path`. A relative `envoy_config` directory, and a
+    /// relative `[backend]` TLS file, is relative to the file.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let text = crate::file::read_text(path, MAX_DOCUMENT_BYTES, "rules")
             .map_err(|source| ConfigError::Read { path: path.display().to_string(), source })?;
@@ -275,6 +298,12 @@ impl Config {
         if let Some(dir) = config.envoy_config.take() {
             let beside = path.parent().unwrap_or(Path::new("."));
             config.envoy_config = Some(if dir.is_relative() { beside.join(dir) } else { dir });
+        }
+        let tls = &mut config.backend.tls;
+        for file in [&mut tls.ca, &mut tls.cert, &mut tls.key].into_iter().flatten() {
+            if file.is_relative() {
+                *file = path.parent().unwrap_or(Path::new(".")).join(&*file);
+            }
         }
         Ok(config)
     }
@@ -392,6 +421,12 @@ impl BackendSpec {
             }
             backend.timeout = t;
         }
+        let path = |f: &Option<Spanned<String>>| f.as_ref().map(|f| f.get_ref().into());
+        (backend.tls.ca, backend.tls.cert, backend.tls.key) =
+            (path(&self.tls_ca), path(&self.tls_cert), path(&self.tls_key));
+        backend.tls.skip_hostname_verification = self.tls_skip_hostname_verification.unwrap_or(false);
+        let given = [&self.tls_ca, &self.tls_cert, &self.tls_key].into_iter().flatten().next();
+        backend.check_tls().map_err(|m| Invalid::new("backend", given.map_or(0..0, Spanned::span), m))?;
         Ok(backend)
     }
 

@@ -38,7 +38,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Serve the HTTP/JSON decision API (and, with --grpc, the Envoy rate limit service).
-    Serve(ServeOptions),
+    Serve(Box<ServeOptions>),
     /// Load the rules file and the Envoy configuration as `serve` would, without serving; print
     /// each problem (exit code 1) or a summary (exit code 0).
     Validate(ValidateArgs),
@@ -145,7 +145,7 @@ fn main() -> ExitCode {
 async fn run(command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::Serve(options) => {
-            server::serve(options).await?;
+            server::serve(*options).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Validate(args) => Ok(validate(&args)),

@@ -40,6 +40,22 @@ pub struct ServeOptions {
     /// The master's name at the sentinels (default `mymaster`).
     #[arg(long, env = "SLIDEGATE_SENTINEL_SERVICE")]
     pub sentinel_service: Option<String>,
+    /// The CA certificates (PEM) a `rediss://` Redis' certificate must chain to (default: the
+    /// system's store; `[backend] tls_ca`).
+    #[arg(long, env = "SLIDEGATE_REDIS_TLS_CA", value_name = "FILE")]
+    pub redis_tls_ca: Option<PathBuf>,
+    /// A client certificate (PEM) to present to Redis, for `tls-auth-clients yes`
+    /// (`[backend] tls_cert`; with --redis-tls-key).
+    #[arg(long, env = "SLIDEGATE_REDIS_TLS_CERT", value_name = "FILE", requires = "redis_tls_key")]
+    pub redis_tls_cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM; `[backend] tls_key`).
+    #[arg(long, env = "SLIDEGATE_REDIS_TLS_KEY", value_name = "FILE", requires = "redis_tls_cert")]
+    pub redis_tls_key: Option<PathBuf>,
+    /// Accept a Redis certificate that does not name the host connected to, still checking
+    /// its chain and dates (providers whose certificates name no endpoint; logged as a warning;
+    /// `[backend] tls_skip_hostname_verification`).
+    #[arg(long, env = "SLIDEGATE_REDIS_TLS_SKIP_HOSTNAME_VERIFICATION")]
+    pub redis_tls_skip_hostname_verification: bool,
     /// Which code decides on Redis: `auto` (slidegate's Redis module when the server has it
     /// loaded, the Lua scripts otherwise), `lua` or `module`.
     #[arg(long, env = "SLIDEGATE_REDIS_ENGINE")]
@@ -237,6 +253,7 @@ fn with_flags(mut config: Config, options: &ServeOptions) -> anyhow::Result<Conf
     if let Some(engine) = options.redis_engine {
         backend.engine = engine;
     }
+    redis_tls_flags(backend, options)?;
     if let Some(addr) = options.grpc {
         config.grpc = Some(addr);
     }
@@ -334,6 +351,22 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     crate::http::serve(listener, crate::api::Routes::new(app), limits, shutdown).await?;
     Ok(())
+}
+
+/// `backend`'s TLS files under `options`' `--redis-tls-*` flags, checked against the URLs.
+fn redis_tls_flags(backend: &mut crate::config::BackendConfig, options: &ServeOptions) -> anyhow::Result<()> {
+    let tls = &mut backend.tls;
+    for (file, flag) in [
+        (&mut tls.ca, &options.redis_tls_ca),
+        (&mut tls.cert, &options.redis_tls_cert),
+        (&mut tls.key, &options.redis_tls_key),
+    ] {
+        if flag.is_some() {
+            file.clone_from(flag);
+        }
+    }
+    tls.skip_hostname_verification |= options.redis_tls_skip_hostname_verification;
+    backend.check_tls().map_err(|m| anyhow::anyhow!("--redis-tls-*: {m}"))
 }
 
 /// The rules file's `[server]` limits under `options`' flags, checked.

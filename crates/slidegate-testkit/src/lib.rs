@@ -15,8 +15,10 @@ use std::time::{Duration, Instant};
 
 mod fault;
 mod module;
+mod tls;
 pub use fault::{CHUNK, Direction, Fault, FaultProxy, MAX_HELD_CHUNKS, TICK};
 pub use module::module_path;
+pub use tls::{CertFiles, Flaw, TestPki};
 
 /// How long a server may take to answer its first `PING`.
 const START_DEADLINE: Duration = Duration::from_secs(10);
@@ -26,6 +28,8 @@ const START_DEADLINE: Duration = Duration::from_secs(10);
 pub struct RedisServer {
     child: Child,
     port: u16,
+    /// Set when the server serves TLS too ([`RedisServer::start_tls`]).
+    tls_port: Option<u16>,
     dir: PathBuf,
 }
 
@@ -121,7 +125,7 @@ impl RedisServer {
             .stderr(log)
             .spawn()
             .map_err(|e| format!("cannot run redis-server (is it installed? scripts/test.sh installs it): {e}"))?;
-        let mut server = Self { child, port, dir };
+        let mut server = Self { child, port, tls_port: None, dir };
         let started = Instant::now();
         loop {
             if let Ok(Some(status)) = server.child.try_wait() {
@@ -249,7 +253,7 @@ impl RedisCluster {
         Self::start_nodes(masters, replicas, RedisServer::start_with_module_retrying)
     }
 
-    fn start_nodes(masters: usize, replicas: usize, start: fn(fn() -> Vec<String>) -> RedisServer) -> Self {
+    fn start_nodes(masters: usize, replicas: usize, start: impl Fn(fn() -> Vec<String>) -> RedisServer) -> Self {
         // A failover needs the replicas to notice a dead master: one second, not fifteen. Each
         // attempt to start a node takes a new cluster-bus port.
         let node_args = || {
@@ -352,7 +356,13 @@ pub struct RedisSentinel {
     pub replica: RedisServer,
     sentinel: Child,
     sentinel_port: u16,
+    /// Set when the Sentinel serves TLS too ([`RedisSentinel::start_tls`]).
+    sentinel_tls_port: Option<u16>,
     dir: PathBuf,
+}
+
+fn master_port_plain(master: &RedisServer) -> u16 {
+    master.port()
 }
 
 /// The name the Sentinel monitors.
@@ -366,29 +376,36 @@ impl RedisSentinel {
     pub fn start() -> Self {
         let master = RedisServer::start();
         let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &master.port().to_string()]);
+        Self::watch(master, replica, master_port_plain, "")
+    }
+
+    /// Starts a Sentinel over `master` and its `replica`, monitoring the master on the port
+    /// `port_of` gives, with `conf` added to its configuration; returns once the replica is in
+    /// sync and the Sentinel knows it.
+    fn watch(master: RedisServer, replica: RedisServer, port_of: fn(&RedisServer) -> u16, conf: &str) -> Self {
         let sentinel_port = free_port();
         let dir = std::env::temp_dir().join(format!("slidegate-sentinel-{}-{sentinel_port}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("sentinel dir");
-        let conf = dir.join("sentinel.conf");
+        let conf_file = dir.join("sentinel.conf");
         std::fs::write(
-            &conf,
+            &conf_file,
             format!(
                 "port {sentinel_port}\nbind 127.0.0.1\ndir {}\nsentinel monitor {SENTINEL_SERVICE} 127.0.0.1 {} 1\n\
-                 sentinel down-after-milliseconds {SENTINEL_SERVICE} 1000\nsentinel failover-timeout {SENTINEL_SERVICE} 3000\n",
+                 sentinel down-after-milliseconds {SENTINEL_SERVICE} 1000\nsentinel failover-timeout {SENTINEL_SERVICE} 3000\n{conf}",
                 dir.display(),
-                master.port()
+                port_of(&master)
             ),
         )
         .expect("sentinel.conf");
         let sentinel = Command::new("redis-server")
-            .arg(&conf)
+            .arg(&conf_file)
             .arg("--sentinel")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("start redis-server --sentinel");
-        let setup = Self { master, replica, sentinel, sentinel_port, dir };
+        let setup = Self { master, replica, sentinel, sentinel_port, sentinel_tls_port: None, dir };
         let started = Instant::now();
         loop {
             let synced = redis::cmd("INFO")

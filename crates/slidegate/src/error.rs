@@ -105,6 +105,16 @@ pub enum Error {
         /// [`crate::MAX_CLOCK_MS`].
         max: u64,
     },
+    /// TLS to Redis cannot be set up as configured: `what` (a certificate or key file, the
+    /// system's certificate store) and why. Raised at start, before anything is sent.
+    #[cfg(feature = "redis")]
+    #[error("TLS to Redis: {what}: {reason}")]
+    Tls {
+        /// The file (or store) at fault.
+        what: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// Redis answered something the script cannot have returned (a different script under the
     /// same name, a proxy in between).
     #[error("unexpected reply from backend: {0}")]
@@ -159,7 +169,7 @@ impl Error {
             #[cfg(feature = "redis")]
             Self::UnknownEngine(_) => ErrorClass::Caller,
             #[cfg(feature = "redis")]
-            Self::ModuleNotLoaded => ErrorClass::BackendFailure,
+            Self::ModuleNotLoaded | Self::Tls { .. } => ErrorClass::BackendFailure,
             #[cfg(feature = "redis")]
             Self::ClockOutOfRange { .. } => ErrorClass::BackendError,
             #[cfg(feature = "redis")]

@@ -50,7 +50,7 @@ pub const MAX_KEYS: u64 = 1_000_000;
 #[derive(Debug, Clone, clap::Args)]
 pub struct BenchArgs {
     /// `http://host:port` (a running server), `grpc://host:port` (its Envoy rate limit
-    /// service), `memory`, `redis://host:port`, or `redis-cluster://host:port,host:port`.
+    /// service), `memory`, `redis://host:port` (`rediss://` over TLS, trusting `SSL_CERT_FILE` or the system store), or `redis-cluster://host:port,host:port`.
     #[arg(long, default_value = "memory")]
     pub target: String,
     /// Distinct keys, uniformly drawn (1 = one hot key), at most [`MAX_KEYS`].
@@ -117,7 +117,7 @@ impl BenchArgs {
 /// What to load and how hard.
 #[derive(Debug, Clone)]
 pub struct BenchOptions {
-    /// `memory`, `redis://host:port`, `redis-cluster://host:port,host:port…`,
+    /// `memory`, `redis://host:port` (`rediss://` over TLS), `redis-cluster://host:port,host:port…`,
     /// `http://host:port` (a running `slidegate serve`) or `grpc://host:port` (its Envoy
     /// rate limit service, domain [`GRPC_DOMAIN`]).
     pub target: String,

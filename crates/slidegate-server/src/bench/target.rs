@@ -29,7 +29,8 @@ impl Target {
         let target = options.target.as_str();
         if target == "memory" {
             Ok((Self::library(options, AnyBackend::Memory(MemoryBackend::new())), Vec::new()))
-        } else if target.starts_with("redis://") {
+        } else if target.starts_with("redis://") || target.starts_with("rediss://") {
+            // `rediss://` trusts the system's store (`SSL_CERT_FILE` names another CA file).
             let backend = RedisBackend::connect(target).await.context("connecting to Redis")?;
             let backend = backend.with_timeout(Duration::from_secs(2)).with_engine(options.redis_engine);
             Ok((Self::library(options, AnyBackend::Redis(backend)), Vec::new()))
@@ -47,7 +48,7 @@ impl Target {
             Ok((Self::http(options, keys)?, Vec::new()))
         } else {
             anyhow::bail!(
-                "--target must be `memory`, `redis://…`, `redis-cluster://…`, `http://…` or `grpc://…`, got {target:?}"
+                "--target must be `memory`, `redis://…`, `rediss://…`, `redis-cluster://…`, `http://…` or `grpc://…`, got {target:?}"
             );
         }
     }

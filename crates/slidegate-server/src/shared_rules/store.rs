@@ -23,9 +23,8 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, PubSub};
-use redis::cluster::ClusterClientBuilder;
-use redis::sentinel::{SentinelClient, SentinelServerType};
 use redis::{Cmd, Pipeline, RedisFuture, Script, Value};
+use slidegate::RedisTls;
 use slidegate::redis::{ClusterConnection, PipelinedConnection, SentinelConnection};
 
 use crate::config::BackendConfig;
@@ -48,6 +47,9 @@ pub enum StoreError {
     /// Redis answered something the scripts never answer.
     #[error("unexpected reply from redis: {0}")]
     Reply(String),
+    /// TLS to Redis cannot be set up as configured.
+    #[error("{0}")]
+    Tls(#[from] slidegate::Error),
 }
 
 /// The rules document as stored.
@@ -143,6 +145,8 @@ enum Listen {
 pub struct Store {
     conn: Connection,
     listen: Listen,
+    /// TLS as the backend sets it up, for each subscription's connection.
+    tls: RedisTls,
     state: String,
     overrides: String,
     expiries: String,
@@ -179,10 +183,11 @@ static SET_OVERRIDE: LazyLock<Script> = script!("set_override.lua");
 static REMOVE_OVERRIDES: LazyLock<Script> = script!("remove_overrides.lua");
 
 impl Store {
-    fn new(conn: Connection, listen: Listen, prefix: &str) -> Self {
+    fn new(conn: Connection, listen: Listen, tls: RedisTls, prefix: &str) -> Self {
         Self {
             conn,
             listen,
+            tls,
             state: name(prefix, "state"),
             overrides: name(prefix, "overrides"),
             expiries: name(prefix, "expiries"),
@@ -190,38 +195,43 @@ impl Store {
         }
     }
 
-    /// The store in the Redis that `backend` names, under its prefix; `None` for the memory
-    /// backend.
+    /// The store in the Redis that `backend` names, under its prefix, over TLS as it sets it
+    /// up; `None` for the memory backend.
     pub async fn for_backend(backend: &BackendConfig) -> Result<Option<Self>, StoreError> {
         let prefix = &backend.prefix;
+        let tls = if backend.tls.is_set() { RedisTls::load(&backend.tls)? } else { RedisTls::default() };
         if !backend.redis_cluster.is_empty() {
-            let conn = cluster(&backend.redis_cluster).await?;
-            return Ok(Some(Self::new(conn, Listen::Nodes(backend.redis_cluster.clone()), prefix)));
+            let conn = cluster(&backend.redis_cluster, &tls).await?;
+            return Ok(Some(Self::new(conn, Listen::Nodes(backend.redis_cluster.clone()), tls, prefix)));
         }
         if !backend.redis_sentinel.is_empty() {
             let sentinels: Vec<&str> = backend.redis_sentinel.iter().map(String::as_str).collect();
             let conn =
-                within(STORE_TIMEOUT, SentinelConnection::connect(&sentinels, &backend.sentinel_service)).await?;
+                within(STORE_TIMEOUT, SentinelConnection::connect_tls(&sentinels, &backend.sentinel_service, &tls))
+                    .await?;
             let listen = Listen::Sentinel {
                 sentinels: backend.redis_sentinel.clone(),
                 service: backend.sentinel_service.clone(),
             };
-            return Ok(Some(Self::new(Connection::Sentinel(conn), listen, prefix)));
+            return Ok(Some(Self::new(Connection::Sentinel(conn), listen, tls, prefix)));
         }
         let Some(url) = &backend.redis else { return Ok(None) };
-        let conn = within(STORE_TIMEOUT, PipelinedConnection::connect(url)).await?;
-        Ok(Some(Self::new(Connection::Single(conn), Listen::Nodes(vec![url.clone()]), prefix)))
+        let conn = within(STORE_TIMEOUT, PipelinedConnection::connect_tls(url, &tls)).await?;
+        Ok(Some(Self::new(Connection::Single(conn), Listen::Nodes(vec![url.clone()]), tls, prefix)))
     }
 
     /// The store in the Redis at `url` — a standalone server or any node of a Cluster, which
-    /// is then followed to the node that holds the store's slot.
+    /// is then followed to the node that holds the store's slot. A `rediss://` URL trusts the
+    /// system's certificate store.
     pub async fn at(url: &str, prefix: &str) -> Result<Self, StoreError> {
-        let single = within(STORE_TIMEOUT, PipelinedConnection::connect(url)).await?;
+        let tls = RedisTls::default();
+        let single = within(STORE_TIMEOUT, PipelinedConnection::connect_tls(url, &tls)).await?;
         let mut probe = Connection::Single(single.clone());
         let info: String = within(STORE_TIMEOUT, redis::cmd("INFO").arg("cluster").query_async(&mut probe)).await?;
         let nodes = vec![url.to_owned()];
-        let conn = if info.contains("cluster_enabled:1") { cluster(&nodes).await? } else { Connection::Single(single) };
-        Ok(Self::new(conn, Listen::Nodes(nodes), prefix))
+        let conn =
+            if info.contains("cluster_enabled:1") { cluster(&nodes, &tls).await? } else { Connection::Single(single) };
+        Ok(Self::new(conn, Listen::Nodes(nodes), tls, prefix))
     }
 
     /// This client's address as Redis sees it (`CLIENT INFO`), for the audit trail of a push.
@@ -347,12 +357,10 @@ impl Store {
     /// A subscription to the channel of changes.
     pub async fn subscribe(&self) -> Result<PubSub, StoreError> {
         let clients = match &self.listen {
-            Listen::Nodes(urls) => {
-                urls.iter().map(|u| redis::Client::open(u.as_str())).collect::<Result<Vec<_>, _>>()?
-            }
+            Listen::Nodes(urls) => urls.iter().map(|u| self.tls.client(u)).collect::<Result<Vec<_>, _>>()?,
             Listen::Sentinel { sentinels, service } => {
-                let mut sentinel =
-                    SentinelClient::build(sentinels.clone(), service.clone(), None, SentinelServerType::Master)?;
+                let sentinels: Vec<&str> = sentinels.iter().map(String::as_str).collect();
+                let mut sentinel = self.tls.sentinel_client(&sentinels, service)?;
                 vec![within(STORE_TIMEOUT, sentinel.async_get_client()).await?]
             }
         };
@@ -374,12 +382,11 @@ impl Store {
     }
 }
 
-/// A Cluster connection through `nodes`.
-async fn cluster(nodes: &[String]) -> Result<Connection, StoreError> {
-    let client = ClusterClientBuilder::new(nodes.to_vec())
-        .connection_timeout(STORE_TIMEOUT)
-        .response_timeout(STORE_TIMEOUT)
-        .build()?;
+/// A Cluster connection through `nodes`, over TLS as `tls` sets it up.
+async fn cluster(nodes: &[String], tls: &RedisTls) -> Result<Connection, StoreError> {
+    let nodes: Vec<&str> = nodes.iter().map(String::as_str).collect();
+    let client =
+        tls.cluster_builder(&nodes)?.connection_timeout(STORE_TIMEOUT).response_timeout(STORE_TIMEOUT).build()?;
     Ok(Connection::Cluster(within(STORE_TIMEOUT, client.get_async_connection()).await?))
 }
 

@@ -3,10 +3,8 @@
 
 use std::time::Duration;
 
-use redis::cluster::ClusterClientBuilder;
-
 use super::call::CONNECT_TIMEOUT;
-use super::{ClusterConnection, RedisBackend};
+use super::{ClusterConnection, RedisBackend, RedisTls};
 use crate::Error;
 
 /// The Redis backend over a Redis Cluster ([`RedisBackend::connect_cluster`]).
@@ -24,7 +22,14 @@ impl RedisBackend<ClusterConnection> {
     /// must name keys of one slot ([`crate::hash_tag`]); others fail early with
     /// [`Error::CrossSlot`].
     pub async fn connect_cluster(urls: &[&str]) -> Result<Self, Error> {
-        let client = ClusterClientBuilder::new(urls.to_vec())
+        Self::connect_cluster_tls(urls, &RedisTls::default()).await
+    }
+
+    /// As [`RedisBackend::connect_cluster`], `rediss://` nodes over TLS as `tls` sets it up —
+    /// every node, those found after `MOVED` or a failover too.
+    pub async fn connect_cluster_tls(urls: &[&str], tls: &RedisTls) -> Result<Self, Error> {
+        let client = tls
+            .cluster_builder(urls)?
             .connection_timeout(CONNECT_TIMEOUT)
             .response_timeout(CLUSTER_RESPONSE_TIMEOUT)
             .overall_response_timeout(None)

@@ -24,7 +24,8 @@
 // - `members.rs`: the unique sorted-set members a sliding log records;
 // - `outlook.rs`: the per-key guess of the next outcome that orders the sliding-log script;
 // - one file per kind of server: `standalone.rs` (over `pipelined.rs`, with its RESP framing in
-//   `pipelined/resp.rs`), `cluster.rs` and `sentinel.rs`.
+//   `pipelined/resp.rs`), `cluster.rs` and `sentinel.rs`;
+// - `tls.rs`: TLS to Redis, the one place its settings are read and its configuration built.
 //
 // Every `async fn` between a public call and the connection nests one more future inside the
 // caller's, and rustc gives up on futures nested deep enough ("queries overflow the depth
@@ -43,6 +44,7 @@ pub use pipelined::{DEFAULT_MAX_QUEUED, MAX_IN_FLIGHT, PipelinedConnection};
 pub use redis::cluster_async::ClusterConnection;
 pub use scripts::MAX_SCRIPT_LOG_COST;
 pub use sentinel::{RedisSentinelBackend, SentinelConnection};
+pub use tls::{MAX_PEM_BYTES, RedisTls, TlsFiles};
 
 use crate::{Algorithm, Backend, Check, Decision, Error, KeyState, KeyTimeline, MultiDecision, Quota};
 
@@ -57,6 +59,7 @@ mod pipelined;
 mod scripts;
 mod sentinel;
 mod standalone;
+mod tls;
 mod wire;
 
 /// Rate limiting on Redis (standalone; any [`ConnectionLike`] connection).

@@ -26,7 +26,9 @@
 //! silent for [`SILENCE_LIMIT`] while its oldest caller has given up counts as failed too: a
 //! partition without a reset, a host gone, a NAT entry dropped on the way would otherwise leave
 //! it waiting until the kernel gives up on it (many minutes), queueing every command sent
-//! meanwhile. RESP2 over TCP or a Unix socket; `AUTH` and `SELECT` from the URL.
+//! meanwhile. RESP2 over TCP, TLS (`rediss://`, see [`RedisTls`]) or a Unix socket; `AUTH` and
+//! `SELECT` from the URL. Over TLS every write goes through the writer task (a TLS stream has no
+//! write from a shared reference), which batches many commands into each TLS record.
 
 use std::collections::VecDeque;
 use std::io;
@@ -35,10 +37,15 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
-use redis::{Cmd, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Pipeline, RedisFuture, RedisResult, Value};
-use tokio::io::{AsyncRead, AsyncReadExt};
+use redis::{Cmd, ConnectionAddr, ConnectionInfo, Pipeline, RedisFuture, RedisResult, Value};
+use rustls::pki_types::ServerName;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpStream, UnixStream, tcp, unix};
 use tokio::sync::{mpsc, oneshot};
+use tokio_rustls::TlsConnector;
+use tokio_rustls::client::TlsStream;
+
+use super::RedisTls;
 
 mod resp;
 
@@ -73,6 +80,8 @@ pub struct PipelinedConnection {
 
 struct Shared {
     info: ConnectionInfo,
+    /// Set for a `rediss://` URL.
+    tls: Option<TlsConnector>,
     max_queued: AtomicUsize,
     link: Mutex<Option<Arc<Link>>>,
     /// Held while connecting, so that a burst of calls after a failure opens one socket.
@@ -86,15 +95,33 @@ impl std::fmt::Debug for PipelinedConnection {
 }
 
 impl PipelinedConnection {
-    /// Connects to the Redis at `url` (`redis://[user:password@]host:port[/db]` or
-    /// `unix:///path`).
+    /// Connects to the Redis at `url` (`redis://[user:password@]host:port[/db]`,
+    /// `rediss://…` over TLS trusting the system's certificate store, or `unix:///path`).
     pub async fn connect(url: &str) -> RedisResult<Self> {
-        let info = url.into_connection_info()?;
-        if !matches!(info.addr(), ConnectionAddr::Tcp(..) | ConnectionAddr::Unix(_)) {
-            return Err(io::Error::new(io::ErrorKind::Unsupported, "only redis:// and unix:// addresses").into());
-        }
+        Self::connect_tls(url, &RedisTls::default()).await
+    }
+
+    /// As [`PipelinedConnection::connect`], a `rediss://` URL over TLS as `tls` sets it up.
+    pub async fn connect_tls(url: &str, tls: &RedisTls) -> RedisResult<Self> {
+        let info = tls.connection_info(url)?;
+        let tls = match info.addr() {
+            ConnectionAddr::Tcp(..) | ConnectionAddr::Unix(_) => None,
+            ConnectionAddr::TcpTls { .. } => {
+                let config =
+                    tls.rustls_config().map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+                Some(TlsConnector::from(config))
+            }
+            _ => {
+                return Err(io::Error::new(
+                    io::ErrorKind::Unsupported,
+                    "only redis://, rediss:// and unix:// addresses",
+                )
+                .into());
+            }
+        };
         let shared = Shared {
             info,
+            tls,
             max_queued: AtomicUsize::new(DEFAULT_MAX_QUEUED),
             link: Mutex::new(None),
             connecting: Default::default(),
@@ -129,7 +156,7 @@ impl PipelinedConnection {
         if let Some(link) = self.current() {
             return Ok(link);
         }
-        let link = Link::open(&self.shared.info).await?;
+        let link = Link::open(&self.shared.info, self.shared.tls.as_ref()).await?;
         *lock(&self.shared.link) = Some(Arc::clone(&link));
         Ok(link)
     }
@@ -176,6 +203,9 @@ struct Link {
     queue: Mutex<Queue>,
     wake_writer: mpsc::Sender<()>,
     failed: AtomicBool,
+    /// Why it failed, for the calls that come after: a TLS refusal (Redis' alert for a missing
+    /// client certificate) can fail the link before the first command is sent.
+    failure: std::sync::OnceLock<(io::ErrorKind, String)>,
 }
 
 type Caller = oneshot::Sender<RedisResult<Value>>;
@@ -240,22 +270,30 @@ impl Queue {
 }
 
 impl Link {
-    async fn open(info: &ConnectionInfo) -> RedisResult<Arc<Self>> {
-        let (writer, reader): (_, Box<dyn AsyncRead + Send + Unpin>) = match info.addr() {
-            ConnectionAddr::Tcp(host, port) => {
-                let stream = TcpStream::connect((host.as_str(), *port)).await?;
-                stream.set_nodelay(true)?;
-                let (r, w) = stream.into_split();
+    async fn open(info: &ConnectionInfo, tls: Option<&TlsConnector>) -> RedisResult<Arc<Self>> {
+        let (writer, reader): (_, Box<dyn AsyncRead + Send + Unpin>) = match (info.addr(), tls) {
+            (ConnectionAddr::Tcp(host, port), _) => {
+                let (r, w) = tcp(host, *port).await?.into_split();
                 (WriteHalf::Tcp(w), Box::new(r))
             }
-            ConnectionAddr::Unix(path) => {
+            (ConnectionAddr::TcpTls { host, port, .. }, Some(tls)) => {
+                let (r, w) = tokio::io::split(handshake(tls, host, *port).await?);
+                (WriteHalf::Tls(tokio::sync::Mutex::new(w)), Box::new(r))
+            }
+            (ConnectionAddr::Unix(path), _) => {
                 let (r, w) = UnixStream::connect(path).await?.into_split();
                 (WriteHalf::Unix(w), Box::new(r))
             }
             _ => return Err(io::Error::new(io::ErrorKind::Unsupported, "only TCP and Unix sockets").into()),
         };
         let (wake_writer, woken) = mpsc::channel(1);
-        let this = Arc::new(Self { writer, queue: Mutex::default(), wake_writer, failed: AtomicBool::new(false) });
+        let this = Arc::new(Self {
+            writer,
+            queue: Mutex::default(),
+            wake_writer,
+            failed: AtomicBool::new(false),
+            failure: std::sync::OnceLock::new(),
+        });
         tokio::spawn(read_replies(reader, Arc::downgrade(&this)));
         tokio::spawn(write_batches(woken, Arc::downgrade(&this)));
         let settings = info.redis_settings();
@@ -300,7 +338,8 @@ impl Link {
     fn send(&self, write: impl FnOnce(&mut Vec<u8>), replies: usize, max_queued: usize) -> RedisResult<Vec<Reply>> {
         let mut guard = lock(&self.queue);
         if self.failed.load(Ordering::Relaxed) {
-            return Err(closed().into());
+            let (kind, why) = self.failure.get().cloned().unwrap_or_else(|| (closed().kind(), closed().to_string()));
+            return Err(io::Error::new(kind, why).into());
         }
         let q = &mut *guard;
         if q.len() > 0 && q.len() + replies > max_queued {
@@ -339,6 +378,7 @@ impl Link {
 
     /// Marks the link failed and answers every caller in flight or queued with `e`.
     fn fail(&self, e: &io::Error) {
+        let _ = self.failure.set((e.kind(), e.to_string()));
         self.failed.store(true, Ordering::Relaxed);
         let q = std::mem::take(&mut *lock(&self.queue));
         for tx in q.in_flight.into_iter().chain(q.queued_callers) {
@@ -436,6 +476,25 @@ async fn read_replies(mut reader: impl AsyncRead + Unpin, link: Weak<Link>) {
     }
 }
 
+async fn tcp(host: &str, port: u16) -> io::Result<TcpStream> {
+    let stream = TcpStream::connect((host, port)).await?;
+    stream.set_nodelay(true)?;
+    Ok(stream)
+}
+
+/// A TLS session with `host:port`. A refused certificate fails here, with rustls' reason (an
+/// unknown issuer, an expired certificate, another host's name); a client certificate Redis
+/// refuses shows on the first reply instead (TLS 1.3 has the server check it after the
+/// client's handshake is done).
+async fn handshake(tls: &TlsConnector, host: &str, port: u16) -> io::Result<TlsStream<TcpStream>> {
+    let name = ServerName::try_from(host.to_owned())
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("{host:?} is no TLS server name: {e}")))?;
+    let stream = tcp(host, port).await?;
+    tls.connect(name, stream)
+        .await
+        .map_err(|e| io::Error::new(e.kind(), format!("TLS handshake with {host}:{port} failed: {e}")))
+}
+
 fn closed() -> io::Error {
     io::Error::new(io::ErrorKind::ConnectionReset, "the connection to Redis closed")
 }
@@ -447,13 +506,18 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 enum WriteHalf {
     Tcp(tcp::OwnedWriteHalf),
     Unix(unix::OwnedWriteHalf),
+    /// Only the writer task locks it: it is never contended.
+    Tls(tokio::sync::Mutex<tokio::io::WriteHalf<TlsStream<TcpStream>>>),
 }
 
 impl WriteHalf {
+    /// Writes what the socket takes now; over TLS nothing (`WouldBlock`), leaving it to the
+    /// writer task.
     fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
         match self {
             Self::Tcp(w) => w.try_write(buf),
             Self::Unix(w) => w.try_write(buf),
+            Self::Tls(_) => Err(io::ErrorKind::WouldBlock.into()),
         }
     }
 
@@ -462,6 +526,12 @@ impl WriteHalf {
             match self {
                 Self::Tcp(w) => w.writable().await?,
                 Self::Unix(w) => w.writable().await?,
+                Self::Tls(w) => {
+                    let mut w = w.lock().await;
+                    w.write_all(buf).await?;
+                    // rustls may hold the last record back until flushed.
+                    return w.flush().await;
+                }
             }
             match self.try_write(buf) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),

@@ -10,11 +10,11 @@
 use std::sync::{Arc, Mutex, PoisonError};
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
-use redis::sentinel::{SentinelClient, SentinelServerType};
+use redis::sentinel::SentinelClient;
 use redis::{Cmd, ErrorKind, Pipeline, RedisFuture, RedisResult, ServerErrorKind, Value};
 
-use super::RedisBackend;
 use super::call::CONNECT_TIMEOUT;
+use super::{RedisBackend, RedisTls};
 use crate::Error;
 
 /// The Redis backend over a Sentinel-monitored master ([`RedisBackend::connect_sentinel`]).
@@ -24,7 +24,13 @@ impl RedisBackend<SentinelConnection> {
     /// Connects to the master of `service` as the sentinels at `sentinels` (`redis://host:26379`
     /// each) name it, and follows failovers: see [`SentinelConnection`].
     pub async fn connect_sentinel(sentinels: &[&str], service: &str) -> Result<Self, Error> {
-        let conn = tokio::time::timeout(CONNECT_TIMEOUT, SentinelConnection::connect(sentinels, service))
+        Self::connect_sentinel_tls(sentinels, service, &RedisTls::default()).await
+    }
+
+    /// As [`RedisBackend::connect_sentinel`], `rediss://` sentinels — and the master they
+    /// name — over TLS as `tls` sets it up.
+    pub async fn connect_sentinel_tls(sentinels: &[&str], service: &str, tls: &RedisTls) -> Result<Self, Error> {
+        let conn = tokio::time::timeout(CONNECT_TIMEOUT, SentinelConnection::connect_tls(sentinels, service, tls))
             .await
             .map_err(|_| Error::Timeout(CONNECT_TIMEOUT))??;
         let backend = Self::with_connection(conn);
@@ -55,7 +61,13 @@ impl SentinelConnection {
     /// Asks the sentinels at `sentinels` (`redis://host:26379` each) for the master of
     /// `service` and connects to it.
     pub async fn connect(sentinels: &[&str], service: &str) -> RedisResult<Self> {
-        let client = SentinelClient::build(sentinels.to_vec(), service.to_owned(), None, SentinelServerType::Master)?;
+        Self::connect_tls(sentinels, service, &RedisTls::default()).await
+    }
+
+    /// As [`SentinelConnection::connect`], `rediss://` sentinels and the master they name over
+    /// TLS as `tls` sets it up.
+    pub async fn connect_tls(sentinels: &[&str], service: &str, tls: &RedisTls) -> RedisResult<Self> {
+        let client = tls.sentinel_client(sentinels, service)?;
         let conn =
             Self { inner: Arc::new(Inner { sentinel: tokio::sync::Mutex::new(client), master: Mutex::new(None) }) };
         conn.master().await?;
