@@ -157,4 +157,8 @@ async fn a_cost_past_the_lua_engines_bound_is_refused_naming_it_never_admitted()
     assert_eq!(key_count(&client, &envoy.server, "envoy:llm/user=alice").await, 0);
     let r = envoy.ask("llm", &[&[("user", "alice")]], 200).await;
     assert_eq!((codes(&r), r.statuses[0].limit_remaining), ((OK, vec![OK]), 99_800));
+    // Two descriptors summing past one call's bound: decided one by one, each counted.
+    let r = envoy.ask("llm", &[&[("user", "bob")], &[("user", "carol")]], 200).await;
+    assert_eq!(codes(&r), (OK, vec![OK, OK]), "{r:?}");
+    assert_eq!(key_count(&client, &envoy.server, "envoy:llm/user=carol").await, 200);
 }
