@@ -34,6 +34,8 @@ descriptors:
     rate_limit:
       unit: minute
       requests_per_unit: 100000
+  - key: team
+    rate_limit: { unit: minute, requests_per_unit: 100000, algorithm: sliding_window }
 ";
 
 /// A server with the rules above, `backend` as its `[backend]` section's lines, and the Envoy
@@ -157,6 +159,12 @@ async fn a_cost_past_the_lua_engines_bound_is_refused_naming_it_never_admitted()
     assert_eq!(key_count(&client, &envoy.server, "envoy:llm/user=alice").await, 0);
     let r = envoy.ask("llm", &[&[("user", "alice")]], 200).await;
     assert_eq!((codes(&r), r.statuses[0].limit_remaining), ((OK, vec![OK]), 99_800));
+    // docs/envoy.md's advice for token limits on plain Redis: the sliding window counter.
+    let mut answers = Vec::new();
+    for _ in 0..3 {
+        answers.push(codes(&envoy.ask("llm", &[&[("team", "a")]], 50_000).await).0);
+    }
+    assert_eq!(answers, [OK, OK, OVER]);
     // Two descriptors summing past one call's bound: decided one by one, each counted.
     let r = envoy.ask("llm", &[&[("user", "bob")], &[("user", "carol")]], 200).await;
     assert_eq!(codes(&r), (OK, vec![OK, OK]), "{r:?}");
