@@ -166,7 +166,7 @@ impl<B: Backend> Limiter<B> {
     fn validate_log_cost(&self, cost: u64) -> Result<(), Error> {
         let max = self.backend.max_log_cost();
         if cost > max {
-            return Err(Error::InvalidCost { cost, max });
+            return Err(Error::CostTooLarge { cost, max });
         }
         Ok(())
     }

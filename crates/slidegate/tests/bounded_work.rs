@@ -224,11 +224,11 @@ async fn inputs_past_the_bounds_are_the_callers_error_never_an_admission() {
         assert!(matches!(too_big, Err(Error::InvalidLimit { max: MAX_LOG_LIMIT, .. })), "{too_big:?}");
         let too_costly = limiter.check_cost("a", &log, 5_000).await;
         assert!(
-            matches!(too_costly, Err(Error::InvalidCost { cost: 5_000, max: MAX_SCRIPT_LOG_COST })),
+            matches!(too_costly, Err(Error::CostTooLarge { cost: 5_000, max: MAX_SCRIPT_LOG_COST })),
             "{too_costly:?}"
         );
         let group = limiter.check_all(&group).await;
-        assert!(matches!(group, Err(Error::InvalidCost { cost, .. }) if cost == 2 * MAX_SCRIPT_LOG_COST), "{group:?}");
+        assert!(matches!(group, Err(Error::CostTooLarge { cost, .. }) if cost == 2 * MAX_SCRIPT_LOG_COST), "{group:?}");
     }
     assert!(!limiter.circuit_open(), "caller errors never open the breaker");
     let keys: u64 = server.query(&["DBSIZE"]);
