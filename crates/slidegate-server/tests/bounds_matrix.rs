@@ -710,6 +710,9 @@ async fn envoy_key_len_request(e: Arc<Engine>) {
 
 type CellFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 
+/// A cell: the attack and the safe outcome on one engine.
+type Cell = fn(Arc<Engine>) -> CellFuture;
+
 /// Each cell by name, as SECURITY.md's matrix names it.
 macro_rules! cells {
     ($($cell:ident),* $(,)?) => {
@@ -717,7 +720,7 @@ macro_rules! cells {
     };
 }
 
-const CELLS: &[(&str, fn(Arc<Engine>) -> CellFuture)] = cells![
+const CELLS: &[(&str, Cell)] = cells![
     max_limit_inline,
     max_limit_rule,
     max_limit_tier,
