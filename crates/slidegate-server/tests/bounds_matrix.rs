@@ -272,15 +272,21 @@ async fn max_limit_tier(e: Arc<Engine>) {
     assert_eq!(e.count("counter", "ml-tier?tier=max").await, MAX_LIMIT);
 }
 
-async fn max_limit_override(e: Arc<Engine>) {
-    assert_refused(e.set_override("counter", "ml-ovr", json!({"limit": MAX_LIMIT + 1})).await, "invalid_quota");
-    let refused = e.set_override("envoy:bounds", "small=ml-ovr", json!({"limit": MAX_LIMIT + 1})).await;
+/// An override of `rule`'s `key`, and of the Envoy descriptor `<descriptor>=<key>`, past `limit`
+/// is refused; at `limit` it is taken, and decided exactly under it.
+async fn override_at_bound(e: &Engine, rule: &str, descriptor: &str, key: &str, limit: u64) {
+    assert_refused(e.set_override(rule, key, json!({"limit": limit + 1})).await, "invalid_quota");
+    let refused = e.set_override("envoy:bounds", &format!("{descriptor}={key}"), json!({"limit": limit + 1})).await;
     assert_refused(refused, "invalid_quota");
-    let (status, v) = e.set_override("counter", "ml-ovr", json!({"limit": MAX_LIMIT})).await;
+    let (status, v) = e.set_override(rule, key, json!({"limit": limit})).await;
     assert_eq!(status, 200, "{v}");
-    admits_cost_once(&e, json!({"rule": "counter", "key": "ml-ovr"}), MAX_LIMIT).await;
-    let held = e.held("counter", "ml-ovr").await;
-    assert_eq!((&held["count"], &held["source"]), (&json!(MAX_LIMIT), &json!("override")), "{held}");
+    admits_cost_once(e, json!({"rule": rule, "key": key}), limit).await;
+    let held = e.held(rule, key).await;
+    assert_eq!((&held["count"], &held["source"]), (&json!(limit), &json!("override")), "{held}");
+}
+
+async fn max_limit_override(e: Arc<Engine>) {
+    override_at_bound(&e, "counter", "small", "ml-ovr", MAX_LIMIT).await;
 }
 
 async fn max_limit_batch(e: Arc<Engine>) {
@@ -313,13 +319,7 @@ async fn log_limit_tier(e: Arc<Engine>) {
 }
 
 async fn log_limit_override(e: Arc<Engine>) {
-    assert_refused(e.set_override("few", "ll-ovr", json!({"limit": MAX_LOG_LIMIT + 1})).await, "invalid_quota");
-    let refused = e.set_override("envoy:bounds", "log=ll-ovr", json!({"limit": MAX_LOG_LIMIT + 1})).await;
-    assert_refused(refused, "invalid_quota");
-    let (status, v) = e.set_override("few", "ll-ovr", json!({"limit": MAX_LOG_LIMIT})).await;
-    assert_eq!(status, 200, "{v}");
-    admits_cost_once(&e, json!({"rule": "few", "key": "ll-ovr"}), MAX_LOG_LIMIT).await;
-    assert_eq!(e.count("few", "ll-ovr").await, MAX_LOG_LIMIT);
+    override_at_bound(&e, "few", "log", "ll-ovr", MAX_LOG_LIMIT).await;
 }
 
 async fn log_limit_batch(e: Arc<Engine>) {
