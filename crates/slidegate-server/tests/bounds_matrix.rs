@@ -766,45 +766,19 @@ const CELLS: &[(&str, Cell)] = cells![
     body_bytes,
 ];
 
-/// Cells that fail on main until other branches land — (engine, `*` for all; cell; what it
-/// needs) — run and reported, not failed. This list is one commit, to revert once they land.
-const PENDING: &[(&str, &str, &str)] = &[
-    ("lua", "log_limit_inline", LUA_LOG_COST),
-    ("lua", "log_limit_rule", LUA_LOG_COST),
-    ("lua", "log_limit_tier", LUA_LOG_COST),
-    ("lua", "log_limit_override", LUA_LOG_COST),
-    ("lua", "log_limit_batch", LUA_LOG_COST),
-    ("lua", "envoy_log_limit", LUA_LOG_COST),
-    ("lua", "envoy_log_limit_request", LUA_LOG_COST),
-    ("*", "max_cost_override", "needs h2-overrides: an override of a GCRA rule bounds its burst"),
-    ("*", "key_len_override", "needs h2-overrides: an override key that no check can use is refused"),
-];
-
-const LUA_LOG_COST: &str = "needs h1-weighted-log: the Lua scripts record any sliding-log cost up to the limit";
-
-fn pending(engine: &str, cell: &str) -> Option<&'static str> {
-    PENDING.iter().find(|(e, c, _)| (*e == "*" || *e == engine) && *c == cell).map(|(_, _, why)| *why)
-}
-
 /// Runs every cell on `engine`, each to its end whatever the others do; fails naming those that
 /// failed, each with the start of its panic's message.
 async fn run_matrix(engine: Engine) {
     let engine = Arc::new(engine);
     let mut failed = Vec::new();
     for (name, cell) in CELLS {
-        let outcome = tokio::spawn(cell(Arc::clone(&engine))).await;
-        match (outcome, pending(engine.engine, name)) {
-            (Ok(()), None) => {}
-            (Ok(()), Some(_)) => eprintln!("{}/{name} passes: remove it from PENDING", engine.engine),
-            (Err(_), Some(why)) => eprintln!("{}/{name} fails, pending: {why}", engine.engine),
-            (Err(e), None) => {
-                let panic = e.try_into_panic().ok();
-                let message = panic.as_ref().and_then(|p| {
-                    p.downcast_ref::<String>().map(String::as_str).or_else(|| p.downcast_ref::<&str>().copied())
-                });
-                let message: String = message.unwrap_or("cancelled").chars().take(300).collect();
-                failed.push(format!("{name}: {message}"));
-            }
+        if let Err(e) = tokio::spawn(cell(Arc::clone(&engine))).await {
+            let panic = e.try_into_panic().ok();
+            let message = panic.as_ref().and_then(|p| {
+                p.downcast_ref::<String>().map(String::as_str).or_else(|| p.downcast_ref::<&str>().copied())
+            });
+            let message: String = message.unwrap_or("cancelled").chars().take(300).collect();
+            failed.push(format!("{name}: {message}"));
         }
     }
     let (engine, n) = (engine.engine, CELLS.len());
