@@ -884,7 +884,7 @@ async fn ready(State(app): State<Arc<App>>) -> Response {
             StatusCode::SERVICE_UNAVAILABLE,
             json!({
                 "status": "unavailable", "backend": backend.name(), "engine": backend.engine(),
-                "error": redact(&e.to_string())
+                "error": crate::request_id::unready("readyz", &e)
             }),
         ),
     };

@@ -12,6 +12,7 @@ use std::sync::LazyLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use axum::http::HeaderValue;
+use slidegate::{Error, ErrorClass};
 
 /// The header (and gRPC metadata key) a request's id is read from and answered in.
 pub const HEADER: &str = "x-request-id";
@@ -34,6 +35,21 @@ pub async fn scope<F: Future>(given: Option<HeaderValue>, answer: F) -> F::Outpu
 /// [`scope`]).
 pub fn current() -> String {
     GIVEN.try_with(|given| given.as_ref().and_then(usable)).ok().flatten().unwrap_or_else(generated)
+}
+
+/// What an answer that needs no request id (`/readyz`, `/v1/stats`) says of a backend that is
+/// not ready: the kind of failure, never the words of Redis or of the system (an address, a
+/// reply); this server's own words (a module that is not loaded) as they are. Everything is
+/// logged here, under `context`.
+pub fn unready(context: &'static str, e: &Error) -> String {
+    let text = crate::redact::redact(&e.to_string()).into_owned();
+    tracing::warn!(context, "the backend is not ready: {text}");
+    match e.class() {
+        _ if matches!(e, Error::ModuleNotLoaded | Error::Tls { .. }) => text,
+        ErrorClass::BackendFailure => "the backend cannot be reached or did not answer in time".into(),
+        ErrorClass::BackendError => "the backend answered with an error; the server log has the detail".into(),
+        _ => text,
+    }
 }
 
 /// `given` when it is 1 to [`MAX_REQUEST_ID_LEN`] visible ASCII bytes.

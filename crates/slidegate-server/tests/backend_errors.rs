@@ -74,3 +74,46 @@ async fn a_script_error_answers_a_stable_code_and_the_request_id_and_logs_the_de
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_redis_killed_readyz_and_stats_say_the_kind_of_failure_never_its_text() {
+    let mut redis = RedisServer::start();
+    let port = redis.port().to_string();
+    let rules = RulesFile::new(&format!(
+        "[backend]\nredis = \"{}\"\ntimeout = \"100ms\"\n[[rules]]\nname = \"api\"\nlimit = 5\nwindow = \"1m\"\n",
+        redis.url()
+    ));
+    let server = Slidegate::serve(&["--config", rules.arg()]);
+    let client = Client::new();
+    redis.kill();
+
+    // The attack is only to ask: /readyz needs no token. What a connection error says (the
+    // address, the system's words) must not be in the answer.
+    let own_words =
+        |text: &str| ["os error", "refused", "Connection", "127.0.0.1", &port].iter().any(|w| text.contains(w));
+    let started = std::time::Instant::now();
+    let ready = loop {
+        let answer = client.get(server.url("/readyz")).send().await.expect("readyz");
+        let status = answer.status().as_u16();
+        let ready: Value = answer.json().await.expect("JSON");
+        if status == 503 && ready["shared"]["in_sync"] == false {
+            break ready;
+        }
+        assert!(started.elapsed() < std::time::Duration::from_secs(10), "not unready in time: {ready}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    assert_eq!(ready["error"], json!("the backend cannot be reached or did not answer in time"), "{ready}");
+    let kinds = ["redis cannot be reached", "redis failed or refused the call", "redis did not answer in time"];
+    let shared =
+        ready["shared"]["error"].as_str().and_then(|e| e.strip_suffix(": serving the last rules and overrides"));
+    assert!(shared.is_some_and(|kind| kinds.contains(&kind)), "{ready}");
+    assert!(!own_words(&ready.to_string()), "{ready}");
+
+    let stats: Value = client.get(server.url("/v1/stats")).send().await.expect("stats").json().await.expect("JSON");
+    assert_eq!(stats["backend"]["reachable"], json!(false), "{stats}");
+    assert!(stats["backend"]["error"].is_string() && !own_words(&stats["backend"].to_string()), "{stats}");
+
+    // The detail is the operator's, in the log.
+    let log = server.log_text();
+    assert!(log.lines().any(|l| l.contains("not ready") && own_words(l)), "{log}");
+}

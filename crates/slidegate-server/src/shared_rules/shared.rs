@@ -29,8 +29,8 @@ pub struct Shared {
 
 #[derive(Debug, Default)]
 struct Status {
-    /// Why Redis cannot be reached, while it cannot.
-    unreachable: Option<String>,
+    /// What kind of failure keeps Redis from answering, while it does not (its text is logged).
+    unreachable: Option<&'static str>,
     /// The rules document in force, when it came from Redis.
     rules: Option<StoredRules>,
     /// Why the stored rules document could not be put in force, while it cannot.
@@ -105,12 +105,13 @@ impl Shared {
 
     /// Records that Redis cannot be reached, and why.
     pub(super) fn unreachable(&self, e: &StoreError) {
-        let why = redact(&e.to_string()).into_owned();
         let mut status = self.status.lock().unwrap_or_else(PoisonError::into_inner);
         if status.unreachable.is_none() {
+            let why = e.to_string();
+            let why = redact(&why);
             error!("shared rules and overrides: {why}; serving the last ones until redis answers");
         }
-        status.unreachable = Some(why);
+        status.unreachable = Some(e.kind());
         ::metrics::gauge!(metrics::SHARED_UNREACHABLE).set(1.0);
     }
 

@@ -44,12 +44,28 @@ pub enum StoreError {
     /// Redis did not answer in time.
     #[error("redis did not answer within {0:?}")]
     Timeout(Duration),
+    /// The connection (the subscription to changes) ended, or no node takes one.
+    #[error("{0}")]
+    Lost(&'static str),
     /// Redis answered something the scripts never answer.
     #[error("unexpected reply from redis: {0}")]
     Reply(String),
     /// TLS to Redis cannot be set up as configured.
     #[error("{0}")]
     Tls(#[from] slidegate::Error),
+}
+
+impl StoreError {
+    /// What `/readyz` may say of this failure: its kind, never Redis' own text.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Redis(_) => "redis failed or refused the call",
+            Self::Timeout(_) => "redis did not answer in time",
+            Self::Lost(_) => "redis cannot be reached",
+            Self::Reply(_) => "unexpected reply from redis",
+            Self::Tls(_) => "TLS to redis cannot be set up",
+        }
+    }
 }
 
 /// The rules document as stored.
@@ -378,7 +394,7 @@ impl Store {
                 Err(e) => last = Some(e),
             }
         }
-        Err(last.unwrap_or_else(|| StoreError::Reply("no node to subscribe to".into())))
+        Err(last.unwrap_or_else(|| StoreError::Lost("no node to subscribe to")))
     }
 }
 

@@ -94,7 +94,7 @@ async fn follow(app: &App, shared: &Shared, subscription: PubSub, mut applied: u
             // Notices first: those waiting are seen before a pending read runs.
             biased;
             notice = notices.next() => match notice {
-                None => Err(StoreError::Reply("the subscription closed".into())),
+                None => Err(StoreError::Lost("the subscription to changes closed")),
                 Some(notice) => on_notice(app, shared, notice.get_payload_bytes(), applied).await,
             },
             // Ready at once: taken only when no notice is. The read runs to its end (notices

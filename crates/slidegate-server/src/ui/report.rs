@@ -5,7 +5,6 @@
 use serde_json::{Value, json};
 
 use crate::app::{App, Live};
-use crate::redact::redact;
 use crate::stats::series::{SLOT, SLOTS, Snapshot};
 use crate::stats::sketch::{COUNTERS, MAX_KEY_BYTES};
 use crate::stats::{TrafficReport, sketch::EPOCHS};
@@ -81,7 +80,7 @@ async fn backend(app: &App, totals: &Snapshot) -> Value {
         "kind": backend.name(),
         "engine": backend.engine(),
         "reachable": ready.is_ok(),
-        "error": ready.err().map(|e| redact(&e.to_string()).into_owned()),
+        "error": ready.err().map(|e| crate::request_id::unready("stats", &e)),
         "circuit_open": limiter.circuit_open(),
         "near_cache": near_cache,
         "degraded": totals.degraded.iter().sum::<u64>(),
