@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use reqwest::Client;
 use serde_json::{Value, json};
+use slidegate_server::shared_rules::MAX_DOCUMENT_BYTES;
 use slidegate_testkit::{RedisCluster, RedisServer};
 use support::{RulesFile, Slidegate, check, metric};
 use tonic::transport::Channel;
@@ -60,12 +61,13 @@ async fn one_instance(client: &Client) -> (RedisServer, RulesFile, RulesFile, Sl
 }
 
 /// Stores `text` as rules version `version`, as the push script does, but announces nothing.
-fn store_silently(redis: &RedisServer, text: &str, version: u64) {
+fn store_silently(redis: &RedisServer, text: impl redis::ToRedisArgs, version: u64) {
     let mut conn = redis.conn();
-    let version = version.to_string();
     redis::cmd("HSET")
         .arg("slidegate:{rules}:state")
-        .arg(&["rules", text, "rules_version", &version, "pushed_at_ms", "0", "pushed_from", "test"][..])
+        .arg("rules")
+        .arg(text)
+        .arg(&["rules_version", &version.to_string(), "pushed_at_ms", "0", "pushed_from", "test"][..])
         .query::<()>(&mut conn)
         .expect("HSET");
     redis::cmd("HINCRBY").arg("slidegate:{rules}:state").arg("version").arg(1).query::<()>(&mut conn).expect("HINCRBY");
@@ -629,4 +631,48 @@ async fn bad_notices_that_arrive_during_a_re_read_are_merged_into_one() {
     assert!((1.0..=3.0).contains(&(resyncs - before)), "{} reads for 300 notices", resyncs - before);
     let (_, _, v) = check(&client, &server, &json!({"rule": "api", "key": "k7"})).await;
     assert_eq!(v["limit"], 3, "{v}");
+}
+
+/// How many scripts `redis` has run (`EVALSHA` and `EVAL` calls).
+fn scripts_run(redis: &RedisServer) -> u64 {
+    let info: String = redis.query(&["INFO", "commandstats"]);
+    let calls = |cmd: &str| {
+        info.lines()
+            .find_map(|l| l.strip_prefix(&format!("cmdstat_{cmd}:calls=")))
+            .and_then(|rest| rest.split(',').next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    calls("evalsha") + calls("eval")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stored_document_too_large_or_not_text_is_refused_unread_and_read_once() {
+    let client = Client::new();
+    let (redis, local, _rules, running) = one_instance(&client).await;
+    let too_large = format!("{}#{}\n", document(&[("api", 9)]), "x".repeat(2 * MAX_DOCUMENT_BYTES));
+    let cases: [(&[u8], &str); 2] =
+        [(b"[[rules]]\nname = \"\xff\xfe\"\n", "not UTF-8 text"), (too_large.as_bytes(), "bytes, over 1048576")];
+    for (version, (text, why)) in (2..).zip(cases) {
+        // The attack: a client of the Redis writes such a document where the rules are.
+        store_silently(&redis, text, version);
+        let new = Slidegate::serve(&["--redis", &redis.url(), "--rules-from-redis", "--config", local.arg()]);
+        let (status, ready) = readyz(&client, &new).await;
+        assert!(status == 503 && ready["error"].as_str().is_some_and(|e| e.contains(why)), "{ready}");
+        // The running instance refuses it once, keeps its rules, and does not read it again.
+        let started = Instant::now();
+        loop {
+            let (_, ready) = readyz(&client, &running).await;
+            if ready["shared"]["error"].as_str().is_some_and(|e| e.contains(why)) {
+                break;
+            }
+            assert!(started.elapsed() < Duration::from_secs(5), "not refused: {ready}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let before = scripts_run(&redis);
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        assert_eq!(scripts_run(&redis), before, "the document is read again and again");
+        assert_eq!(readyz(&client, &running).await.0, 200);
+        assert_eq!(limit_of(&client, &running, "api").await, (5, false));
+        assert_eq!(metric(&client, &running, "slidegate_shared_unreachable").await, 0.0);
+    }
 }

@@ -112,8 +112,15 @@ async fn show(at: &At) -> anyhow::Result<ExitCode> {
         format_ms(stored.pushed_at_ms),
         stored.pushed_from
     );
-    print!("{}", stored.text);
-    if !stored.text.ends_with('\n') {
+    let text = match &stored.text {
+        Ok(text) => text,
+        Err(why) => {
+            eprintln!("the stored rules document cannot be read: {why}");
+            return Ok(ExitCode::from(1));
+        }
+    };
+    print!("{text}");
+    if !text.ends_with('\n') {
         println!();
     }
     Ok(ExitCode::SUCCESS)

@@ -81,11 +81,15 @@ pub fn validate_push(text: &str, path: &str) -> Result<Config, PushError> {
 /// stored), its errors named after the version.
 pub fn parse_stored(stored: &StoredRules) -> Result<Config, ConfigError> {
     let path = format!("redis rules version {}", stored.version);
-    if stored.text.len() > MAX_DOCUMENT_BYTES {
-        let message = format!("{} bytes, over {MAX_DOCUMENT_BYTES}", stored.text.len());
-        return Err(ConfigError::Invalid { path, line: 1, column: 1, field: "rules".into(), message });
+    let unreadable =
+        |message| ConfigError::Invalid { path: path.clone(), line: 1, column: 1, field: "rules".into(), message };
+    match &stored.text {
+        Err(why) => Err(unreadable(why.clone())),
+        Ok(text) if text.len() > MAX_DOCUMENT_BYTES => {
+            Err(unreadable(format!("{} bytes, over {MAX_DOCUMENT_BYTES}", text.len())))
+        }
+        Ok(text) => Config::parse(text, &path),
     }
-    Config::parse(&stored.text, &path)
 }
 
 #[cfg(test)]

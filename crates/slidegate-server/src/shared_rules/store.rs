@@ -27,6 +27,7 @@ use redis::{Cmd, Pipeline, RedisFuture, Script, Value};
 use slidegate::RedisTls;
 use slidegate::redis::{ClusterConnection, PipelinedConnection, SentinelConnection};
 
+use super::document::MAX_DOCUMENT_BYTES;
 use crate::config::BackendConfig;
 
 /// How long one call to the store may take.
@@ -73,8 +74,9 @@ impl StoreError {
 pub struct StoredRules {
     /// The version it was pushed under.
     pub version: u64,
-    /// The TOML text.
-    pub text: String,
+    /// The TOML text, or why it cannot be read (over [`MAX_DOCUMENT_BYTES`], not UTF-8): such
+    /// a document is never sent whole.
+    pub text: Result<String, String>,
     /// When it was pushed (Unix ms).
     pub pushed_at_ms: u64,
     /// The pushing client's address.
@@ -197,6 +199,8 @@ macro_rules! script {
 static PUSH_RULES: LazyLock<Script> = script!("push_rules.lua");
 static SET_OVERRIDE: LazyLock<Script> = script!("set_override.lua");
 static REMOVE_OVERRIDES: LazyLock<Script> = script!("remove_overrides.lua");
+// It writes nothing: no checks before it.
+static READ_RULES: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("read_rules.lua")));
 
 impl Store {
     fn new(conn: Connection, listen: Listen, tls: RedisTls, prefix: &str) -> Self {
@@ -278,7 +282,7 @@ impl Store {
         ) = within(STORE_TIMEOUT, invocation.invoke_async(&mut self.conn.clone())).await?;
         let previous = previous.map(|text| StoredRules {
             version: previous_version.unwrap_or(0),
-            text,
+            text: Ok(text),
             pushed_at_ms: at.unwrap_or(0),
             pushed_from: by.unwrap_or_default(),
         });
@@ -287,11 +291,17 @@ impl Store {
 
     /// The rules stored now, if any were pushed.
     pub async fn rules(&self) -> Result<Option<StoredRules>, StoreError> {
-        let mut cmd = redis::cmd("HMGET");
-        cmd.arg(&self.state).arg(&["rules", "rules_version", "pushed_at_ms", "pushed_from"][..]);
-        let (text, version, at, by): (Option<String>, Option<u64>, Option<u64>, Option<String>) =
-            within(STORE_TIMEOUT, cmd.query_async(&mut self.conn.clone())).await?;
-        Ok(text.map(|text| StoredRules {
+        let mut invocation = READ_RULES.key(&self.state);
+        invocation.arg(MAX_DOCUMENT_BYTES);
+        let (text, version, at, by): (Value, Option<u64>, Option<u64>, Option<String>) =
+            within(STORE_TIMEOUT, invocation.invoke_async(&mut self.conn.clone())).await?;
+        let text = match text {
+            Value::Nil => return Ok(None),
+            Value::Int(len) => Err(format!("{len} bytes, over {MAX_DOCUMENT_BYTES}")),
+            Value::BulkString(bytes) => String::from_utf8(bytes).map_err(|_| "not UTF-8 text".to_owned()),
+            other => return Err(StoreError::Reply(format!("{other:?}"))),
+        };
+        Ok(Some(StoredRules {
             version: version.unwrap_or(0),
             text,
             pushed_at_ms: at.unwrap_or(0),
