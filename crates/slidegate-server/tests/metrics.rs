@@ -177,6 +177,12 @@ async fn a_removed_rule_or_domain_leaves_metrics_and_stats_on_reload() {
         hits_addend: 1,
     };
     envoy.should_rate_limit(request("edge")).await.expect("decided");
+    // A repeated descriptor is refused, and counted under its domain.
+    let mut repeated = request("edge");
+    repeated.descriptors.push(descriptor.clone());
+    envoy.should_rate_limit(repeated).await.expect("decided");
+    let refused = r#"slidegate_envoy_invalid_descriptors_total{domain="edge",reason="duplicate"}"#;
+    assert_eq!(metric(&client, &server, refused).await, 1.0);
     check(&client, &server, &json!({"rule": "old7", "key": "k"})).await;
     // Allowed and denied for each rule and for inline checks.
     assert_eq!(decision_series(&client, &server, "old").await, (202, true));
@@ -195,6 +201,7 @@ async fn a_removed_rule_or_domain_leaves_metrics_and_stats_on_reload() {
     let page = client.get(server.url("/metrics")).send().await.expect("metrics").text().await.expect("text");
     let mut upstream = page.lines().filter(|l| l.starts_with("ratelimit_service_rate_limit_"));
     assert!(upstream.all(|l| !l.contains(r#"domain="edge""#)), "{page}");
+    assert!(!page.contains(r#"slidegate_envoy_invalid_descriptors_total{domain="edge""#), "{page}");
     let stats: serde_json::Value =
         client.get(server.url("/v1/stats")).send().await.expect("stats").json().await.expect("json");
     let text = stats.to_string();

@@ -350,7 +350,7 @@ async fn a_change_whose_notice_is_lost_is_applied_by_the_version_check() {
     let client = Client::new();
     let (redis, _local, _rules, server) = one_instance(&client).await;
     // A push as the script makes it, without its PUBLISH.
-    store_silently(&redis, &document(&[("api", 6)]), 2);
+    store_silently(&redis, document(&[("api", 6)]), 2);
     let took = until_limit(&client, &server, "api", 6, Duration::from_secs(5)).await;
     println!("applied {took:?} after the silent change");
 }

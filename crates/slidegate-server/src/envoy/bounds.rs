@@ -51,6 +51,15 @@ pub enum Invalid {
 }
 
 impl Invalid {
+    /// Every reason, in the order [`Invalid::index`] numbers them.
+    pub const ALL: [Self; 5] =
+        [Self::TooManyDescriptors, Self::TooManyEntries, Self::KeyTooLong, Self::Duplicate, Self::Rejected];
+
+    /// This reason's place in [`Invalid::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
     /// The metric label.
     pub fn as_str(self) -> &'static str {
         match self {

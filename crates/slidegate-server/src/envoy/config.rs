@@ -15,9 +15,10 @@ use std::time::Duration;
 use envoy_types::pb::google::protobuf::Struct;
 use slidegate::{Algorithm, MAX_LIMIT, MAX_LOG_LIMIT, Quota};
 
+use super::bounds::Invalid;
 use super::position::{Position, Problem, Step, join};
 use super::spec::{self, DescriptorSpec, RateLimitSpec};
-use super::stats::{Counters, Series};
+use super::stats::{Counters, InvalidCounters, Series};
 use super::wildcard::Pattern;
 use crate::file;
 
@@ -241,11 +242,13 @@ pub struct Found<'a> {
     pub stats_key: Option<String>,
 }
 
-/// One domain: its tree, and the stats of limits that requests bring (`limit` overrides).
-#[derive(Debug, Default)]
+/// One domain: its tree, the stats of limits that requests bring (`limit` overrides), and its
+/// refused descriptors' counters.
+#[derive(Debug)]
 struct Domain {
     level: Level,
     overrides: Series,
+    invalid: InvalidCounters,
 }
 
 impl Level {
@@ -344,7 +347,11 @@ impl EnvoyConfig {
                 format!("duplicate domain '{}' in config file (merging is off: --envoy-merge-domains)", file.domain);
             return Err(Problem::at(at_domain(), message));
         }
-        let domain = self.domains.entry(file.domain.clone()).or_default();
+        let domain = self.domains.entry(file.domain.clone()).or_insert_with_key(|name| Domain {
+            level: Level::default(),
+            overrides: Series::default(),
+            invalid: InvalidCounters::new(name),
+        });
         let built = build(&mut domain.level, file.descriptors, &file.domain, false, &mut warnings);
         if built.is_err() && !merging {
             self.domains.remove(&file.domain);
@@ -398,6 +405,14 @@ impl EnvoyConfig {
     pub fn override_counters(&self, domain: &str, stats_key: &str) -> Option<Counters> {
         let overflow = || format!("{domain}.{}", super::stats::OVERFLOW_SUFFIX);
         self.domains.get(domain).map(|d| d.overrides.get(stats_key, overflow))
+    }
+
+    /// Counts `n` descriptors of `domain` (a configured one: a request's unknown domain is
+    /// never a label) refused for `reason`.
+    pub fn count_invalid(&self, domain: &str, reason: Invalid, n: usize) {
+        if let Some(d) = self.domains.get(domain) {
+            d.invalid.count(reason, n);
+        }
     }
 
     /// Whether `domain` is configured.

@@ -22,7 +22,7 @@ use super::headers::{Limited, response_headers};
 use super::key::{descriptor_key, shared_descriptor_key};
 use super::metadata::dynamic_metadata;
 use super::options::EnvoyOptions;
-use super::stats::{Counters, Hit, OVERFLOW_SUFFIX, count_domain_not_found, count_invalid};
+use super::stats::{Counters, Hit, OVERFLOW_SUFFIX, count_domain_not_found};
 use crate::app::App;
 use crate::metrics::{ENVOY_GLOBAL_SHADOW_MODE, GRPC_ERRORS, GRPC_REQUESTS, GRPC_SECONDS};
 
@@ -86,11 +86,11 @@ impl EnvoyRateLimit {
             return Ok(nothing_limited(request.descriptors.len()));
         }
         let slots = slots(&config, request, options);
-        refuse(domain, request.descriptors.len(), &slots)?;
+        refuse(&config, domain, request.descriptors.len(), &slots)?;
         let started = self.app.now();
         let outcomes = self.decide(&slots, options.quota_mode).await?;
         super::traffic::record(&self.app, domain, &slots, &outcomes, started);
-        Ok(respond(request, &slots, &outcomes, options))
+        Ok(respond(&config, request, &slots, &outcomes, options))
     }
 }
 
@@ -104,12 +104,12 @@ fn nothing_limited(descriptors: usize) -> RateLimitResponse {
 /// Counts the request's refused descriptors (of `total`, those past [`MAX_DESCRIPTORS`]
 /// included), and fails the request when none of them can be decided: only then is an RPC
 /// error — which Envoy answers with its `failure_mode_deny` — the request's answer.
-fn refuse(domain: &str, total: usize, slots: &[Slot<'_>]) -> Result<(), Status> {
+fn refuse(config: &EnvoyConfig, domain: &str, total: usize, slots: &[Slot<'_>]) -> Result<(), Status> {
     if total > slots.len() {
-        count_invalid(domain, Invalid::TooManyDescriptors, total - slots.len());
+        config.count_invalid(domain, Invalid::TooManyDescriptors, total - slots.len());
     }
     for reason in slots.iter().filter_map(|s| s.as_ref().err()) {
-        count_invalid(domain, *reason, 1);
+        config.count_invalid(domain, *reason, 1);
     }
     if slots.iter().any(Result::is_ok) {
         return Ok(());
@@ -231,6 +231,7 @@ fn override_unit(unit: i32) -> Option<Unit> {
 /// The answer: each descriptor's status (counted), the overall code, and the headers and
 /// dynamic metadata the options ask for.
 fn respond(
+    config: &EnvoyConfig,
     request: &RateLimitRequest,
     slots: &[Slot<'_>],
     outcomes: &[Outcome],
@@ -247,7 +248,7 @@ fn respond(
                 continue;
             }
             (Ok(_), Outcome::Invalid(reason)) => {
-                count_invalid(domain, *reason, 1);
+                config.count_invalid(domain, *reason, 1);
                 statuses.push(DescriptorStatus::default());
                 continue;
             }

@@ -189,11 +189,37 @@ impl Series {
     }
 }
 
-/// Counts `n` descriptors of `domain` refused for `reason`. `domain` is a configured one: a
-/// request's unknown domain is never a label here.
-pub fn count_invalid(domain: &str, reason: Invalid, n: usize) {
-    metrics::counter!(ENVOY_INVALID_DESCRIPTORS, "domain" => domain.to_owned(), "reason" => reason.as_str())
-        .increment(n as u64);
+/// A configured domain's refused-descriptor counters, by [`Invalid`] reason: held by the
+/// domain's configuration, so that a domain removed on a reload leaves `/metrics`
+/// ([`crate::metrics::held`]); a domain that stays keeps its counts. Each series appears from
+/// its first count on.
+#[derive(Debug)]
+pub struct InvalidCounters {
+    domain: String,
+    by_reason: [OnceLock<Counter>; Invalid::ALL.len()],
+}
+
+impl InvalidCounters {
+    /// `domain`'s counters, those of the configuration before kept.
+    pub fn new(domain: &str) -> Self {
+        let by_reason = Invalid::ALL.map(|reason| {
+            let kept = held::existing(ENVOY_INVALID_DESCRIPTORS, &invalid_labels(domain, reason));
+            kept.map_or_else(OnceLock::new, OnceLock::from)
+        });
+        Self { domain: domain.to_owned(), by_reason }
+    }
+
+    /// Counts `n` of the domain's descriptors refused for `reason`.
+    pub fn count(&self, reason: Invalid, n: usize) {
+        let counter = &self.by_reason[reason.index()];
+        counter
+            .get_or_init(|| held::counter(ENVOY_INVALID_DESCRIPTORS, &invalid_labels(&self.domain, reason)))
+            .increment(n as u64);
+    }
+}
+
+fn invalid_labels(domain: &str, reason: Invalid) -> [(&'static str, String); 2] {
+    [("domain", domain.to_owned()), ("reason", reason.as_str().to_owned())]
 }
 
 /// Counts `n` descriptors of a request for `domain`, which is not configured (upstream counts
