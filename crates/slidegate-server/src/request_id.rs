@@ -15,11 +15,11 @@ use axum::http::HeaderValue;
 use slidegate::{Error, ErrorClass};
 
 /// The header (and gRPC metadata key) a request's id is read from and answered in.
-pub const HEADER: &str = "x-request-id";
+pub const HEADER: &str = slidegate::headers::REQUEST_ID;
 
 /// The longest `x-request-id` taken as given; a longer one (or one that is not visible ASCII)
 /// is replaced by an id of this server's, so a caller cannot write what it likes into the log.
-pub const MAX_REQUEST_ID_LEN: usize = 128;
+pub use slidegate::headers::MAX_REQUEST_ID_LEN;
 
 tokio::task_local! {
     /// The `x-request-id` the request being answered brought, if any.
@@ -54,9 +54,7 @@ pub fn unready(context: &'static str, e: &Error) -> String {
 
 /// `given` when it is 1 to [`MAX_REQUEST_ID_LEN`] visible ASCII bytes.
 fn usable(given: &HeaderValue) -> Option<String> {
-    let bytes = given.as_bytes();
-    let fits = !bytes.is_empty() && bytes.len() <= MAX_REQUEST_ID_LEN && bytes.iter().all(u8::is_ascii_graphic);
-    fits.then(|| String::from_utf8_lossy(bytes).into_owned())
+    slidegate::headers::request_id(given.as_bytes()).map(str::to_owned)
 }
 
 /// A new id: 16 hex digits, unique within the process and unlikely to repeat across instances

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use http::HeaderMap;
 use http::request::Parts;
-use slidegate::{Algorithm, Backend, Check, Decision, MAX_CHECKS, Quota, RuleKey};
+use slidegate::{Algorithm, Backend, Check, Decision, MAX_CHECKS, Quota, RuleKey, headers};
 
 use crate::key::extract_part;
 use crate::layer::Shared;
@@ -52,7 +52,13 @@ impl<B: Backend> Shared<B> {
             }
             // Keys and costs were checked above and slots are handled in `check`: an error
             // left here is no caller's and no backend's, and must not let the request through.
-            Err(_) => self.reject(applied[0].rule, Rejection::Undecidable),
+            // Its text (a Redis reply) is the operator's: in the log, under the request's id.
+            Err(e) => {
+                let id = request.headers.get(headers::REQUEST_ID).and_then(|v| headers::request_id(v.as_bytes()));
+                let rule = self.rules[applied[0].rule].name.as_str();
+                tracing::warn!(request_id = id.unwrap_or("-"), rule, "slidegate: the backend failed to decide: {e}");
+                self.reject(applied[0].rule, Rejection::Undecidable)
+            }
         }
     }
 

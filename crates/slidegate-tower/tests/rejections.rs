@@ -205,13 +205,49 @@ async fn a_key_redis_cannot_decide_is_500_never_a_pass_even_failing_open() {
     let limiter = Limiter::new(backend).with_failure_policy(FailurePolicy::FailOpen);
     let app = App::new(RateLimitLayer::new(limiter.clone()).rule(rule("ip", 5)).expect("layer"));
     let _: () = redis.query(&["SET", "slidegate:ip:{203.0.113.9}", "not a log"]);
-    for _ in 0..3 {
-        let answer = app.send("/", "203.0.113.9:1", &[]).await;
+    let log = Log::default();
+    let _logging =
+        tracing::subscriber::set_default(tracing_subscriber::fmt().with_writer(log.clone()).with_ansi(false).finish());
+    for id in ["req-1", "req-2", "req-3"] {
+        let answer = app.send("/", "203.0.113.9:1", &[("x-request-id", id.as_bytes())]).await;
         assert_eq!((answer.status.as_u16(), error_code(&answer)), (500, "rate_limit_error".to_owned()), "{answer:?}");
+        assert!(!answer.body.contains("WRONGTYPE"), "{answer:?}");
+        // Redis' words are the operator's: in the log, under the request's id.
+        let text = log.text();
+        assert!(text.lines().any(|l| l.contains(id) && l.contains("WRONGTYPE")), "{text}");
     }
     assert_eq!(app.reached(), 0, "the service never saw them");
     assert!(!limiter.circuit_open(), "not counted as a backend failure");
     // Another client's key is decided as usual.
     assert_eq!(app.send("/", "203.0.113.10:1", &[]).await.status, 200);
     assert_eq!(app.reached(), 1);
+}
+
+/// A log written into memory, for a test to read.
+#[derive(Clone, Default)]
+struct Log(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl Log {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().expect("log")).into_owned()
+    }
+}
+
+impl std::io::Write for Log {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("log").extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Log {
+    type Writer = Self;
+
+    fn make_writer(&'a self) -> Self {
+        self.clone()
+    }
 }

@@ -15,6 +15,25 @@ pub const STATE: &str = "ratelimit";
 /// The name of the `Retry-After` field.
 pub const RETRY_AFTER: &str = "retry-after";
 
+/// The name of the field a request's id is read from (a proxy's, as Envoy sets it), for the
+/// log lines that hold a failure's detail.
+pub const REQUEST_ID: &str = "x-request-id";
+
+/// The longest request id taken as given: a longer one, or one that is not visible ASCII, is
+/// not written into a log (a caller cannot write what it likes there).
+pub const MAX_REQUEST_ID_LEN: usize = 128;
+
+/// `value` as a request id fit for a log line: 1 to [`MAX_REQUEST_ID_LEN`] visible ASCII bytes.
+///
+/// ```
+/// assert_eq!(slidegate::headers::request_id(b"req-42"), Some("req-42"));
+/// assert_eq!(slidegate::headers::request_id(b"a b\n"), None);
+/// ```
+pub fn request_id(value: &[u8]) -> Option<&str> {
+    let fits = !value.is_empty() && value.len() <= MAX_REQUEST_ID_LEN && value.iter().all(u8::is_ascii_graphic);
+    fits.then(|| std::str::from_utf8(value).ok()).flatten()
+}
+
 /// The values of an answer's RateLimit header fields.
 ///
 /// ```
