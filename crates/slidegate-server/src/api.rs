@@ -888,6 +888,9 @@ async fn ready(State(app): State<Arc<App>>) -> Response {
             }),
         ),
     };
+    if app.counts_fleet() {
+        answer["fleet"] = json!({"instances": app.limiter.fleet().and_then(slidegate::Fleet::live)});
+    }
     // The shared rules and overrides: which version is in force, and whether it is current.
     let Some(shared) = app.shared() else { return (status, Json(answer)).into_response() };
     answer["shared"] = shared.detail();

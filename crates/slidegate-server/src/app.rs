@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use ::metrics::Histogram;
-use slidegate::Limiter;
+use slidegate::{FailurePolicy, Limiter};
 use tracing::{info, warn};
 
 use crate::admin::AdminToken;
@@ -136,6 +136,14 @@ impl App {
             changing: Mutex::new(()),
             stats,
         })
+    }
+
+    /// Whether some failure policy in force divides by the fleet (`local_share = "auto"`): the
+    /// backend's default or a rule's.
+    pub fn counts_fleet(&self) -> bool {
+        let auto = |p: Option<FailurePolicy>| matches!(p, Some(FailurePolicy::LocalAuto { .. }));
+        auto(Some(self.backend_config.failure_policy))
+            || self.live().rules.iter().any(|r| auto(r.quota.failure_policy()))
     }
 
     /// The rules and overrides shared through Redis, on a Redis backend.

@@ -33,7 +33,7 @@ use rule::RuleSpec;
 pub use rule::{MAX_RULES, Rule, Rules};
 use server::ServerSpec;
 use ui::UiSpec;
-use value::failure_policy;
+use value::{LocalShare, PolicyFields, failure_policy};
 pub use value::{check_redis_url, parse_duration};
 
 use crate::envoy::EnvoyOptions;
@@ -276,7 +276,8 @@ struct BackendSpec {
     redis_sentinel: Option<Spanned<Vec<String>>>,
     sentinel_service: Option<Spanned<String>>,
     failure_policy: Option<Spanned<String>>,
-    local_share: Option<Spanned<f64>>,
+    local_share: Option<Spanned<LocalShare>>,
+    local_share_fallback: Option<Spanned<f64>>,
     near_cache: Option<Spanned<usize>>,
     max_keys: Option<Spanned<usize>>,
     prefix: Option<Spanned<String>>,
@@ -389,7 +390,12 @@ impl BackendSpec {
         if let Some(name) = self.sentinel_service {
             backend.sentinel_service = name.into_inner();
         }
-        if let Some(policy) = failure_policy(self.failure_policy.as_ref(), self.local_share.as_ref(), "backend")? {
+        let fields = PolicyFields {
+            policy: self.failure_policy.as_ref(),
+            share: self.local_share.as_ref(),
+            fallback: self.local_share_fallback.as_ref(),
+        };
+        if let Some(policy) = failure_policy(fields, "backend")? {
             backend.failure_policy = policy;
         }
         if let Some(n) = self.near_cache {

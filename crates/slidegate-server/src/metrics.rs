@@ -79,6 +79,8 @@ pub const SHARED_UNREACHABLE: &str = "slidegate_shared_unreachable";
 /// Times everything shared was read again from Redis: at start, after Redis returns, after a
 /// gap in the versions or an unreadable notice (those waiting are merged into one read).
 pub const SHARED_RESYNCS: &str = "slidegate_shared_resyncs_total";
+/// The fleet's live instances as last counted in Redis, while a policy has `local_share = "auto"`.
+pub const FLEET_INSTANCES: &str = "slidegate_fleet_instances";
 /// The version of the rules from Redis in force (`--rules-from-redis`).
 pub const RULES_VERSION: &str = "slidegate_rules_version";
 /// Per-key overrides held.

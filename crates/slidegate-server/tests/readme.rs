@@ -169,6 +169,7 @@ fn the_operations_rules_file_loads_with_its_documented_policies() {
     let policy = |name: &str| config.rules.get(name).expect(name).quota.failure_policy();
     assert_eq!(policy("sms"), Some(FailurePolicy::FailClosed));
     assert_eq!(policy("api"), Some(FailurePolicy::Local { share_permille: 250 }));
+    assert_eq!(policy("search"), Some(FailurePolicy::LocalAuto { fallback_permille: 250 }));
 }
 
 #[tokio::test]

@@ -80,6 +80,6 @@ pub use redis::{
     MAX_SCRIPT_LOG_COST, PipelinedConnection, RedisBackend, RedisClusterBackend, RedisEngine, RedisSentinelBackend,
     RedisTls, TlsFiles,
 };
-pub use resilience::{CircuitBreaker, FailurePolicy, NearCache};
+pub use resilience::{CircuitBreaker, FailurePolicy, Fleet, NearCache};
 pub use slot::key_slot;
 pub use state::MAX_CLOCK_MS;

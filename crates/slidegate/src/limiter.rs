@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::resilience::{CircuitBreaker, NearCache, strictest};
+use crate::resilience::{CircuitBreaker, Fleet, NearCache, strictest};
 use crate::{
     Algorithm, Backend, Check, Decision, Error, FailurePolicy, KeyState, KeyTimeline, MemoryBackend, MultiDecision,
     Quota,
@@ -60,6 +60,7 @@ struct Guard {
     policy: Option<FailurePolicy>,
     breaker: CircuitBreaker,
     local: MemoryBackend,
+    fleet: Fleet,
 }
 
 impl Limiter<MemoryBackend> {
@@ -100,7 +101,7 @@ impl<B: Backend> Limiter<B> {
     }
 
     fn guarded(mut self, policy: Option<FailurePolicy>, breaker: CircuitBreaker) -> Self {
-        self.guard = Some(Arc::new(Guard { policy, breaker, local: MemoryBackend::new() }));
+        self.guard = Some(Arc::new(Guard { policy, breaker, local: MemoryBackend::new(), fleet: Fleet::default() }));
         self
     }
 
@@ -111,6 +112,12 @@ impl<B: Backend> Limiter<B> {
     pub fn with_near_cache(mut self, capacity: usize) -> Self {
         self.near_cache = Some(Arc::new(NearCache::new(capacity)));
         self
+    }
+
+    /// The live instances of the fleet that [`FailurePolicy::LocalAuto`] divides by, for the
+    /// caller that counts them to record them; `None` until a failure policy or breaker is set.
+    pub fn fleet(&self) -> Option<&Fleet> {
+        self.guard.as_deref().map(|g| &g.fleet)
     }
 
     /// Whether the circuit breaker is open (the backend is not being called).
@@ -248,6 +255,16 @@ impl<B: Backend> Limiter<B> {
 }
 
 impl Guard {
+    /// What this instance enforces alone of `quota` under a local `policy`.
+    fn local_quota(&self, policy: FailurePolicy, quota: &Quota) -> Quota {
+        match (policy, self.fleet.live()) {
+            (FailurePolicy::Local { share_permille }, _) => quota.share(share_permille),
+            (FailurePolicy::LocalAuto { .. }, Some(instances)) => quota.divided(instances),
+            (FailurePolicy::LocalAuto { fallback_permille }, None) => quota.share(fallback_permille),
+            (FailurePolicy::FailOpen | FailurePolicy::FailClosed, _) => *quota,
+        }
+    }
+
     /// One check's answer by `policy` when the backend could not give it (`error`).
     fn single(
         &self,
@@ -262,8 +279,8 @@ impl Guard {
         let d = match policy {
             FailurePolicy::FailOpen => Decision::allowed(limit, limit - cost, Duration::ZERO),
             FailurePolicy::FailClosed => Decision::denied(limit, 0, Duration::ZERO, open_for),
-            FailurePolicy::Local { share_permille } => {
-                let local = quota.share(share_permille);
+            FailurePolicy::Local { .. } | FailurePolicy::LocalAuto { .. } => {
+                let local = self.local_quota(policy, quota);
                 if cost > local.max_cost() {
                     Decision::denied(local.limit(), local.limit(), Duration::ZERO, quota.window())
                 } else {
@@ -278,9 +295,9 @@ impl Guard {
     fn group(&self, policy: Option<FailurePolicy>, checks: &[Check<'_>], error: Error) -> Result<MultiDecision, Error> {
         let policy = policy.ok_or(error)?;
         let decisions = match policy {
-            FailurePolicy::Local { share_permille } => {
+            FailurePolicy::Local { .. } | FailurePolicy::LocalAuto { .. } => {
                 let local: Vec<Check<'_>> =
-                    checks.iter().map(|c| Check { quota: c.quota.share(share_permille), ..*c }).collect();
+                    checks.iter().map(|c| Check { quota: self.local_quota(policy, &c.quota), ..*c }).collect();
                 if local.iter().all(|c| c.cost <= c.quota.max_cost()) {
                     self.local.check_all_now(&local).decisions
                 } else {

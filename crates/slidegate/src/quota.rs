@@ -241,7 +241,20 @@ impl Quota {
     /// what one instance enforces alone under [`FailurePolicy::Local`]. Falls back to a plain
     /// sliding log when the algorithm's parameters do not fit the smaller limit.
     pub fn share(&self, permille: u16) -> Self {
-        let scale = |n: u64| (n * u64::from(permille) / 1000).max(1);
+        self.scaled(u64::from(permille), 1000)
+    }
+
+    /// This quota with its limit (and a GCRA's burst) divided by `instances`, rounded down, at
+    /// least 1: what one instance of a fleet of `instances` enforces alone under
+    /// [`FailurePolicy::LocalAuto`](crate::FailurePolicy::LocalAuto).
+    pub fn divided(&self, instances: u32) -> Self {
+        self.scaled(1, u64::from(instances.max(1)))
+    }
+
+    /// This quota with `numerator / denominator` (at most 1) of its limit and burst, at least 1.
+    fn scaled(&self, numerator: u64, denominator: u64) -> Self {
+        // limit <= MAX_LIMIT and numerator <= 1000: no overflow.
+        let scale = |n: u64| (n * numerator / denominator).max(1);
         let mut algorithm = self.algorithm;
         if let Algorithm::Gcra { burst: Some(b) } = &mut algorithm {
             *b = scale(*b);

@@ -26,6 +26,13 @@ pub enum FailurePolicy {
         /// The share of the limit, in thousandths (`1..=1000`).
         share_permille: u16,
     },
+    /// [`FailurePolicy::Local`] at the limit divided by the live instances of the fleet, as last
+    /// counted into the limiter's [`Fleet`] (a server's heartbeat counts them in Redis while it
+    /// can); at `fallback_permille` while the fleet has never been counted.
+    LocalAuto {
+        /// The share while the fleet has never been counted, in thousandths (`1..=1000`).
+        fallback_permille: u16,
+    },
 }
 
 impl FailurePolicy {
@@ -38,12 +45,20 @@ impl FailurePolicy {
         Ok(Self::Local { share_permille: (share * 1000.0).round() as u16 })
     }
 
+    /// [`FailurePolicy::LocalAuto`], at `fallback` (in `0.001..=1`) until the fleet is counted.
+    pub fn local_auto(fallback: f64) -> Result<Self, Error> {
+        match Self::local(fallback)? {
+            Self::Local { share_permille } => Ok(Self::LocalAuto { fallback_permille: share_permille }),
+            other => Ok(other),
+        }
+    }
+
     /// The name used in configuration files and APIs.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::FailOpen => "fail_open",
             Self::FailClosed => "fail_closed",
-            Self::Local { .. } => "local",
+            Self::Local { .. } | Self::LocalAuto { .. } => "local",
         }
     }
 
@@ -51,7 +66,7 @@ impl FailurePolicy {
     fn strictest(self, other: Self) -> Self {
         let rank = |p: Self| match p {
             Self::FailClosed => 2,
-            Self::Local { .. } => 1,
+            Self::Local { .. } | Self::LocalAuto { .. } => 1,
             Self::FailOpen => 0,
         };
         if rank(other) > rank(self) { other } else { self }
@@ -61,6 +76,27 @@ impl FailurePolicy {
 impl std::fmt::Display for FailurePolicy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+/// How many instances of a fleet are live, as last counted (by a heartbeat in the shared store):
+/// what [`FailurePolicy::LocalAuto`] divides each limit by while the store is away. It keeps the
+/// last count through an outage, which is when it is used.
+#[derive(Debug, Default)]
+pub struct Fleet {
+    /// The last count; 0 while the fleet has never been counted.
+    live: AtomicU32,
+}
+
+impl Fleet {
+    /// Records a count of the live instances (this one included; 0 is taken as 1).
+    pub fn set_live(&self, instances: u32) {
+        self.live.store(instances.max(1), Ordering::Relaxed);
+    }
+
+    /// The last count, or `None` while the fleet has never been counted.
+    pub fn live(&self) -> Option<u32> {
+        Some(self.live.load(Ordering::Relaxed)).filter(|n| *n > 0)
     }
 }
 

@@ -163,6 +163,29 @@ async fn redis_killed_under_load_and_restarted_under_each_policy() {
     }
 }
 
+#[tokio::test]
+async fn local_auto_decides_at_its_fallback_until_the_fleet_is_counted_then_at_the_limit_over_the_fleet() {
+    let mut server = RedisServer::start();
+    let limiter = limiter(&server, FailurePolicy::local_auto(0.5).expect("valid")).await;
+    server.kill();
+    let quota = Quota::per_minute(12).expect("valid");
+    let admitted = |key: &'static str| {
+        let limiter = &limiter;
+        async move {
+            let mut n = 0;
+            for _ in 0..20 {
+                let d = limiter.check(key, &quota).await.expect("the policy answers");
+                assert_eq!(d.degraded, Some(FailurePolicy::LocalAuto { fallback_permille: 500 }));
+                n += u32::from(d.allowed);
+            }
+            n
+        }
+    };
+    assert_eq!(admitted("never-counted").await, 6, "the fallback: half of 12");
+    limiter.fleet().expect("a guarded limiter").set_live(4);
+    assert_eq!(admitted("counted").await, 3, "12 over a fleet of 4");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn script_flush_and_client_kill_mid_load_are_absorbed() {
     let server = RedisServer::start();

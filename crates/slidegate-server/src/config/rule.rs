@@ -8,7 +8,7 @@ use serde::Deserialize;
 use slidegate::Quota;
 use toml::Spanned;
 
-use super::value::{check_name, failure_policy};
+use super::value::{LocalShare, PolicyFields, check_name, failure_policy};
 use super::{AlgorithmField, AlgorithmSpec, Invalid, parse_duration};
 
 /// The most rules a rules file (or a pushed document) may have. Each rule costs an instance
@@ -92,7 +92,8 @@ pub(super) struct RuleSpec {
     warm_up: Option<Spanned<String>>,
     cold_fraction: Option<Spanned<f64>>,
     failure_policy: Option<Spanned<String>>,
-    local_share: Option<Spanned<f64>>,
+    local_share: Option<Spanned<LocalShare>>,
+    local_share_fallback: Option<Spanned<f64>>,
     #[serde(default)]
     tiers: BTreeMap<Spanned<String>, TierSpec>,
 }
@@ -125,7 +126,14 @@ impl RuleSpec {
         let mut quota = algorithm
             .apply(quota)
             .map_err(|e| Invalid::new(field(e.field.as_str()), self.span_of(e.field), e.error.to_string()))?;
-        let policy = failure_policy(self.failure_policy.as_ref(), self.local_share.as_ref(), table)?;
+        let policy = failure_policy(
+            PolicyFields {
+                policy: self.failure_policy.as_ref(),
+                share: self.local_share.as_ref(),
+                fallback: self.local_share_fallback.as_ref(),
+            },
+            table,
+        )?;
         let mut tiers = BTreeMap::new();
         for (name, tier) in &self.tiers {
             let tier = tier.validate(name, &field("tiers"), &quota, &algorithm)?;

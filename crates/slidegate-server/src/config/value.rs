@@ -58,28 +58,49 @@ pub(super) fn check_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// A `failure_policy` (with `local_share` beside it for `local`) under `table`, if set.
-pub(super) fn failure_policy(
-    policy: Option<&Spanned<String>>,
-    share: Option<&Spanned<f64>>,
-    table: &str,
-) -> Result<Option<FailurePolicy>, Invalid> {
+/// `local_share` as written: a share of the limit, or `"auto"` (the limit ÷ the fleet's live
+/// instances, counted in Redis).
+#[derive(serde::Deserialize, Debug, Clone)]
+#[serde(untagged)]
+pub(super) enum LocalShare {
+    Share(f64),
+    Named(String),
+}
+
+/// A table's failure policy fields as written: `failure_policy`, and beside it for `local`,
+/// `local_share` and (for `local_share = "auto"`) `local_share_fallback`.
+#[derive(Clone, Copy)]
+pub(super) struct PolicyFields<'a> {
+    pub policy: Option<&'a Spanned<String>>,
+    pub share: Option<&'a Spanned<LocalShare>>,
+    pub fallback: Option<&'a Spanned<f64>>,
+}
+
+/// A `failure_policy` under `table`, if set.
+pub(super) fn failure_policy(fields: PolicyFields<'_>, table: &str) -> Result<Option<FailurePolicy>, Invalid> {
     let policy_field = || format!("{table}.failure_policy");
     let share_field = || format!("{table}.local_share");
-    let Some(policy) = policy else {
-        return match share {
+    let fallback_field = || format!("{table}.local_share_fallback");
+    let auto = matches!(fields.share.map(Spanned::get_ref), Some(LocalShare::Named(n)) if n == "auto");
+    if let (Some(f), false) = (fields.fallback, auto) {
+        return Err(Invalid::new(fallback_field(), f.span(), "applies to local_share = \"auto\" only"));
+    }
+    let Some(policy) = fields.policy else {
+        return match fields.share {
             Some(s) => Err(Invalid::new(share_field(), s.span(), "needs failure_policy = \"local\"")),
             None => Ok(None),
         };
     };
-    let parsed = match (policy.get_ref().as_str(), share) {
+    let parsed = match (policy.get_ref().as_str(), fields.share) {
         ("fail_open", None) => FailurePolicy::FailOpen,
         ("fail_closed", None) => FailurePolicy::FailClosed,
-        ("local", Some(s)) => {
-            FailurePolicy::local(*s.get_ref()).map_err(|e| Invalid::new(share_field(), s.span(), e.to_string()))?
-        }
+        ("local", Some(s)) => local(s, fields.fallback, &share_field, &fallback_field)?,
         ("local", None) => {
-            return Err(Invalid::new(policy_field(), policy.span(), "\"local\" needs local_share (e.g. 0.25)"));
+            return Err(Invalid::new(
+                policy_field(),
+                policy.span(),
+                "\"local\" needs local_share (e.g. 0.25, or \"auto\")",
+            ));
         }
         ("fail_open" | "fail_closed", Some(s)) => {
             return Err(Invalid::new(share_field(), s.span(), "applies to failure_policy = \"local\" only"));
@@ -90,6 +111,32 @@ pub(super) fn failure_policy(
         }
     };
     Ok(Some(parsed))
+}
+
+/// The policy `local` at `share` (a number, or `"auto"` with its `fallback`).
+fn local(
+    share: &Spanned<LocalShare>,
+    fallback: Option<&Spanned<f64>>,
+    share_field: &dyn Fn() -> String,
+    fallback_field: &dyn Fn() -> String,
+) -> Result<FailurePolicy, Invalid> {
+    match share.get_ref() {
+        LocalShare::Share(s) => {
+            FailurePolicy::local(*s).map_err(|e| Invalid::new(share_field(), share.span(), e.to_string()))
+        }
+        LocalShare::Named(n) if n == "auto" => {
+            let Some(f) = fallback else {
+                let message =
+                    "\"auto\" needs local_share_fallback: the share while the fleet has never been counted (e.g. 0.25)";
+                return Err(Invalid::new(share_field(), share.span(), message));
+            };
+            FailurePolicy::local_auto(*f.get_ref()).map_err(|e| Invalid::new(fallback_field(), f.span(), e.to_string()))
+        }
+        LocalShare::Named(n) => {
+            let message = format!("{n:?} is neither a share of the limit (e.g. 0.25) nor \"auto\"");
+            Err(Invalid::new(share_field(), share.span(), message))
+        }
+    }
 }
 
 #[cfg(test)]

@@ -7,12 +7,14 @@
 //! - `document`: what a pushed rules file may hold (`[[rules]]` and `[inline]`).
 //! - `shared`: an instance's link to the store: the version applied, reachable or not.
 //! - `sync`: the task that follows the changes; `apply`: what applying one does.
+//! - `fleet`: the heartbeat that counts the live instances for `local_share = "auto"`.
 //! - `diff`: a push's changes, for the audit trail; `cli`: `slidegate rules push | show`.
 
 mod apply;
 pub mod cli;
 mod diff;
 pub mod document;
+mod fleet;
 mod shared;
 mod store;
 mod sync;
@@ -20,6 +22,7 @@ mod sync;
 use std::time::{Duration, UNIX_EPOCH};
 
 pub use document::{MAX_DOCUMENT_BYTES, check_local, local_only};
+pub use fleet::{BEAT, LAPSE, beat_forever};
 pub use shared::{APPLY_WAIT, Shared};
 pub use store::{SCAN_COUNT, STORE_TIMEOUT, SetOutcome, Snapshot, Store, StoreError, StoredRules, field};
 pub use sync::{CHECK_INTERVAL, start};

@@ -9,6 +9,9 @@
 //! - `<prefix>:{rules}:overrides` — a hash: `<len(rule)>:<rule>:<key>` → the override as JSON.
 //! - `<prefix>:{rules}:expiries` — a sorted set: the same fields → the Unix ms they lapse at.
 //!
+//! - `<prefix>:{rules}:fleet` — a sorted set: each instance's id → the Redis ms its heartbeat
+//!   lapses at, while some failure policy has `local_share = "auto"` (`fleet.lua`).
+//!
 //! Every change bumps `version` and is published, in the same script, on the channel
 //! `<prefix>:{rules}:changes` as `{"v": version, "op": "rules" | "set" | "del" | "lapse",
 //! "o": override}`. Plain `PUBLISH` reaches the subscribers of every node of a Cluster.
@@ -169,6 +172,7 @@ pub struct Store {
     overrides: String,
     expiries: String,
     channel: String,
+    fleet: String,
 }
 
 impl std::fmt::Debug for Store {
@@ -199,7 +203,8 @@ macro_rules! script {
 static PUSH_RULES: LazyLock<Script> = script!("push_rules.lua");
 static SET_OVERRIDE: LazyLock<Script> = script!("set_override.lua");
 static REMOVE_OVERRIDES: LazyLock<Script> = script!("remove_overrides.lua");
-// It writes nothing: no checks before it.
+// Neither changes the rules or overrides: no checks before them.
+static HEARTBEAT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("fleet.lua")));
 static READ_RULES: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("read_rules.lua")));
 
 impl Store {
@@ -212,6 +217,7 @@ impl Store {
             overrides: name(prefix, "overrides"),
             expiries: name(prefix, "expiries"),
             channel: name(prefix, "changes"),
+            fleet: name(prefix, "fleet"),
         }
     }
 
@@ -307,6 +313,14 @@ impl Store {
             pushed_at_ms: at.unwrap_or(0),
             pushed_from: by.unwrap_or_default(),
         }))
+    }
+
+    /// Renews instance `id`'s heartbeat for `lapse` and counts the live instances.
+    pub async fn heartbeat(&self, id: &str, lapse: Duration) -> Result<u32, StoreError> {
+        let mut invocation = HEARTBEAT.key(&self.fleet);
+        invocation.arg(id).arg(u64::try_from(lapse.as_millis()).unwrap_or(u64::MAX));
+        let live: u64 = within(STORE_TIMEOUT, invocation.invoke_async(&mut self.conn.clone())).await?;
+        Ok(u32::try_from(live).unwrap_or(u32::MAX))
     }
 
     /// The version of the latest change (0: none yet).
@@ -431,7 +445,7 @@ mod tests {
     #[test]
     fn the_store_keys_share_one_cluster_slot_and_meet_no_limiter_key() {
         for prefix in ["slidegate", "", "rl"] {
-            let names = ["state", "overrides", "expiries"].map(|part| name(prefix, part));
+            let names = ["state", "overrides", "expiries", "fleet"].map(|part| name(prefix, part));
             let slot = slidegate::key_slot(&names[0]);
             assert!(names.iter().all(|n| slidegate::key_slot(n) == slot), "{names:?}");
             // Limiter keys are `<prefix>:<rule|inline|digits>:...`: none starts with `{`.

@@ -1,0 +1,113 @@
+//! `local_share = "auto"` through real processes: three instances on one Redis count each other
+//! by heartbeat, and while Redis is away each decides at the limit ÷ the fleet it last counted,
+//! so the fleet keeps the limit; an instance that stops leaves the count.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use reqwest::Client;
+use serde_json::{Value, json};
+use slidegate_testkit::RedisServer;
+use support::{RulesFile, Slidegate, check};
+
+const LIMIT: u64 = 90;
+
+fn rules(redis: &RedisServer) -> RulesFile {
+    RulesFile::new(&format!(
+        r#"
+[backend]
+redis = "{}"
+failure_policy = "local"
+local_share = "auto"
+local_share_fallback = 0.5
+timeout = "50ms"
+
+[[rules]]
+name = "api"
+limit = {LIMIT}
+window = "1m"
+"#,
+        redis.url()
+    ))
+}
+
+async fn fleet_seen(client: &Client, server: &Slidegate) -> Value {
+    let ready: Value = client.get(server.url("/readyz")).send().await.expect("readyz").json().await.expect("json");
+    ready["fleet"]["instances"].clone()
+}
+
+/// Waits (bounded) until every one of `servers` has counted `n` instances.
+async fn until_counted(client: &Client, servers: &[&Slidegate], n: u64) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    for server in servers {
+        while fleet_seen(client, server).await != json!(n) {
+            assert!(Instant::now() < deadline, "never counted {n}: {}", fleet_seen(client, server).await);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+#[tokio::test]
+async fn with_redis_gone_three_instances_keep_the_limit_between_them_and_a_stopped_one_leaves_the_count() {
+    let redis = RedisServer::start();
+    let file = rules(&redis);
+    let servers: Vec<Slidegate> = (0..3).map(|_| Slidegate::serve(&["--config", file.arg()])).collect();
+    let client = Client::new();
+    let all: Vec<&Slidegate> = servers.iter().collect();
+    until_counted(&client, &all, 3).await;
+    let page = client.get(servers[0].url("/metrics")).send().await.expect("metrics").text().await.expect("text");
+    assert!(page.contains("slidegate_fleet_instances 3"), "{page}");
+
+    drop(redis);
+    // Every instance is asked for more than the whole limit: each admits its third, locally.
+    let mut admitted = Vec::new();
+    for server in &servers {
+        let mut n = 0;
+        for _ in 0..LIMIT + 10 {
+            let (status, _, v) = check(&client, server, &json!({"rule": "api", "key": "user-1"})).await;
+            assert_eq!(
+                (status, v["degraded"].as_bool(), v["policy"].as_str()),
+                (200, Some(true), Some("local")),
+                "{v}"
+            );
+            n += u64::from(v["allowed"] == true);
+        }
+        admitted.push(n);
+    }
+    assert_eq!(admitted, [LIMIT / 3; 3], "each instance a third of the limit, the fleet the limit");
+    // The count it last saw stands through the outage.
+    assert_eq!(fleet_seen(&client, &servers[1]).await, json!(3));
+}
+
+#[tokio::test]
+async fn an_instance_that_stops_leaves_the_count_within_its_lapse() {
+    let redis = RedisServer::start();
+    let file = rules(&redis);
+    let mut servers: Vec<Slidegate> = (0..3).map(|_| Slidegate::serve(&["--config", file.arg()])).collect();
+    let client = Client::new();
+    until_counted(&client, &servers.iter().collect::<Vec<_>>(), 3).await;
+    let mut stopped = servers.pop().expect("three");
+    stopped.signal("KILL");
+    stopped.wait_exit(Duration::from_secs(5));
+    until_counted(&client, &servers.iter().collect::<Vec<_>>(), 2).await;
+    drop(redis);
+    let mut n = 0;
+    for _ in 0..LIMIT {
+        let (_, _, v) = check(&client, &servers[0], &json!({"rule": "api", "key": "user-2"})).await;
+        n += u64::from(v["allowed"] == true);
+    }
+    assert_eq!(n, LIMIT / 2, "half the limit with two instances left");
+}
+
+#[tokio::test]
+async fn without_auto_no_heartbeat_is_written_and_readyz_says_nothing_of_a_fleet() {
+    let redis = RedisServer::start();
+    let server = Slidegate::serve(&["--redis", &redis.url()]);
+    let client = Client::new();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let ready: Value = client.get(server.url("/readyz")).send().await.expect("readyz").json().await.expect("json");
+    assert!(ready.get("fleet").is_none(), "{ready}");
+    let keys: Vec<String> = redis.query(&["KEYS", "*fleet*"]);
+    assert!(keys.is_empty(), "{keys:?}");
+}
