@@ -23,7 +23,7 @@ use crate::shared_rules::MAX_DOCUMENT_BYTES;
 pub const WATCH_INTERVAL: Duration = Duration::from_millis(250);
 
 /// What one file holds: a digest of its bytes, or why it could not be read.
-type Look = Result<[u8; 32], String>;
+pub(crate) type Look = Result<[u8; 32], String>;
 
 /// What the watched files held when last looked at.
 #[derive(Debug, PartialEq, Eq)]
@@ -41,7 +41,8 @@ impl Seen {
     }
 }
 
-fn look(path: &Path, max: usize) -> Look {
+/// What the file at `path`, of at most `max` bytes, holds now.
+pub(crate) fn look(path: &Path, max: usize) -> Look {
     file::read(path, max).map(|bytes| Sha256::digest(bytes).into()).map_err(|e| e.to_string())
 }
 

@@ -26,6 +26,12 @@ impl Slidegate {
     /// [`Slidegate::serve`] with these environment variables set (and no `SLIDEGATE_*` or
     /// `RUST_LOG` of the test's own environment).
     pub fn serve_with_env(args: &[&str], env: &[(&str, &str)]) -> Self {
+        Self::start(args, env, "http", |server| blocking_get(&server.url("/healthz")).is_some())
+    }
+
+    /// Starts `slidegate serve --http 127.0.0.1:<free> <args>` with `env`, its base URL of
+    /// `scheme`, and waits (bounded) until `up` says it serves.
+    pub fn start(args: &[&str], env: &[(&str, &str)], scheme: &str, up: impl Fn(&Self) -> bool) -> Self {
         let port = slidegate_testkit::free_port();
         let log = std::env::temp_dir().join(format!("slidegate-serve-{}-{port}.log", std::process::id()));
         let child = command(env)
@@ -36,13 +42,13 @@ impl Slidegate {
             .stderr(std::fs::File::create(&log).expect("log file"))
             .spawn()
             .expect("start slidegate");
-        let mut server = Self { child, base: format!("http://127.0.0.1:{port}"), log };
+        let mut server = Self { child, base: format!("{scheme}://127.0.0.1:{port}"), log };
         let started = Instant::now();
         loop {
             if let Ok(Some(status)) = server.child.try_wait() {
                 panic!("slidegate exited with {status}: {}", server.log_text());
             }
-            if blocking_get(&format!("{}/healthz", server.base)).is_some() {
+            if up(&server) {
                 return server;
             }
             assert!(started.elapsed() < Duration::from_secs(15), "slidegate not up: {}", server.log_text());
