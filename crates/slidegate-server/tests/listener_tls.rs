@@ -17,41 +17,8 @@ use std::time::{Duration, Instant};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use slidegate_testkit::{CertFiles, TestPki};
 use support::envoy::{Dir, OK, USER_EDGE, request};
+use support::tls::{curl, curl_with, grpc_call, serve_https, trust};
 use support::{Slidegate, path, run};
-use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
-
-/// `curl` with `args`, within 10 s: its exit code, standard output and standard error.
-fn curl(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new("curl")
-        .args(["--silent", "--show-error", "--fail", "--max-time", "10"])
-        .args(args)
-        .output()
-        .expect("curl");
-    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
-    (out.status.code().unwrap_or(-1), text(&out.stdout), text(&out.stderr))
-}
-
-/// curl's TLS flags: trust `ca`, present `client` when given.
-fn trust(ca: &Path, client: Option<&CertFiles>) -> Vec<String> {
-    let mut args = vec!["--cacert".to_owned(), path(ca).to_owned()];
-    if let Some(c) = client {
-        args.extend(["--cert".into(), path(&c.cert).into(), "--key".into(), path(&c.key).into()]);
-    }
-    args
-}
-
-/// `curl <client> <extra> <url>`.
-fn curl_with(client: &[String], extra: &[&str], url: &str) -> (i32, String, String) {
-    let mut args: Vec<&str> = client.iter().map(String::as_str).collect();
-    args.extend_from_slice(extra);
-    args.push(url);
-    curl(&args)
-}
-
-/// `slidegate serve <args>` with `env`, up once curl with `client`'s flags gets `/healthz`.
-fn serve_https(args: &[&str], env: &[(&str, &str)], client: &[String]) -> Slidegate {
-    Slidegate::start(args, env, "https", |s| curl_with(client, &[], &s.url("/healthz")).0 == 0)
-}
 
 /// The flags of `server`'s certificate and key.
 fn cert_flags(server: &CertFiles) -> Vec<String> {
@@ -136,31 +103,16 @@ fn serve_grpc(pki: &TestPki, mutual: bool, extra: &[&str]) -> (Slidegate, String
     (serve_https(&strs(&args), &[], &client), grpc, dir)
 }
 
-/// One `ShouldRateLimit` of `user` over TLS to `grpc`, trusting `ca` and presenting `identity`,
-/// on a new connection, within 10 s: the overall code, or the error that ended it.
-async fn grpc_call(grpc: &str, ca: &Path, identity: Option<&CertFiles>, user: &str) -> Result<i32, String> {
-    let read = |p: &Path| std::fs::read(p).expect("PEM file");
-    let mut tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(read(ca))).domain_name("localhost");
-    if let Some(c) = identity {
-        tls = tls.identity(Identity::from_pem(read(&c.cert), read(&c.key)));
-    }
-    let endpoint = Endpoint::from_shared(format!("https://{grpc}")).expect("URI").tls_config(tls).expect("TLS");
-    let ask = async {
-        let channel = endpoint.connect().await.map_err(|e| format!("connect: {e:?}"))?;
-        let answer = RateLimitServiceClient::new(channel)
-            .should_rate_limit(request("edge", &[&[("user", user)]], 1))
-            .await
-            .map_err(|e| format!("call: {e:?}"))?;
-        Ok(answer.into_inner().overall_code)
-    };
-    tokio::time::timeout(Duration::from_secs(10), ask).await.map_err(|_| "no answer within 10 s".to_owned())?
+/// One `ShouldRateLimit` of `user` in `USER_EDGE`'s domain over TLS ([`grpc_call`]).
+async fn call(grpc: &str, ca: &Path, identity: Option<&CertFiles>, user: &str) -> Result<i32, String> {
+    grpc_call(grpc, ca, identity, request("edge", &[&[("user", user)]], 1)).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grpc_is_served_over_tls_and_mutual_tls_refuses_clients_without_a_certificate_of_its_ca() {
     let (pki, other) = (TestPki::new("grpc"), TestPki::new("grpc-other"));
     let (_tls, grpc, _dir) = serve_grpc(&pki, false, &[]);
-    assert_eq!(grpc_call(&grpc, &pki.ca(), None, "ada").await, Ok(OK));
+    assert_eq!(call(&grpc, &pki.ca(), None, "ada").await, Ok(OK));
     // Not over plaintext: the bytes of a plaintext preface are no TLS handshake.
     let plain = async {
         let mut client = RateLimitServiceClient::connect(format!("http://{grpc}")).await?;
@@ -171,14 +123,14 @@ async fn grpc_is_served_over_tls_and_mutual_tls_refuses_clients_without_a_certif
     assert!(plain.is_err(), "a plaintext gRPC call was answered");
 
     let (_mtls, grpc, _dir) = serve_grpc(&pki, true, &[]);
-    assert_eq!(grpc_call(&grpc, &pki.ca(), Some(&pki.client()), "ada").await, Ok(OK));
+    assert_eq!(call(&grpc, &pki.ca(), Some(&pki.client()), "ada").await, Ok(OK));
     // USER_EDGE allows 2 a minute: the refused calls below must not count, so a second call
     // of the same user after them is still admitted.
     for (who, identity) in [("none", None), ("another CA", Some(other.client()))] {
-        let answer = grpc_call(&grpc, &pki.ca(), identity.as_ref(), "ada").await;
+        let answer = call(&grpc, &pki.ca(), identity.as_ref(), "ada").await;
         assert!(answer.is_err(), "{who}: {answer:?}");
     }
-    assert_eq!(grpc_call(&grpc, &pki.ca(), Some(&pki.client()), "ada").await, Ok(OK));
+    assert_eq!(call(&grpc, &pki.ca(), Some(&pki.client()), "ada").await, Ok(OK));
 }
 
 /// Whether the server closes `s` before `deadline`.
@@ -242,7 +194,7 @@ async fn handshakes_never_finished_hold_their_slots_until_the_header_deadline_on
     stall_handshakes(&grpc);
     // The safe outcome: the slots are back, both listeners serve, the refusals are counted.
     assert_eq!(https_check(&server, &client, "erin").0, 0);
-    assert_eq!(grpc_call(&grpc, &pki.ca(), None, "erin").await, Ok(OK));
+    assert_eq!(call(&grpc, &pki.ca(), None, "erin").await, Ok(OK));
     assert!(metric(&server, &client, &["slidegate_http_connections_refused_total "]) >= 1.0);
     assert!(metric(&server, &client, &["slidegate_grpc_connections_refused_total "]) >= 1.0);
 }
@@ -294,7 +246,7 @@ async fn a_certificate_replaced_on_disk_is_served_to_new_connections_and_a_bad_o
             served_subject(addr, &pki.ca()) == "CN=slidegate test next"
         });
     }
-    assert_eq!(grpc_call(&grpc, &pki.ca(), None, "fay").await, Ok(OK));
+    assert_eq!(call(&grpc, &pki.ca(), None, "fay").await, Ok(OK));
 
     // SIGHUP reloads at once, the files unchanged.
     let reloaded =
@@ -313,7 +265,7 @@ async fn a_certificate_replaced_on_disk_is_served_to_new_connections_and_a_bad_o
         assert_eq!(served_subject(addr, &pki.ca()), "CN=slidegate test next", "{addr}");
     }
     assert_eq!(https_check(&server, &client, "fay").0, 0);
-    assert_eq!(grpc_call(&grpc, &pki.ca(), None, "fay").await, Ok(OK));
+    assert_eq!(call(&grpc, &pki.ca(), None, "fay").await, Ok(OK));
 }
 
 /// `slidegate serve <args>`: its exit code and standard error.
