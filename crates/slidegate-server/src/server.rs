@@ -381,31 +381,32 @@ pub async fn run(
 /// `backend`'s TLS files under `options`' `--redis-tls-*` flags, checked against the URLs.
 fn redis_tls_flags(backend: &mut crate::config::BackendConfig, options: &ServeOptions) -> anyhow::Result<()> {
     let tls = &mut backend.tls;
-    for (file, flag) in [
+    flags_over([
         (&mut tls.ca, &options.redis_tls_ca),
         (&mut tls.cert, &options.redis_tls_cert),
         (&mut tls.key, &options.redis_tls_key),
-    ] {
-        if flag.is_some() {
-            file.clone_from(flag);
-        }
-    }
+    ]);
     tls.skip_hostname_verification |= options.redis_tls_skip_hostname_verification;
     backend.check_tls().map_err(|m| anyhow::anyhow!("--redis-tls-*: {m}"))
 }
 
 /// The listeners' TLS files under `options`' `--tls-*` flags, checked.
 fn listener_tls_flags(files: &mut ListenerTlsFiles, options: &ServeOptions) -> anyhow::Result<()> {
-    for (file, flag) in [
+    flags_over([
         (&mut files.cert, &options.tls_cert),
         (&mut files.key, &options.tls_key),
         (&mut files.client_ca, &options.tls_client_ca),
-    ] {
+    ]);
+    files.check().map_err(|m| anyhow::anyhow!("--tls-* ([server] tls_*): {m}"))
+}
+
+/// Each file a flag gives, in place of the rules file's.
+fn flags_over(files: [(&mut Option<PathBuf>, &Option<PathBuf>); 3]) {
+    for (file, flag) in files {
         if flag.is_some() {
             file.clone_from(flag);
         }
     }
-    files.check().map_err(|m| anyhow::anyhow!("--tls-* ([server] tls_*): {m}"))
 }
 
 /// The rules file's `[server]` limits under `options`' flags, checked.

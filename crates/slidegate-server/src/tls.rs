@@ -12,19 +12,20 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, PoisonError, RwLock};
 
 use rustls::ServerConfig;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::pki_types::CertificateDer;
 use rustls::server::WebPkiClientVerifier;
 use rustls::server::danger::ClientCertVerifier;
 use tokio_rustls::TlsAcceptor;
+
+use slidegate::redis::{pem_certificates, pem_private_key};
 
 use crate::file;
 
 pub mod watch;
 
-/// The largest certificate, key or CA file read, as for Redis' TLS files: a CA bundle of a few
-/// hundred certificates is well under it.
-pub const MAX_PEM_BYTES: usize = 1 << 20;
+/// The largest certificate, key or CA file read: Redis' TLS files' bound
+/// ([`slidegate::redis::MAX_PEM_BYTES`]), which a CA bundle of a few hundred certificates is well under.
+pub const MAX_PEM_BYTES: usize = slidegate::redis::MAX_PEM_BYTES as usize;
 
 /// The listeners' TLS files as given; no certificate: plaintext listeners.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -143,8 +144,7 @@ impl Configs {
     fn read(cert: &Path, key: &Path, client_ca: Option<&Path>) -> Result<Self, TlsFileError> {
         let chain = certificates(cert, &read(cert)?)?;
         let pem = read(key)?;
-        let private =
-            PrivateKeyDer::from_pem_slice(&pem).map_err(|e| problem(key, format!("no PEM private key in it: {e}")))?;
+        let private = pem_private_key(&pem).map_err(|reason| problem(key, reason))?;
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let builder = ServerConfig::builder_with_provider(Arc::clone(&provider))
             .with_safe_default_protocol_versions()
@@ -189,11 +189,5 @@ fn read(path: &Path) -> Result<Vec<u8>, TlsFileError> {
 
 /// The certificates in `pem` (`file`'s bytes): at least one.
 fn certificates(file: &Path, pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, TlsFileError> {
-    let certs = CertificateDer::pem_slice_iter(pem)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| problem(file, format!("not a PEM certificate file: {e}")))?;
-    if certs.is_empty() {
-        return Err(problem(file, "no PEM certificate (-----BEGIN CERTIFICATE-----) in it"));
-    }
-    Ok(certs)
+    pem_certificates(pem).map_err(|reason| problem(file, reason))
 }

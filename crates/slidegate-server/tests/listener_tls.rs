@@ -8,7 +8,7 @@
 
 mod support;
 
-use std::io::{ErrorKind, Read, Write};
+use std::io::Write;
 use std::net::TcpStream;
 use std::path::Path;
 use std::process::Command;
@@ -18,7 +18,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::R
 use slidegate_testkit::{CertFiles, TestPki};
 use support::envoy::{Dir, OK, USER_EDGE, request};
 use support::tls::{curl, curl_with, grpc_call, serve_https, trust};
-use support::{Slidegate, path, run};
+use support::{Slidegate, closed_before, path, run};
 
 /// The flags of `server`'s certificate and key.
 fn cert_flags(server: &CertFiles) -> Vec<String> {
@@ -131,23 +131,6 @@ async fn grpc_is_served_over_tls_and_mutual_tls_refuses_clients_without_a_certif
         assert!(answer.is_err(), "{who}: {answer:?}");
     }
     assert_eq!(call(&grpc, &pki.ca(), Some(&pki.client()), "ada").await, Ok(OK));
-}
-
-/// Whether the server closes `s` before `deadline`.
-fn closed_before(s: &mut TcpStream, deadline: Instant) -> bool {
-    let mut buf = [0u8; 256];
-    loop {
-        let Some(left) = deadline.checked_duration_since(Instant::now()).filter(|d| !d.is_zero()) else {
-            return false;
-        };
-        s.set_read_timeout(Some(left)).expect("timeout");
-        match s.read(&mut buf) {
-            Ok(0) => return true,
-            Ok(_) => {}
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted) => {}
-            Err(_) => return true,
-        }
-    }
 }
 
 /// The attack on `addr` (limits: 2 connections, 1 s header deadline): both slots taken by

@@ -171,6 +171,18 @@ fn the_operations_rules_file_loads_with_its_documented_policies() {
     assert_eq!(policy("api"), Some(FailurePolicy::Local { share_permille: 250 }));
 }
 
+/// The port of an Envoy `cluster`'s endpoint, checked to be the one the `serve` command's
+/// `--grpc` binds.
+fn cluster_port(cluster: &serde_yaml_ng::Value, serve: &[String]) -> u64 {
+    let port = cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]["socket_address"]
+        ["port_value"]
+        .as_u64()
+        .expect("a port");
+    let grpc_flag = serve.iter().position(|w| w == "--grpc").expect("--grpc");
+    assert!(serve[grpc_flag + 1].ends_with(&format!(":{port}")), "{serve:?}");
+    port
+}
+
 #[tokio::test]
 async fn the_envoy_configuration_and_command_work_as_written() {
     let text = doc("docs/envoy.md");
@@ -197,12 +209,7 @@ async fn the_envoy_configuration_and_command_work_as_written() {
     let cluster = &envoy["static_resources"]["clusters"][0];
     let filter = &envoy["http_filters"][0]["typed_config"];
     assert_eq!(cluster["name"], filter["rate_limit_service"]["grpc_service"]["envoy_grpc"]["cluster_name"]);
-    let port = cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]["socket_address"]
-        ["port_value"]
-        .as_u64()
-        .expect("a port");
-    let grpc_flag = serve.iter().position(|w| w == "--grpc").expect("--grpc");
-    assert!(serve[grpc_flag + 1].ends_with(&format!(":{port}")), "{serve:?}");
+    let port = cluster_port(cluster, &serve);
     assert_eq!(filter["domain"].as_str(), Some("edge"));
 
     // The README shows the same command.
@@ -448,12 +455,7 @@ async fn the_listener_tls_command_and_envoy_s_mutual_tls_cluster_work_as_written
     let presented = &common["tls_certificates"][0];
     assert!(presented["certificate_chain"]["filename"].is_string() && presented["private_key"]["filename"].is_string());
     assert!(common["validation_context"]["trusted_ca"]["filename"].is_string());
-    let port = cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]["socket_address"]
-        ["port_value"]
-        .as_u64()
-        .expect("a port");
-    let grpc_flag = serve.iter().position(|w| w == "--grpc").expect("--grpc");
-    assert!(serve[grpc_flag + 1].ends_with(&format!(":{port}")), "{serve:?}");
+    let port = cluster_port(cluster, &serve);
 
     // The command, with the test's certificates in place of the documented files: a client
     // presenting a certificate of the CA given to --tls-client-ca, as Envoy does, is answered;

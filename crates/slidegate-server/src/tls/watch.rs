@@ -1,6 +1,6 @@
 //! Puts the listeners' TLS files in force again when one of them changes — a certificate
-//! replaced on disk is served to new connections within [`WATCH_INTERVAL`] of its writing — and
-//! at once on SIGHUP. A set that fails to load (a key not of its certificate, half a file)
+//! replaced on disk is served to new connections within [`crate::watch::WATCH_INTERVAL`] of
+//! its writing — and at once on SIGHUP. A set that fails to load (a key not of its certificate, half a file)
 //! leaves the one in force serving; it is logged and counted in
 //! `slidegate_config_reloads_total{file="tls",result="failed"}`, and loaded when the files
 //! change again. Connections already open keep the certificate they were opened with.
@@ -13,31 +13,13 @@ use tracing::{error, info};
 
 use super::{ListenerTls, MAX_PEM_BYTES};
 use crate::metrics;
-use crate::watch::{Look, WATCH_INTERVAL, look};
+use crate::watch::{Look, look, looking};
 
 /// The watcher's task: it ends only with the process.
 pub fn watch_files(tls: Arc<ListenerTls>) -> impl Future<Output = ()> {
-    use tokio::signal::unix::{SignalKind, signal};
-    // Registered now: a SIGHUP before the task first runs would end the process.
-    let mut hup = signal(SignalKind::hangup()).expect("SIGHUP handler");
     // Looked at now: a change made before the task first runs is seen.
-    let mut seen = looks(&tls);
-    async move {
-        loop {
-            let forced = tokio::select! {
-                _ = hup.recv() => true,
-                () = tokio::time::sleep(WATCH_INTERVAL) => false,
-            };
-            let tls = Arc::clone(&tls);
-            seen = match tokio::task::spawn_blocking(move || apply_changes(&tls, &seen, forced)).await {
-                Ok(now) => now,
-                Err(e) => {
-                    error!("the TLS certificate watcher stopped: {e}");
-                    return;
-                }
-            };
-        }
-    }
+    let seen = looks(&tls);
+    looking("TLS certificate", seen, move |seen: &Vec<Look>, forced| apply_changes(&tls, seen, forced))
 }
 
 fn looks(tls: &ListenerTls) -> Vec<Look> {

@@ -230,6 +230,27 @@ pub async fn metric(client: &reqwest::Client, server: &Slidegate, prefix: &str) 
         .unwrap_or(0.0)
 }
 
+/// Whether the server closes `s` before `deadline`.
+pub fn closed_before(s: &mut std::net::TcpStream, deadline: Instant) -> bool {
+    let mut buf = [0u8; 256];
+    loop {
+        let Some(left) = deadline.checked_duration_since(Instant::now()).filter(|d| !d.is_zero()) else {
+            return false;
+        };
+        s.set_read_timeout(Some(left)).expect("timeout");
+        match std::io::Read::read(s, &mut buf) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut | std::io::ErrorKind::Interrupted
+                ) => {}
+            Err(_) => return true,
+        }
+    }
+}
+
 pub fn path(p: &Path) -> &str {
     p.to_str().expect("utf-8")
 }
