@@ -40,6 +40,7 @@ use crate::envoy::EnvoyOptions;
 use crate::file::FileError;
 use crate::http::HttpLimits;
 use crate::inline::InlineConfig;
+use crate::tls::ListenerTlsFiles;
 // A rules file is bounded as a pushed one is: both are the rules every instance parses.
 use crate::shared_rules::MAX_DOCUMENT_BYTES;
 use crate::ui::UiConfig;
@@ -135,6 +136,9 @@ pub struct Config {
     pub backend: BackendConfig,
     /// The `[server]` table: the HTTP listener's deadlines and connection cap.
     pub server: HttpLimits,
+    /// `[server]`'s `tls_cert`, `tls_key` and `tls_client_ca`: TLS on the HTTP and gRPC
+    /// listeners.
+    pub tls: ListenerTlsFiles,
     /// The `[inline]` table: whether inline checks are served, and their bounds.
     pub inline: InlineConfig,
     /// The `[ui]` table: whether the dashboard and `/v1/stats` are served, and to whom.
@@ -161,6 +165,7 @@ impl Default for Config {
             admin_token: None,
             backend: BackendConfig::default(),
             server: HttpLimits::default(),
+            tls: ListenerTlsFiles::default(),
             inline: InlineConfig::default(),
             ui: UiConfig::default(),
             rules: Rules::default(),
@@ -291,19 +296,27 @@ struct BackendSpec {
 
 impl Config {
     /// Reads and validates the rules file at `path`. A relative `envoy_config` directory, and a
-    /// relative `[backend]` TLS file, is relative to the file.
+    /// relative `[backend]` or `[server]` TLS file, is relative to the file.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let text = crate::file::read_text(path, MAX_DOCUMENT_BYTES, "rules")
             .map_err(|source| ConfigError::Read { path: path.display().to_string(), source })?;
         let mut config = Self::parse(&text, &path.display().to_string())?;
+        let beside = path.parent().unwrap_or(Path::new("."));
         if let Some(dir) = config.envoy_config.take() {
-            let beside = path.parent().unwrap_or(Path::new("."));
             config.envoy_config = Some(if dir.is_relative() { beside.join(dir) } else { dir });
         }
-        let tls = &mut config.backend.tls;
-        for file in [&mut tls.ca, &mut tls.cert, &mut tls.key].into_iter().flatten() {
+        let (redis, listeners) = (&mut config.backend.tls, &mut config.tls);
+        let files = [
+            &mut redis.ca,
+            &mut redis.cert,
+            &mut redis.key,
+            &mut listeners.cert,
+            &mut listeners.key,
+            &mut listeners.client_ca,
+        ];
+        for file in files.into_iter().flatten() {
             if file.is_relative() {
-                *file = path.parent().unwrap_or(Path::new(".")).join(&*file);
+                *file = beside.join(&*file);
             }
         }
         Ok(config)
@@ -329,6 +342,7 @@ impl FileSpec {
         let envoy = envoy_options(&self)?;
         let backend = self.backend.validate()?;
         let server = self.server.validate(backend.timeout, timeout_span)?;
+        let tls = self.server.tls()?;
         let rules = Rules::from_specs(self.rules)?;
         let grpc = match self.grpc {
             Some(addr) => Some(
@@ -345,6 +359,7 @@ impl FileSpec {
             admin_token: self.admin_token.map(Spanned::into_inner),
             backend,
             server,
+            tls,
             inline,
             ui,
             rules,

@@ -18,6 +18,7 @@
 //! - [`request_id`]: the id that ties an error answer to its log line.
 //! - [`envoy`]: the Envoy rate limit service (gRPC) and envoyproxy/ratelimit's YAML files.
 //! - [`grpc`]: the gRPC listener — the HTTP listener's deadlines and connection cap.
+//! - [`tls`]: TLS on both listeners, its files replaced live.
 //! - [`health`]: the gRPC health service, following the backend's readiness.
 //! - [`overrides`]: per-key overrides of a rule's limit, set through the admin routes.
 //! - [`shared_rules`]: rules and overrides shared by every instance through Redis, and
@@ -55,6 +56,7 @@ pub mod request_id;
 pub mod server;
 pub mod shared_rules;
 pub mod stats;
+pub mod tls;
 pub mod ui;
 pub mod validate;
 pub mod watch;
