@@ -8,10 +8,11 @@
 //!
 //! Here: [`Config`], the `[backend]` table and the file's top-level values. Beside it: `rule`
 //! (`[[rules]]` and their tiers), `algorithm` (how a quota counts, shared with inline checks),
-//! `server` and `inline` (those tables), `value` (checks several tables share).
+//! `server`, `inline` and `forward_auth` (those tables), `value` (checks several tables share).
 
 mod algorithm;
 mod envoy;
+mod forward_auth;
 mod inline;
 mod rule;
 mod server;
@@ -28,6 +29,7 @@ use toml::Spanned;
 
 pub use algorithm::{AlgorithmError, AlgorithmField, AlgorithmSpec, DEFAULT_COLD_FRACTION};
 use envoy::envoy_options;
+use forward_auth::ForwardAuthSpec;
 use inline::InlineSpec;
 use rule::RuleSpec;
 pub use rule::{MAX_RULES, Rule, Rules};
@@ -38,6 +40,7 @@ pub use value::{check_redis_url, parse_duration};
 
 use crate::envoy::EnvoyOptions;
 use crate::file::FileError;
+use crate::forward_auth::ForwardAuthConfig;
 use crate::http::HttpLimits;
 use crate::inline::InlineConfig;
 // A rules file is bounded as a pushed one is: both are the rules every instance parses.
@@ -139,6 +142,8 @@ pub struct Config {
     pub inline: InlineConfig,
     /// The `[ui]` table: whether the dashboard and `/v1/stats` are served, and to whom.
     pub ui: UiConfig,
+    /// The `[forward_auth]` table: whose word on a forward-auth client's address is believed.
+    pub forward_auth: ForwardAuthConfig,
     /// The named rules.
     pub rules: Rules,
     /// Where to serve the Envoy rate limit service (gRPC), if at all.
@@ -163,6 +168,7 @@ impl Default for Config {
             server: HttpLimits::default(),
             inline: InlineConfig::default(),
             ui: UiConfig::default(),
+            forward_auth: ForwardAuthConfig::default(),
             rules: Rules::default(),
             grpc: None,
             envoy_config: None,
@@ -264,6 +270,8 @@ struct FileSpec {
     #[serde(default)]
     ui: UiSpec,
     #[serde(default)]
+    forward_auth: ForwardAuthSpec,
+    #[serde(default)]
     rules: Vec<RuleSpec>,
 }
 
@@ -340,12 +348,14 @@ impl FileSpec {
         let inline = self.inline.validate()?;
         let rules_from_redis = rules_from_redis(self.rules_from_redis.as_ref(), &rules, &inline)?;
         let ui = self.ui.validate(self.admin_token.is_some())?;
+        let forward_auth = self.forward_auth.validate()?;
         Ok(Config {
             admin_token: self.admin_token.map(Spanned::into_inner),
             backend,
             server,
             inline,
             ui,
+            forward_auth,
             rules,
             grpc,
             envoy_config: self.envoy_config.map(|d| d.into_inner().into()),
