@@ -116,7 +116,12 @@ impl Caller {
             let start = out.len();
             let (value, named) = match part {
                 KeyPart::ClientIp => {
-                    client_ip::write_key(request.client, client_ip::DEFAULT_IPV4_PREFIX, client_ip::DEFAULT_IPV6_PREFIX, out);
+                    client_ip::write_key(
+                        request.client,
+                        client_ip::DEFAULT_IPV4_PREFIX,
+                        client_ip::DEFAULT_IPV6_PREFIX,
+                        out,
+                    );
                     (None, "client_ip")
                 }
                 KeyPart::Header(name) => (Some(header(request.headers, name)?), name.as_str()),
