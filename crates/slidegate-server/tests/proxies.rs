@@ -1,6 +1,7 @@
 //! docs/proxies.md's configurations run as written (their addresses made this test's free
-//! loopback ports) in front of the real binary: nginx (`auth_request`) and Caddy
-//! (`forward_auth`, also Traefik's dialect, which is not packaged for Debian); the Traefik file
+//! loopback ports) in front of the real binary: nginx (`auth_request`), Caddy (`forward_auth`,
+//! also Traefik's dialect, which is not packaged for Debian) and HAProxy (the doc's Lua
+//! action); the Traefik file
 //! is held to the endpoint and settings the doc names. Through each proxy, a client that sends
 //! a new `X-Forwarded-For` on every request still has one limit, its own; a caller that reaches
 //! slidegate directly with forged headers is counted by its own address.
@@ -198,6 +199,26 @@ fn caddy(slidegate: &Slidegate, app: &App) -> Proxy {
     Proxy::started(child, port, dir, &log)
 }
 
+/// HAProxy with the doc's configuration and Lua action, in the foreground.
+fn haproxy(slidegate: &Slidegate, app: &App) -> Proxy {
+    let (dir, port) = (Dir::new("haproxy"), free_port());
+    let lua = dir.0.join("slidegate.lua");
+    std::fs::write(&lua, block("## HAProxy", "lua")).expect("write slidegate.lua");
+    let config = placed(&block("## HAProxy", "haproxy"), slidegate, app, port)
+        .replace("/etc/haproxy/slidegate.lua", lua.to_str().expect("utf-8 path"));
+    std::fs::write(dir.0.join("haproxy.cfg"), config).expect("write haproxy.cfg");
+    let log = dir.0.join("haproxy.log");
+    let child = Command::new("haproxy")
+        .args(["-db", "-f"])
+        .arg(dir.0.join("haproxy.cfg"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log"))
+        .spawn()
+        .expect("start haproxy");
+    Proxy::started(child, port, dir, &log)
+}
+
 /// A client whose connections come from `ip` (a loopback address of its own).
 fn client_from(ip: &str) -> Client {
     Client::builder().local_address(ip.parse::<IpAddr>().ok()).build().expect("client")
@@ -273,6 +294,14 @@ async fn caddy_as_documented_passes_the_429_on_and_believes_no_client() {
     let app = App::start();
     let proxy = caddy(&slidegate, &app);
     one_limit_whatever_the_client_forwards(&proxy, &slidegate, "caddy").await;
+}
+
+#[tokio::test]
+async fn haproxy_as_documented_answers_the_429_itself_and_believes_no_client() {
+    let (slidegate, _rules) = slidegate();
+    let app = App::start();
+    let proxy = haproxy(&slidegate, &app);
+    one_limit_whatever_the_client_forwards(&proxy, &slidegate, "haproxy").await;
 }
 
 #[test]
