@@ -43,17 +43,9 @@ pub const AUTH_REQUEST: &str = "/v1/auth-request/{rule}";
 pub const COST_HEADER: HeaderName = HeaderName::from_static("x-ratelimit-cost");
 
 /// The methods both routes answer: every method OpenAPI names, since a proxy may ask with the
-/// method of the request it asks about.
-const METHODS: [Method; 8] = [
-    Method::GET,
-    Method::HEAD,
-    Method::POST,
-    Method::PUT,
-    Method::PATCH,
-    Method::DELETE,
-    Method::OPTIONS,
-    Method::TRACE,
-];
+/// method of the request it asks about (`HEAD` is answered as `GET`, without the body).
+const METHODS: [Method; 7] =
+    [Method::GET, Method::POST, Method::PUT, Method::PATCH, Method::DELETE, Method::OPTIONS, Method::TRACE];
 
 /// How a proxy reads the answer: which status denies.
 #[derive(Debug, Clone, Copy)]
