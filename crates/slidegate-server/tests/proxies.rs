@@ -280,28 +280,27 @@ async fn one_limit_whatever_the_client_forwards(proxy: &Proxy, slidegate: &Slide
     }
 }
 
-#[tokio::test]
-async fn nginx_as_documented_turns_a_denial_into_a_429_and_believes_no_client() {
+/// The doc's rules served, the application, and the proxy `start` starts in front of both.
+async fn through(start: fn(&Slidegate, &App) -> Proxy, name: &str) {
     let (slidegate, _rules) = slidegate();
     let app = App::start();
-    let proxy = nginx(&slidegate, &app);
-    one_limit_whatever_the_client_forwards(&proxy, &slidegate, "nginx").await;
+    let proxy = start(&slidegate, &app);
+    one_limit_whatever_the_client_forwards(&proxy, &slidegate, name).await;
+}
+
+#[tokio::test]
+async fn nginx_as_documented_turns_a_denial_into_a_429_and_believes_no_client() {
+    through(nginx, "nginx").await;
 }
 
 #[tokio::test]
 async fn caddy_as_documented_passes_the_429_on_and_believes_no_client() {
-    let (slidegate, _rules) = slidegate();
-    let app = App::start();
-    let proxy = caddy(&slidegate, &app);
-    one_limit_whatever_the_client_forwards(&proxy, &slidegate, "caddy").await;
+    through(caddy, "caddy").await;
 }
 
 #[tokio::test]
 async fn haproxy_as_documented_answers_the_429_itself_and_believes_no_client() {
-    let (slidegate, _rules) = slidegate();
-    let app = App::start();
-    let proxy = haproxy(&slidegate, &app);
-    one_limit_whatever_the_client_forwards(&proxy, &slidegate, "haproxy").await;
+    through(haproxy, "haproxy").await;
 }
 
 #[test]
