@@ -520,6 +520,35 @@ tiers = { vip = { limit = 100 } }
     }
 
     #[test]
+    fn forward_auth_settings_past_a_bound_are_refused_naming_the_field_and_the_bound() {
+        let rule = |fields: &str| format!("[[rules]]\nname = \"r\"\nlimit = 5\nwindow = \"1m\"\n{fields}\n");
+        let parts = format!("key = [{}]", vec!["\"method\""; 9].join(", "));
+        let methods = format!("methods = [{}]", vec!["\"GET\""; 17].join(", "));
+        let prefix = format!("path_prefix = \"/{}\"", "p".repeat(1024));
+        let proxies = format!("[forward_auth]\ntrusted_proxies = [{}]\n", vec!["\"10.0.0.1\""; 65].join(", "));
+        for (text, want) in [
+            (rule(&parts), "rules.toml:5:7: rules[0].key: list 1 to 8 parts, got 9"),
+            (rule("key = []"), "rules.toml:5:7: rules[0].key: list 1 to 8 parts, got 0"),
+            (rule("key = [\"cookie\"]"), "rules[0].key: unknown key part \"cookie\""),
+            (rule("key = [\"header:bad name\"]"), "rules[0].key: \"bad name\" is not a header name"),
+            (rule(&methods), "rules[0].methods: list 1 to 16 methods, got 17"),
+            (rule(&format!("methods = [\"{}\"]", "G".repeat(33))), "is not a method of at most 32 bytes"),
+            (rule(&prefix), "rules[0].path_prefix: must start with / and be at most 1024 bytes"),
+            (rule("path_prefix = \"api\""), "rules[0].path_prefix: must start with /"),
+            (proxies, "forward_auth.trusted_proxies: 65 entries, over the 64 allowed"),
+            ("[forward_auth]\ntrusted_proxies = [\"10.0.0.0/33\"]\n".into(), "\"10.0.0.0/33\" is not an IP address"),
+            ("[forward_auth]\nclient_header = \"x-client-ip\"\n".into(), "forward_auth.client_header: \"x-client-ip\""),
+        ] {
+            let e = error(&text);
+            assert!(e.contains(want), "{e}");
+        }
+        let c = Config::parse(&rule("key = [\"header:X-Api-Key\", \"path\"]\nmethods = [\"POST\"]"), "r.toml")
+            .expect("valid");
+        assert_eq!(c.rules.get("r").map(|r| r.caller.key.len()), Some(2));
+        assert!(Config::default().forward_auth.trusted_proxies.is_empty(), "nothing trusted by default");
+    }
+
+    #[test]
     fn a_request_deadline_within_the_backend_s_is_an_error_at_the_value_the_file_sets() {
         assert_eq!(
             error("[backend]\ntimeout = \"20s\"\n"),

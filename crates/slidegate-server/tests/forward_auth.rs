@@ -90,6 +90,9 @@ async fn forged_callers_share_one_exact_limit(server: &Slidegate, engine: &str) 
     assert_denied(&denied, 429, &format!("{engine} forward-auth"));
     let nginx = ask(&client, server, "/v1/auth-request/api", &forged(98)).await;
     assert_denied(&nginx, 403, &format!("{engine} auth-request"));
+    // HEAD is answered as GET, without the body.
+    let head = client.head(server.url("/v1/forward-auth/api")).send().await.expect("HEAD");
+    assert_eq!((head.status().as_u16(), head.headers().contains_key("retry-after")), (429, true), "{engine}");
 }
 
 async fn on(backend: &str, engine: &str) {
