@@ -29,7 +29,8 @@ impl ForwardAuthSpec {
         }
         if let Some(name) = &self.client_header {
             c.client_header = ClientHeader::parse(name.get_ref()).ok_or_else(|| {
-                let message = format!("{:?} is not one of {:?}", name.get_ref(), ClientHeader::NAMES);
+                let message =
+                    format!("{:?} is not one of {:?}", name.get_ref(), ClientHeader::ALL.map(ClientHeader::name));
                 Invalid::new("forward_auth.client_header", name.span(), message)
             })?;
         }

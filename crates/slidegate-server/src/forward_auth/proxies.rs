@@ -27,22 +27,21 @@ pub enum ClientHeader {
 }
 
 impl ClientHeader {
-    /// The names `client_header` accepts.
-    pub const NAMES: [&'static str; 3] = ["x-forwarded-for", "x-real-ip", "forwarded"];
+    /// Every header `client_header` may name.
+    pub const ALL: [Self; 3] = [Self::XForwardedFor, Self::XRealIp, Self::Forwarded];
 
     /// The header `name` (case-insensitive) names.
     pub fn parse(name: &str) -> Option<Self> {
-        match name.to_ascii_lowercase().as_str() {
-            "x-forwarded-for" => Some(Self::XForwardedFor),
-            "x-real-ip" => Some(Self::XRealIp),
-            "forwarded" => Some(Self::Forwarded),
-            _ => None,
-        }
+        Self::ALL.into_iter().find(|h| name.eq_ignore_ascii_case(h.name().as_str()))
     }
 
     /// The header's name.
     pub fn name(self) -> HeaderName {
-        HeaderName::from_static(Self::NAMES[self as usize])
+        HeaderName::from_static(match self {
+            Self::XForwardedFor => "x-forwarded-for",
+            Self::XRealIp => "x-real-ip",
+            Self::Forwarded => "forwarded",
+        })
     }
 
     fn syntax(self) -> HopSyntax {
