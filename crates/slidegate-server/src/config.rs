@@ -522,10 +522,10 @@ tiers = { vip = { limit = 100 } }
     #[test]
     fn forward_auth_settings_past_a_bound_are_refused_naming_the_field_and_the_bound() {
         let rule = |fields: &str| format!("[[rules]]\nname = \"r\"\nlimit = 5\nwindow = \"1m\"\n{fields}\n");
-        let parts = format!("key = [{}]", vec!["\"method\""; 9].join(", "));
-        let methods = format!("methods = [{}]", vec!["\"GET\""; 17].join(", "));
+        let parts = format!("key = [{}]", ["\"method\""; 9].join(", "));
+        let methods = format!("methods = [{}]", ["\"GET\""; 17].join(", "));
         let prefix = format!("path_prefix = \"/{}\"", "p".repeat(1024));
-        let proxies = format!("[forward_auth]\ntrusted_proxies = [{}]\n", vec!["\"10.0.0.1\""; 65].join(", "));
+        let proxies = format!("[forward_auth]\ntrusted_proxies = [{}]\n", ["\"10.0.0.1\""; 65].join(", "));
         for (text, want) in [
             (rule(&parts), "rules.toml:5:7: rules[0].key: list 1 to 8 parts, got 9"),
             (rule("key = []"), "rules.toml:5:7: rules[0].key: list 1 to 8 parts, got 0"),
