@@ -17,6 +17,7 @@
 //! - [`redact`](mod@redact): passwords out of every log line and answer.
 //! - [`request_id`]: the id that ties an error answer to its log line.
 //! - [`envoy`]: the Envoy rate limit service (gRPC) and envoyproxy/ratelimit's YAML files.
+//! - [`forward_auth`]: the forward-auth endpoints of nginx, Caddy, Traefik and HAProxy.
 //! - [`grpc`]: the gRPC listener — the HTTP listener's deadlines and connection cap.
 //! - [`tls`]: TLS on both listeners, its files replaced live.
 //! - [`health`]: the gRPC health service, following the backend's readiness.
@@ -40,6 +41,7 @@ pub mod bench;
 pub mod config;
 pub mod envoy;
 pub mod file;
+pub mod forward_auth;
 pub mod grpc;
 pub mod health;
 pub mod http;
