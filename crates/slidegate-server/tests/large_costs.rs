@@ -37,22 +37,19 @@ limit = 1000
 window = "60s"
 "#;
 
-const LLM: &str = "
-domain: llm
-descriptors:
-  - key: user
-    rate_limit:
-      unit: minute
-      requests_per_unit: 100000
-  - key: team
-    rate_limit: { unit: minute, requests_per_unit: 100000, algorithm: sliding_window }
-";
+/// The Envoy domain `llm`: docs/envoy.md's token-limit descriptor.
+fn llm_domain() -> String {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/envoy.md")).expect("envoy.md");
+    let section = &doc[doc.find("**Token limits**").expect("the token limits section")..];
+    let block = section.split("```yaml\n").nth(1).and_then(|b| b.split("```").next()).expect("its YAML block");
+    format!("domain: llm\ndescriptors:\n{block}")
+}
 
 /// A server with the rules above, `backend` as its `[backend]` section's lines, and the Envoy
 /// domain `llm` on gRPC (the rules file lives as long as the server).
 async fn serve(backend: &str) -> (Envoy, RulesFile) {
     let rules = RulesFile::new(&format!("{RULES}\n[backend]\n{backend}"));
-    (Envoy::start(&[("llm.yaml", LLM)], &["--config", rules.arg()]).await, rules)
+    (Envoy::start(&[("llm.yaml", &llm_domain())], &["--config", rules.arg()]).await, rules)
 }
 
 async fn key_count(client: &Client, server: &Slidegate, path: &str) -> u64 {
