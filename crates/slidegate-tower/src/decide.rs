@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use http::HeaderMap;
 use http::request::Parts;
-use slidegate::{Algorithm, Backend, Check, Decision, MAX_CHECKS, Quota, RuleKey, headers};
+use slidegate::{Backend, Check, Decision, MAX_CHECKS, Quota, RuleKey, headers};
 
 use crate::key::extract_part;
 use crate::layer::Shared;

@@ -42,8 +42,8 @@ end
 local now = tonumber(now_s)
 local floor, ceil, max, min, fmt = math.floor, math.ceil, math.max, math.min, string.format
 local WRONGTYPE = 'WRONGTYPE the key does not hold a sliding window counter'
--- A counted entry: '<time ms>:<n><seq>:<weight>:<cum>:<id>' (see counted_log.lua).
-local ENTRY = '^(%d+):%a(%d+):(%d+):(%d+):'
+-- A counted entry: 'c<time ms>:<n><seq>:<weight>:<cum>:<id>' (see counted_log.lua).
+local ENTRY = '^c(%d+):%a(%d+):(%d+):(%d+):'
 
 -- The effective limit: a warm-up ramps from cold/1000 of the limit to all of it over `period`
 -- ms from `since`, the first admission after the key was idle. A key with no recorded start
@@ -84,7 +84,7 @@ for i = 1, #KEYS do
     end
     c.edge = now - c.window
     local n = redis.call('ZCARD', key) - marker
-    local newest = n > 0 and redis.call('ZRANGE', key, -1, -1)[1]
+    local newest = n > 0 and redis.call('ZRANGE', key, '-1', '-1')[1]
     c.n, c.counted = n, newest and string.find(newest, ENTRY) ~= nil
     c.write_counted = c.counted or c.limit > 256
     logs = logs + 1
@@ -346,7 +346,7 @@ for i, c in ipairs(checks) do
           cum, seq, at = cum + k - j + 1, seq + 1, max(now, tonumber(t))
           args[#args + 1] = t
           local seq_s = fmt('%d', seq)
-          args[#args + 1] = fmt('%s:%s%s:%d:%d:%s', t, string.char(96 + #seq_s), seq_s, k - j + 1, cum, id)
+          args[#args + 1] = fmt('c%s:%s%s:%d:%d:%s', t, string.char(96 + #seq_s), seq_s, k - j + 1, cum, id)
           -- unpack takes at most a few thousand values at once.
           if #args == 2000 or k == #members then
             redis.call('ZADD', key, unpack(args))
@@ -375,7 +375,7 @@ for i, c in ipairs(checks) do
       end
       if c.write_counted then
         local at_s, seq_s = fmt('%d', at), fmt('%d', seq)
-        redis.call('ZADD', key, at_s, fmt('%s:%s%s:%d:%d:%s', at_s, string.char(96 + #seq_s), seq_s, c.cost, cum, id))
+        redis.call('ZADD', key, at_s, fmt('c%s:%s%s:%d:%d:%s', at_s, string.char(96 + #seq_s), seq_s, c.cost, cum, id))
       elseif c.cost == 1 then
         redis.call('ZADD', key, now_s, now_s .. ':' .. id)
       else

@@ -2,10 +2,11 @@
 -- quota whose limit is above 256 (sliding_log.lua keeps one member per permit for the others).
 --
 -- KEYS[1]  the key's sorted set: score = admission time (ms); member =
---          '<time ms>:<n><seq>:<weight>:<cum>:<id>', one per admission: seq = its place
+--          'c<time ms>:<n><seq>:<weight>:<cum>:<id>', one per admission: seq = its place
 --          (consecutive), after a letter n (a = 1, b = 2, ...) giving its digits, so that members
 --          of one millisecond sort by seq; weight = its permits; cum = the key's permits admitted
---          up to and including it.
+--          up to and including it. The leading 'c' is where sliding_log.lua, reading a time
+--          from the first digits, finds none, and so tells a counted key at no cost.
 -- ARGV[1]  id: unique per call across all clients (the client's random id + a counter)
 -- ARGV[2]  window in ms
 -- ARGV[3]  limit, ARGV[4] cost (1 <= cost <= limit <= MAX_LOG_LIMIT, checked by the caller)
@@ -40,9 +41,9 @@ else
 end
 local window, limit, cost = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local edge = now - window
-local fmt, match, ENTRY = string.format, string.match, '^(%d+):%a(%d+):(%d+):(%d+):'
+local fmt, match, ENTRY = string.format, string.match, '^c(%d+):%a(%d+):(%d+):(%d+):'
 
-local newest = redis.call('ZRANGE', key, -1, -1)[1]
+local newest = redis.call('ZRANGE', key, '-1', '-1')[1]
 local nt, nw, ncum, nseq
 if newest then
   nt, nseq, nw, ncum = match(newest, ENTRY)
@@ -61,7 +62,7 @@ if newest then
       cum, seq = cum + j - i + 1, seq + 1
       args[#args + 1] = at
       local seq_s = fmt('%d', seq)
-      args[#args + 1] = fmt('%s:%s%s:%d:%d:%s', at, string.char(96 + #seq_s), seq_s, j - i + 1, cum, ARGV[1])
+      args[#args + 1] = fmt('c%s:%s%s:%d:%d:%s', at, string.char(96 + #seq_s), seq_s, j - i + 1, cum, ARGV[1])
       -- unpack takes at most a few thousand values at once.
       if #args == 2000 or j == #members then
         redis.call('ZADD', key, unpack(args))
@@ -69,7 +70,7 @@ if newest then
       end
       i = j + 1
     end
-    newest = redis.call('ZRANGE', key, -1, -1)[1]
+    newest = redis.call('ZRANGE', key, '-1', '-1')[1]
     if newest then
       nt, nseq, nw, ncum = match(newest, ENTRY)
     end
@@ -80,7 +81,7 @@ end
 local live, lt, lw, lcum, lseq, oseq, marker = 0, nil, nil, nil, nil, nil, 0
 if newest then
   nt, nw, ncum, nseq = tonumber(nt), tonumber(nw), tonumber(ncum), tonumber(nseq)
-  local o = redis.call('ZRANGE', key, 0, 0)[1]
+  local o = redis.call('ZRANGE', key, '0', '0')[1]
   local ot, s, ow, ocum = match(o, ENTRY)
   if not ot then
     marker = 1
@@ -133,14 +134,14 @@ if oseq then
   expired = lseq - oseq + marker
 end
 if expired > 0 then
-  redis.call('ZREMRANGEBYRANK', key, 0, math.min(expired, 256) - 1)
+  redis.call('ZREMRANGEBYRANK', key, '0', fmt('%d', math.min(expired, 256) - 1))
 end
 local at, cum, seq = now, cost, 1
 if newest then
   at, cum, seq = math.max(now, nt), ncum + cost, nseq + 1
 end
 local at_s, seq_s = fmt('%d', at), fmt('%d', seq)
-redis.call('ZADD', key, at_s, fmt('%s:%s%s:%d:%d:%s', at_s, string.char(96 + #seq_s), seq_s, cost, cum, ARGV[1]))
+redis.call('ZADD', key, at_s, fmt('c%s:%s%s:%d:%d:%s', at_s, string.char(96 + #seq_s), seq_s, cost, cum, ARGV[1]))
 -- Expiry as in sliding_log.lua (a minute of slack on the caller's clock), counted from the
 -- entry's time, which a clamp may have put after now.
 local ttl = window + at - now

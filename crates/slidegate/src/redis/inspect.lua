@@ -17,7 +17,7 @@ if not now then
   now = t[1] * 1000 + math.floor(t[2] / 1000)
 end
 local edge = string.format('(%d', now - window)
-local ENTRY = '^(%d+):%a%d+:(%d+):(%d+):'
+local ENTRY = '^c(%d+):%a%d+:(%d+):(%d+):'
 local oldest = redis.call('ZRANGE', key, edge, '+inf', 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES')
 if #oldest == 0 then
   return {0, -1, 0}

@@ -51,10 +51,12 @@
 --                              denial TIME, ZCARD, ZRANGE, PTTL (4)
 -- An admission's ZRANGE reads the oldest entry left (its time: when remaining next grows), the
 -- price of answering that in the same call: one table reply.
--- A key of counted entries (counted_log.lua) is never decided here: every path that finds the
--- key non-empty reads a member before it writes (the blocking one, or the oldest left once the
--- expired are dropped), and on a counted one answers the status 'COUNTED', for the caller to run
--- counted_log.lua instead; the expired entries it may have dropped first change no count there.
+-- A key of counted entries (counted_log.lua: written under a limit above 256, since lowered) is
+-- never decided here: every path that finds the key non-empty reads a member's time before it
+-- writes (the blocking one, or the oldest left once the expired are dropped); a counted member
+-- starts with a letter, so it has none, and the script answers the status 'COUNTED', for the
+-- caller to run counted_log.lua instead (the expired entries it may have dropped first change
+-- no count there).
 -- The caller guesses the outcome from the key's last one and picks the order; a wrong guess
 -- costs one call, never a different decision.
 local key = KEYS[1]
@@ -69,8 +71,6 @@ else
 end
 local window = tonumber(ARGV[2])
 local edge = now - window
--- A counted entry's member (counted_log.lua): written under a limit above 256, since lowered.
-local COUNTED = '^%d+:%a%d+:%d+:%d+:'
 
 local n, blocking
 if ARGV[4] ~= '' then
@@ -83,10 +83,10 @@ else
   end
 end
 if blocking then
-  if string.find(blocking, COUNTED) then
+  blocking = tonumber(string.match(blocking, '^%d+'))
+  if not blocking then
     return redis.status_reply('COUNTED')
   end
-  blocking = tonumber(string.match(blocking, '^%d+'))
   if blocking > edge then
     -- With cost 1 a denial means the window holds `limit` or more: nothing remains.
     local remaining, retry = 0, blocking + window - now
@@ -140,11 +140,11 @@ if live > 0 then
   if expired > 0 then
     at = string.format('%d', expired)
   end
-  local first = redis.call('ZRANGE', key, at, at)[1]
-  if string.find(first, COUNTED) then
+  local first = tonumber(string.match(redis.call('ZRANGE', key, at, at)[1], '^%d+'))
+  if not first then
     return redis.status_reply('COUNTED')
   end
-  oldest = math.min(tonumber(string.match(first, '^%d+')), now)
+  oldest = math.min(first, now)
 end
 local member = now_s .. ':' .. ARGV[1]
 if not ARGV[6] then
