@@ -8,7 +8,10 @@
 #   TABLES=4 PIPELINE=1 REDIS_CELL_MODULE=… bash bench/script_cost.sh   (table 4 alone, unpipelined)
 #
 # Table 1, the scripts (collected inside EVALSHA): the classic sorted-set script
-# (bench/baselines/sliding_log_classic.lua) and slidegate's sliding-log script.
+# (bench/baselines/sliding_log_classic.lua) and slidegate's sliding-log script: sliding_log.lua
+# for limits up to 256, counted_log.lua above (busy, and the token shapes, where the per-permit
+# script's figures stand beside for comparison: it no longer runs there), with each shape's
+# bytes per key (MEMORY USAGE of its first key) after the calls.
 # Table 2, the counters: one_key.lua (fixed window, GCRA) and sliding_window.lua (the sliding
 # window counter, 10 buckets) beside check.lua, which decides them in groups and with warm-up
 # (collected inside EVALSHA); the last column sets each against the fixed window's one_key.lua.
@@ -50,13 +53,14 @@ per_call() { # function to collect in, redis-benchmark args (@CLASSIC@/@OURS@ = 
   for _ in $(seq 1 300); do redis-cli -p "$port" PING 2>/dev/null | grep -q PONG && break; sleep 0.1; done
   # Only the script the call names is loaded: SCRIPT LOAD runs inside processCommand too.
   local args=("$@") name path
-  for name in CLASSIC:$classic OURS:$ours CHECK:$scripts/check.lua ONE_KEY:$scripts/one_key.lua \
+  for name in CLASSIC:$classic OURS:$ours COUNTED:$scripts/counted_log.lua CHECK:$scripts/check.lua ONE_KEY:$scripts/one_key.lua \
     SLIDING_WINDOW:$scripts/sliding_window.lua; do
     path=${name#*:} name=${name%%:*}
     [[ "$*" == *"@$name@"* ]] || continue
     args=("${args[@]/@$name@/$(redis-cli -p "$port" SCRIPT LOAD "$(cat "$path")")}")
   done
   redis-benchmark -p "$port" -n "$calls" -c 4 -P "$pipeline" -q "${args[@]}" >/dev/null 2>&1
+  [ -n "${BYTES_OF:-}" ] && redis-cli -p "$port" MEMORY USAGE "$BYTES_OF" SAMPLES 0 >"$bytes_file"
   n=$(redis-cli -p "$port" INFO commandstats |
     sed -n 's/^cmdstat_\(evalsha\|slidegate.check\|cl.throttle\):calls=\([0-9]*\),.*/\2/p')
   # A signal, not SHUTDOWN: that command would run inside processCommand and be counted.
@@ -69,6 +73,9 @@ per_call() { # function to collect in, redis-benchmark args (@CLASSIC@/@OURS@ = 
 
 shapes=("W1:-r 1000000:hot:10000:100" "W2 fresh:-r 10000:k__rand_int__:60000:100"
   "W2 warm:-r 100:k__rand_int__:60000:100" "busy:-r 30:k__rand_int__:60000:1000")
+# Token limits: 100,000 per 60 s, keys drawn from 30, cost 1 and cost 1,000 (every call admits).
+tokens=("tokens, cost 1:-r 30:k__rand_int__:60000:100000:1" "tokens, cost 1,000:-r 30:k__rand_int__:60000:100000:1000")
+bytes_file=$(mktemp)
 # Classic ARGV: window, limit, random token. Ours (cost 1, Redis' TIME): id, window, limit-cost,
 # and the order: -(limit-cost+1) to look at the blocking entry first, "" to count first.
 # The backend guesses a key's outcome from its last one: W1's denials run in the look-first
@@ -79,6 +86,12 @@ calls_for() { # shape key window limit -> the arrays classic_call, look_call, co
   count_call=(EVALSHA @OURS@ 1 "$2" m__rand_int__ "$3" $(($4 - 1)) "")
   if [ "$1" = W1 ]; then ours_call=("${look_call[@]}"); else ours_call=("${count_call[@]}"); fi
 }
+# counted_log.lua's ARGV: id, window, limit, cost (Redis' TIME); sliding_log.lua's with a cost:
+# id, window, limit-cost, order ("": count first), now ("": TIME), cost, limit.
+limit_calls_for() { # key window limit cost -> the arrays counted_call, permit_call
+  counted_call=(EVALSHA @COUNTED@ 1 "$1" m__rand_int__ "$2" "$3" "$4")
+  permit_call=(EVALSHA @OURS@ 1 "$1" m__rand_int__ "$2" $(($3 - $4)) "" "" "$4" "$3")
+}
 
 [[ $tables == *" 1 "* ]] && {
   printf '| shape | classic script (instr/call) | slidegate, look first | slidegate, count first | ratio, the order the backend takes |\n'
@@ -88,14 +101,40 @@ calls_for() { # shape key window limit -> the arrays classic_call, look_call, co
     calls_for "$name" "$key" "$window" "$limit"
     # shellcheck disable=SC2086
     s=$(per_call evalShaCommand $rand "${classic_call[@]}")
-    # shellcheck disable=SC2086
-    l=$(per_call evalShaCommand $rand "${look_call[@]}")
-    # shellcheck disable=SC2086
-    c=$(per_call evalShaCommand $rand "${count_call[@]}")
+    if [ "$limit" -gt 256 ]; then
+      # One script, no order to take: counted_log.lua.
+      limit_calls_for "$key" "$window" "$limit" 1
+      # shellcheck disable=SC2086
+      l=$(per_call evalShaCommand $rand "${counted_call[@]}")
+      c=$l
+    else
+      # shellcheck disable=SC2086
+      l=$(per_call evalShaCommand $rand "${look_call[@]}")
+      # shellcheck disable=SC2086
+      c=$(per_call evalShaCommand $rand "${count_call[@]}")
+    fi
     taken=$c
     [ "$name" = W1 ] && taken=$l
     python3 -c "print(f'| $name | {$s:,} | {$l:,} | {$c:,} | **{$taken / $s:.2f}** |')"
   done
+  printf '\n| limit > 256, 30 keys | calls | per-permit sliding_log.lua (instr/call) | B/key | counted_log.lua (instr/call) | B/key |\n'
+  printf '|---|---|---|---|---|---|\n'
+  all=$calls
+  for shape in "busy:-r 30:k__rand_int__:60000:1000:1" "${tokens[@]}"; do
+    IFS=: read -r name rand key window limit cost <<<"$shape"
+    # A tenth of the calls at cost 1,000: the per-permit script writes 1,000 members per call.
+    calls=$all
+    [ "$cost" -gt 1 ] && calls=$((all / 10))
+    limit_calls_for "$key" "$window" "$limit" "$cost"
+    # shellcheck disable=SC2086
+    p=$(BYTES_OF=k000000000000 per_call evalShaCommand $rand "${permit_call[@]}")
+    pb=$(cat "$bytes_file")
+    # shellcheck disable=SC2086
+    c=$(BYTES_OF=k000000000000 per_call evalShaCommand $rand "${counted_call[@]}")
+    cb=$(cat "$bytes_file")
+    python3 -c "print(f'| $name | {$calls:,} | {$p:,} | {$pb:,} | {$c:,} | {$cb:,} |')"
+  done
+  calls=$all
 }
 
 [[ $tables == *" 2 "* ]] && {

@@ -97,6 +97,9 @@ impl Value {
     }
 }
 
+/// The most permits a Lua key's log is read into: [`slidegate::MAX_LOG_LIMIT`].
+const MOST_PERMITS: usize = slidegate::MAX_LOG_LIMIT as usize;
+
 /// Reads a key written by slidegate's Lua scripts (before the module was loaded) as a counter
 /// of `algorithm`, so that loading the module on a live Redis loses no one's admissions. `None`
 /// when the key is empty; an error when it holds anything else.
@@ -123,17 +126,31 @@ pub(crate) fn read_lua_key(ctx: &Context, key: &RedisString, quota: &Quota) -> R
     match (key_type, algorithm) {
         (raw::KeyType::Empty, _) => Ok(None),
         (raw::KeyType::ZSet, Algorithm::SlidingLog) => {
-            // Members `<ms>:<id>` scored by their time; under warm-up, `0:<start>` scored -inf.
+            // Members `<ms>:<id>` (one per permit) or `c<ms>:<n><seq>:<weight>:<cum>:<id>` (one
+            // per admission of `weight` permits: counted_log.lua) scored by their time; under warm-up, `0:<start>`
+            // scored -inf.
             let items = reply("ZRANGE", &[key.as_slice(), b"0", b"-1", b"WITHSCORES"])?;
             let (mut log, mut warm_since) = (Vec::with_capacity(items.len() / 2), 0);
             for pair in items.chunks(2) {
                 let [member, score] = pair else { return Err(wrong()) };
                 if score.as_slice() == b"-inf" {
                     warm_since = number(member.strip_prefix(b"0:").ok_or_else(wrong)?)?;
-                } else {
-                    log.push(number(score)?);
+                    continue;
+                }
+                let fields: Vec<&[u8]> = member.splitn(5, |&b| b == b':').collect();
+                let weight = match fields.as_slice() {
+                    [_, _, weight, _, _] => number(weight)?,
+                    _ => 1,
+                };
+                // The newest MAX_LOG_LIMIT permits decide every limit; older ones (expired, as
+                // live ones never outnumber the limit) are dropped as the log grows, so that
+                // the weights, however large, bound the memory.
+                log.extend(std::iter::repeat_n(number(score)?, weight.min(MOST_PERMITS as u64) as usize));
+                if log.len() > 2 * MOST_PERMITS {
+                    log.drain(..log.len() - MOST_PERMITS);
                 }
             }
+            log.drain(..log.len().saturating_sub(MOST_PERMITS));
             // Through the counter's documented encoding (`Counter::encode`), which refuses
             // times no decision could write: saved, they would not load back.
             let words: Vec<u64> = [0, warm_since, log.len() as u64].into_iter().chain(log).collect();

@@ -380,7 +380,6 @@ impl From<slidegate::Error> for ApiError {
         let message = redact(&e.to_string()).into_owned();
         let code = match e {
             E::InvalidCost { .. } => "invalid_cost",
-            E::CostTooLarge { .. } => "cost_too_large",
             E::EmptyKey => "invalid_key",
             E::KeyTooLong { .. } => "key_too_long",
             E::InvalidLimit { .. } | E::InvalidWindow { .. } | E::InvalidQuota(_) => "invalid_quota",
@@ -965,7 +964,6 @@ mod tests {
         };
         let caller = [
             (E::InvalidCost { cost: 6, max: 5 }, "invalid_cost"),
-            (E::CostTooLarge { cost: 500, max: 256 }, "cost_too_large"),
             (E::InvalidLimit { limit: 0, max: slidegate::MAX_LIMIT }, "invalid_quota"),
             (E::KeyTooLong { len: 600 }, "key_too_long"),
             (E::EmptyKey, "invalid_key"),

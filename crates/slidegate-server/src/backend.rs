@@ -105,15 +105,6 @@ impl AnyBackend {
 // Redis call (command, deadline timer, connection future) is kilobytes that the memory path
 // would otherwise build and move on every request. One allocation is nothing beside a round trip.
 impl Backend for AnyBackend {
-    fn max_log_cost(&self) -> u64 {
-        match self {
-            Self::Memory(b) => b.max_log_cost(),
-            Self::Redis(b) => b.max_log_cost(),
-            Self::Cluster(b) => b.max_log_cost(),
-            Self::Sentinel(b) => b.max_log_cost(),
-        }
-    }
-
     async fn check(&self, key: &str, quota: &Quota, cost: u64) -> Result<Decision, Error> {
         match self {
             Self::Memory(b) => b.check(key, quota, cost).await,

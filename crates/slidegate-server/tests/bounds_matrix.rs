@@ -24,7 +24,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_li
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use reqwest::Client;
 use serde_json::{Value, json};
-use slidegate::{MAX_CHECKS, MAX_KEY_LEN, MAX_LIMIT, MAX_LOG_LIMIT, MAX_SCRIPT_LOG_COST};
+use slidegate::{MAX_CHECKS, MAX_KEY_LEN, MAX_LIMIT, MAX_LOG_LIMIT};
 use slidegate_testkit::{RedisCluster, RedisServer};
 use support::envoy::{Dir, OK, OVER, UNKNOWN, codes, descriptor};
 use support::{RulesFile, Slidegate};
@@ -114,9 +114,6 @@ enum Backing {
 struct Engine {
     /// `memory`, `lua` or `module`: what the decisions must say decided them.
     engine: &'static str,
-    /// The most sliding-log permits one call records: `MAX_SCRIPT_LOG_COST` on the Lua scripts
-    /// (past it `cost_too_large`), the limit itself elsewhere.
-    log_cost: u64,
     /// `[inline]` at the library's bounds.
     server: Slidegate,
     /// The default `[inline]` caps, fixed windows not allowed.
@@ -146,7 +143,6 @@ impl Engine {
             (Slidegate::serve(&["--config", main.arg()]), Slidegate::serve(&["--config", tight.arg()]));
         Self {
             engine,
-            log_cost: if engine == "lua" { MAX_SCRIPT_LOG_COST } else { MAX_LOG_LIMIT },
             server,
             tight: tight_server,
             grpc,
@@ -303,41 +299,23 @@ async fn max_limit_batch(e: Arc<Engine>) {
 
 // ---- MAX_LOG_LIMIT ---------------------------------------------------------------------------
 
-/// A sliding log of `limit`: the largest cost one call records admitted once (all of the limit
-/// where the engine takes it, leaving nothing, then denied), one more refused; the permits held.
-async fn log_admits_once(e: &Engine, check: Value, limit: u64) -> u64 {
-    if e.log_cost >= limit {
-        admits_cost_once(e, check, limit).await;
-        return limit;
-    }
-    let with = |c: u64| {
-        let mut c2 = check.clone();
-        c2["cost"] = json!(c);
-        c2
-    };
-    assert_refused(e.check(&with(e.log_cost + 1)).await, "cost_too_large");
-    let (status, v) = e.check(&with(e.log_cost)).await;
-    assert_eq!((status, &v["allowed"], &v["remaining"]), (200, &json!(true), &json!(limit - e.log_cost)), "{v}");
-    e.log_cost
-}
-
 async fn log_limit_inline(e: Arc<Engine>) {
     assert_refused(
         e.check(&json!({"key": "ll-in", "limit": MAX_LOG_LIMIT + 1, "window": "1h"})).await,
         "invalid_quota",
     );
-    log_admits_once(&e, json!({"key": "ll-in", "limit": MAX_LOG_LIMIT, "window": "1h"}), MAX_LOG_LIMIT).await;
+    admits_cost_once(&e, json!({"key": "ll-in", "limit": MAX_LOG_LIMIT, "window": "1h"}), MAX_LOG_LIMIT).await;
 }
 
 async fn log_limit_rule(e: Arc<Engine>) {
-    let held = log_admits_once(&e, json!({"rule": "log", "key": "ll-rule"}), MAX_LOG_LIMIT).await;
+    admits_cost_once(&e, json!({"rule": "log", "key": "ll-rule"}), MAX_LOG_LIMIT).await;
     let v = e.held("log", "ll-rule").await;
-    assert_eq!((&v["count"], &v["algorithm"]), (&json!(held), &json!("sliding_log")), "{v}");
+    assert_eq!((&v["count"], &v["algorithm"]), (&json!(MAX_LOG_LIMIT), &json!("sliding_log")), "{v}");
 }
 
 async fn log_limit_tier(e: Arc<Engine>) {
-    let held = log_admits_once(&e, json!({"rule": "few", "tier": "max", "key": "ll-tier"}), MAX_LOG_LIMIT).await;
-    assert_eq!(e.count("few", "ll-tier?tier=max").await, held);
+    admits_cost_once(&e, json!({"rule": "few", "tier": "max", "key": "ll-tier"}), MAX_LOG_LIMIT).await;
+    assert_eq!(e.count("few", "ll-tier?tier=max").await, MAX_LOG_LIMIT);
 }
 
 async fn log_limit_override(e: Arc<Engine>) {
@@ -347,25 +325,15 @@ async fn log_limit_override(e: Arc<Engine>) {
     assert_refused(refused, "invalid_quota");
     let (status, v) = e.set_override(rule, key, json!({"limit": MAX_LOG_LIMIT})).await;
     assert_eq!(status, 200, "{v}");
-    let held = log_admits_once(&e, json!({"rule": rule, "key": key}), MAX_LOG_LIMIT).await;
+    admits_cost_once(&e, json!({"rule": rule, "key": key}), MAX_LOG_LIMIT).await;
     let v = e.held(rule, key).await;
-    assert_eq!((&v["count"], &v["source"]), (&json!(held), &json!("override")), "{v}");
+    assert_eq!((&v["count"], &v["source"]), (&json!(MAX_LOG_LIMIT), &json!("override")), "{v}");
 }
 
 async fn log_limit_batch(e: Arc<Engine>) {
     let past = json!({"key": "ll-batch", "limit": MAX_LOG_LIMIT + 1, "window": "1h"});
     batch_refused(&e, "ll-batch", past, "invalid_quota").await;
-    // With the other check's permit, as many permits of sliding logs as one call records: past
-    // it the batch is refused whole, charging nothing.
     let at = |cost: u64| json!({"key": "ll-batch", "limit": MAX_LOG_LIMIT, "window": "1h", "cost": cost});
-    if e.log_cost < MAX_LOG_LIMIT {
-        batch_refused(&e, "ll-batch", at(e.log_cost), "cost_too_large").await;
-        let checks = json!({"checks": [at(e.log_cost - 1), {"rule": "b0", "key": "ll-batch"}]});
-        let (status, v) = e.check(&checks).await;
-        assert_eq!((status, &v["allowed"]), (200, &json!(true)), "{v}");
-        assert_eq!(e.count("b0", "ll-batch").await, 1);
-        return;
-    }
     batch_admits_once(&e, "ll-batch", at(MAX_LOG_LIMIT - 1)).await;
 }
 
@@ -671,23 +639,10 @@ async fn envoy_max_limit_request(e: Arc<Engine>) {
     envoy_admits_once(&e, &envoy_descriptor(&[("small", "ml")], Some(u32_of(MAX_LIMIT))), u32_of(MAX_LIMIT)).await;
 }
 
-/// [`envoy_admits_once`] for a sliding-log descriptor of `limit`: on an engine that records
-/// fewer permits per call, hits past that are over and charge nothing, and that many are OK.
-async fn envoy_log_admits_once(e: &Engine, d: &RateLimitDescriptor, limit: u64) -> u64 {
-    if e.log_cost >= limit {
-        envoy_admits_once(e, d, u32_of(limit)).await;
-        return limit;
-    }
-    let most = u32_of(e.log_cost);
-    assert_eq!(should_rate_limit(e, vec![d.clone()], most + 1).await, (OVER, vec![OVER]), "{most} + 1 hits");
-    assert_eq!(should_rate_limit(e, vec![d.clone()], most).await, (OK, vec![OK]), "{most} hits");
-    e.log_cost
-}
-
 async fn envoy_log_limit(e: Arc<Engine>) {
-    let charged = envoy_log_admits_once(&e, &envoy_descriptor(&[("log", "ll")], None), MAX_LOG_LIMIT).await;
+    envoy_admits_once(&e, &envoy_descriptor(&[("log", "ll")], None), u32_of(MAX_LOG_LIMIT)).await;
     let held = e.held("envoy:bounds", "log=ll").await;
-    assert_eq!((&held["count"], &held["algorithm"]), (&json!(charged), &json!("sliding_log")), "{held}");
+    assert_eq!((&held["count"], &held["algorithm"]), (&json!(MAX_LOG_LIMIT), &json!("sliding_log")), "{held}");
     // One more per hour is counted by the sliding window counter.
     envoy_admits_once(&e, &envoy_descriptor(&[("over_log", "ll")], None), u32_of(MAX_LOG_LIMIT + 1)).await;
     assert_eq!(e.held("envoy:bounds", "over_log=ll").await["algorithm"], "sliding_window");
@@ -695,7 +650,7 @@ async fn envoy_log_limit(e: Arc<Engine>) {
 
 async fn envoy_log_limit_request(e: Arc<Engine>) {
     let at = envoy_descriptor(&[("req", "ll")], Some(u32_of(MAX_LOG_LIMIT)));
-    envoy_log_admits_once(&e, &at, MAX_LOG_LIMIT).await;
+    envoy_admits_once(&e, &at, u32_of(MAX_LOG_LIMIT)).await;
     let past = envoy_descriptor(&[("req", "ll-past")], Some(u32_of(MAX_LOG_LIMIT + 1)));
     envoy_admits_once(&e, &past, u32_of(MAX_LOG_LIMIT + 1)).await;
 }

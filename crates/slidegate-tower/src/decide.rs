@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use http::HeaderMap;
 use http::request::Parts;
-use slidegate::{Algorithm, Backend, Check, Decision, MAX_CHECKS, Quota, RuleKey, headers};
+use slidegate::{Backend, Check, Decision, MAX_CHECKS, Quota, RuleKey, headers};
 
 use crate::key::extract_part;
 use crate::layer::Shared;
@@ -84,18 +84,13 @@ impl<B: Backend> Shared<B> {
             if quota.validate_cost(cost).is_err() {
                 return Err((i, Rejection::InvalidCost { cost, max: quota.max_cost() }));
             }
-            let max = self.limiter.backend().max_log_cost();
-            if quota.algorithm() == Algorithm::SlidingLog && cost > max {
-                return Err((i, Rejection::CostTooLarge { cost, max }));
-            }
             applied.push(Applied { rule: i, key, quota, cost });
         }
         Ok(applied)
     }
 
     /// The decisions: all together when one script can see every key; otherwise (keys in
-    /// several Redis Cluster slots, more than [`MAX_CHECKS`] rules, sliding-log costs summing
-    /// past what the backend records in one call) [`Shared::one_by_one`].
+    /// several Redis Cluster slots, more than [`MAX_CHECKS`] rules) [`Shared::one_by_one`].
     async fn check(&self, applied: &[Applied]) -> Result<Vec<Decision>, slidegate::Error> {
         if let [one] = applied {
             // The one-key path, which the near-cache can answer.
@@ -105,7 +100,7 @@ impl<B: Backend> Shared<B> {
             let checks: Vec<Check<'_>> =
                 applied.iter().map(|a| Check::new(&a.key, a.quota).with_cost(a.cost)).collect();
             match self.limiter.check_all(&checks).await {
-                Err(slidegate::Error::CrossSlot { .. } | slidegate::Error::CostTooLarge { .. }) => {}
+                Err(slidegate::Error::CrossSlot { .. }) => {}
                 decided => return decided.map(|group| group.decisions),
             }
         }

@@ -86,15 +86,6 @@ pub enum Rejection {
         /// The largest cost the quota admits.
         max: u64,
     },
-    /// A request's cost of more sliding-log permits than the backend records in one call
-    /// ([`slidegate::Backend::max_log_cost`]: 256 on Redis' Lua engine), though its quota
-    /// admits them: `400 cost_too_large`, nothing charged.
-    CostTooLarge {
-        /// The cost computed.
-        cost: u64,
-        /// The most the backend records in one call.
-        max: u64,
-    },
     /// The limiter refused the request's checks for a reason that is neither the request's
     /// input nor a backend failure (the layer checks keys, costs and slots first, so this is a
     /// bug or a limiter setting the layer does not know): `500 rate_limit_error`, never a pass.
@@ -120,7 +111,6 @@ impl Rejection {
             Self::HeaderTooLong => "header_too_long",
             Self::UriTooLong => "uri_too_long",
             Self::InvalidCost { .. } => "invalid_cost",
-            Self::CostTooLarge { .. } => "cost_too_large",
             Self::Undecidable => "rate_limit_error",
         }
     }
@@ -144,9 +134,6 @@ impl Rejection {
                 format!("the path, the rate limit key of this request, is longer than {} bytes", slidegate::MAX_KEY_LEN)
             }
             Self::InvalidCost { cost, max } => format!("this request costs {cost}; its limit admits 1 to {max}"),
-            Self::CostTooLarge { cost, max } => {
-                format!("this request costs {cost}; the backend records at most {max} sliding-log permits per call")
-            }
             Self::Undecidable => "the rate limiter could not decide this request".to_owned(),
         }
     }

@@ -34,20 +34,14 @@ impl<'a> Check<'a> {
 ///
 /// A backend receives input already validated by [`crate::Limiter`] (non-empty key of at most
 /// [`crate::MAX_KEY_LEN`] bytes, `1 <= cost <= quota.max_cost()`, a sliding log's limit at most
-/// [`crate::MAX_LOG_LIMIT`] and its cost at most [`Backend::max_log_cost`]), and must decide
+/// [`crate::MAX_LOG_LIMIT`]), records any cost its quota admits in work bounded by the key's
+/// entries, not by the permits, and must decide
 /// atomically: two concurrent checks of one key never both take the last permit.
 ///
 /// No method has a default body: a bound one stated by default would be lost, silently, by a
 /// wrapper that forgot to forward it (an enum over backends, a decorator), so every
 /// implementor states each one (`tests/backend_seams.rs` holds the workspace to it).
 pub trait Backend: Send + Sync {
-    /// The most sliding-log permits one call may record (summed over a multi-limit check's
-    /// sliding logs), so that no decision makes the backend do unbounded work;
-    /// [`crate::Limiter`] refuses more with [`Error::CostTooLarge`] before calling. A backend
-    /// that stores a permit in a byte or two (the memory backend) states
-    /// [`crate::MAX_LOG_LIMIT`]: it handles that in microseconds.
-    fn max_log_cost(&self) -> u64;
-
     /// Decides `cost` permits of `quota` for `key` now, recording them only when admitted.
     fn check(&self, key: &str, quota: &Quota, cost: u64) -> impl Future<Output = Result<Decision, Error>> + Send;
 

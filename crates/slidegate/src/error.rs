@@ -33,18 +33,6 @@ pub enum Error {
         /// The largest cost the quota admits.
         max: u64,
     },
-    /// More sliding-log permits than the backend records in one call
-    /// ([`crate::Backend::max_log_cost`]; for a multi-limit check, `cost` is the sum of its
-    /// sliding logs' costs), though the quota admits them: nothing is sent, nothing recorded.
-    #[error(
-        "cost {cost} is more sliding-log permits than this backend records in one call (max = {max}); the Redis module, the memory backend and the sliding_window algorithm take any cost the limit admits"
-    )]
-    CostTooLarge {
-        /// The cost given (summed over a multi-limit check's sliding logs).
-        cost: u64,
-        /// The most this backend records in one call.
-        max: u64,
-    },
     /// An algorithm's parameters or a warm-up that do not fit the quota.
     #[error("invalid quota: {0}")]
     InvalidQuota(String),
@@ -167,7 +155,6 @@ impl Error {
             Self::InvalidLimit { .. }
             | Self::InvalidWindow { .. }
             | Self::InvalidCost { .. }
-            | Self::CostTooLarge { .. }
             | Self::InvalidQuota(_)
             | Self::EmptyKey
             | Self::KeyTooLong { .. }

@@ -80,8 +80,7 @@ pub use memory::MemoryBackend;
 pub use quota::{Algorithm, MAX_LIMIT, MAX_LOG_LIMIT, MAX_WINDOW, Quota, WarmUp};
 #[cfg(feature = "redis")]
 pub use redis::{
-    MAX_SCRIPT_LOG_COST, PipelinedConnection, RedisBackend, RedisClusterBackend, RedisEngine, RedisSentinelBackend,
-    RedisTls, TlsFiles,
+    PipelinedConnection, RedisBackend, RedisClusterBackend, RedisEngine, RedisSentinelBackend, RedisTls, TlsFiles,
 };
 pub use resilience::{CircuitBreaker, FailurePolicy, Fleet, NearCache};
 pub use slot::key_slot;

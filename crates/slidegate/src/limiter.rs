@@ -6,8 +6,7 @@ use std::time::Duration;
 
 use crate::resilience::{CircuitBreaker, Fleet, NearCache, strictest};
 use crate::{
-    Algorithm, Backend, Check, Decision, Error, FailurePolicy, KeyState, KeyTimeline, MemoryBackend, MultiDecision,
-    Quota,
+    Backend, Check, Decision, Error, FailurePolicy, KeyState, KeyTimeline, MemoryBackend, MultiDecision, Quota,
 };
 
 /// The most checks one multi-limit check may hold.
@@ -139,7 +138,6 @@ impl<B: Backend> Limiter<B> {
     pub async fn check_cost(&self, key: &str, quota: &Quota, cost: u64) -> Result<Decision, Error> {
         validate_key(key)?;
         quota.validate_cost(cost)?;
-        self.validate_log_cost(if quota.algorithm() == Algorithm::SlidingLog { cost } else { 0 })?;
         if let Some(d) = self.near_cache.as_ref().and_then(|c| c.get(key, quota, cost)) {
             return Ok(d);
         }
@@ -169,15 +167,6 @@ impl<B: Backend> Limiter<B> {
         }
     }
 
-    /// Refuses more sliding-log permits in one call than the backend records in bounded work.
-    fn validate_log_cost(&self, cost: u64) -> Result<(), Error> {
-        let max = self.backend.max_log_cost();
-        if cost > max {
-            return Err(Error::CostTooLarge { cost, max });
-        }
-        Ok(())
-    }
-
     fn remember(&self, key: &str, quota: &Quota, cost: u64, d: &Decision) {
         if let (Some(cache), false) = (&self.near_cache, d.allowed) {
             cache.remember(key, quota, cost, d);
@@ -198,9 +187,6 @@ impl<B: Backend> Limiter<B> {
                 return Err(Error::DuplicateKey { key: c.key.to_owned() });
             }
         }
-        self.validate_log_cost(
-            checks.iter().filter(|c| c.quota.algorithm() == Algorithm::SlidingLog).map(|c| c.cost).sum(),
-        )?;
         let Some(guard) = &self.guard else {
             return self.backend.check_all(checks).await;
         };

@@ -453,12 +453,6 @@ impl Entry {
 }
 
 impl Backend for MemoryBackend {
-    /// [`crate::MAX_LOG_LIMIT`]: a permit is a byte or two here, any cost the quota admits is
-    /// recorded in microseconds.
-    fn max_log_cost(&self) -> u64 {
-        crate::MAX_LOG_LIMIT
-    }
-
     async fn check(&self, key: &str, quota: &Quota, cost: u64) -> Result<Decision, Error> {
         Ok(self.check_now(key, quota, cost))
     }

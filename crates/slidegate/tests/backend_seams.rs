@@ -1,6 +1,6 @@
 //! A bound cannot be lost by a wrapper: `Backend` has no method with a default body (a default
-//! would silently replace the bound of any wrapper that forgot to forward it, as the server's
-//! enum over backends once lost `max_log_cost`), and every implementor in the workspace states
+//! would silently replace the bound of any wrapper that forgot to forward it), and every
+//! implementor in the workspace states
 //! each method. The compiler enforces the second once the first holds; this test fails the day
 //! someone adds a default, with the method's name.
 
@@ -120,7 +120,7 @@ fn no_backend_method_has_a_default_and_every_implementor_states_each() {
     let code = code_only(&fs::read_to_string(trait_file).expect("backend.rs"));
     let at = code.find("pub trait Backend").expect("the Backend trait");
     let methods = functions(block(&code, at));
-    assert!(methods.iter().any(|(m, _)| m == "max_log_cost"), "{methods:?}");
+    assert!(methods.iter().any(|(m, _)| m == "check"), "{methods:?}");
     let defaults: Vec<&str> = methods.iter().filter(|(_, body)| *body).map(|(m, _)| m.as_str()).collect();
     assert!(defaults.is_empty(), "Backend methods with a default body, which a wrapper loses silently: {defaults:?}");
 

@@ -5,7 +5,7 @@
 use std::borrow::Cow;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use slidegate::{Algorithm, Backend, Check, Decision, Error, ErrorClass};
+use slidegate::{Check, Decision, Error, ErrorClass};
 use tonic::Status;
 
 use super::bounds::Invalid;
@@ -121,11 +121,10 @@ impl EnvoyRateLimit {
         let mut members: Vec<(usize, Check<'_>)> = Vec::new();
         // An enforced descriptor is over before the backend is asked: nothing may be charged.
         let mut doomed = false;
-        let max_log_cost = self.app.limiter.backend().max_log_cost();
         for slot in slots {
             let (shadow, quota) =
                 slot.as_ref().map_or((false, false), |i| (i.shadow(), i.applied.as_ref().is_some_and(|a| a.quota)));
-            let outcome = match (check_of(slot, &self.app.overrides, max_log_cost), slot) {
+            let outcome = match (check_of(slot, &self.app.overrides), slot) {
                 (Err(outcome), _) => outcome,
                 (Ok(check), Ok(item)) if item.hits == 0 => self.standing(&check).await?,
                 (Ok(check), _) if shadow => self.one(&check).await?,
@@ -233,21 +232,16 @@ fn leaves_after(oldest_ms: u64, window_ms: u64) -> Duration {
 
 /// What a descriptor asks the backend (a check of one hit for `hits_addend: 0`; under its
 /// override, if it has one), or the outcome it has without asking: over its limit when its hits
-/// could never fit, or are more sliding-log permits than the backend records in one call
-/// (`max_log_cost`) — over, not refused, since Envoy lets through a request whose descriptor
-/// is not decided.
-fn check_of<'s>(slot: &'s Slot<'_>, overrides: &Overrides, max_log_cost: u64) -> Result<Check<'s>, Outcome> {
+/// could never fit — over, not refused, since Envoy lets through a request whose descriptor is
+/// not decided.
+fn check_of<'s>(slot: &'s Slot<'_>, overrides: &Overrides) -> Result<Check<'s>, Outcome> {
     let item = slot.as_ref().map_err(|reason| Outcome::Invalid(*reason))?;
     let Some(limit) = item.limit() else { return Err(Outcome::NoLimit) };
     if limit.unlimited {
         return Err(Outcome::Unlimited);
     }
     match limit.quota.map(|q| overrides.quota(&item.key, q)) {
-        Some(q)
-            if item.hits <= q.max_cost() && (q.algorithm() != Algorithm::SlidingLog || item.hits <= max_log_cost) =>
-        {
-            Ok(Check::new(&item.key, q).with_cost(item.hits.max(1)))
-        }
+        Some(q) if item.hits <= q.max_cost() => Ok(Check::new(&item.key, q).with_cost(item.hits.max(1))),
         _ => Err(Outcome::Refused),
     }
 }

@@ -7,16 +7,20 @@
 --             (sliding window: see sliding_window.lua); or a hash: i/n = window index and count
 --             (fixed window), t = theoretical arrival time in µs (GCRA), s = warm-up start (ms).
 --             The sliding window keeps its warm-up start in its string, the sliding log in a
---             member '0:<ms>' scored -inf, ahead of every entry.
+--             member '0:<ms>' scored -inf, ahead of every entry. A sliding log whose limit is
+--             at most 256 holds one member per permit (sliding_log.lua's), a larger one counted
+--             entries (counted_log.lua's), and so does a key that holds them when its limit is
+--             lowered; a per-permit key is rewritten as counted entries when one is added to it.
 -- ARGV[1]     id: unique per call across all clients (the client's random id + a counter)
 -- ARGV[2]     now in ms, or "" for Redis' own TIME (see sliding_log.lua)
 -- ARGV[3]     "1" to decide and record, "0" to look only (inspect: cost 0, nothing written)
 -- ARGV[3+7(i-1)+1..7]  check i: algorithm (l = sliding log, w = sliding window, f = fixed
 --             window, g = GCRA), limit, window ms, cost, buckets (w) or burst (g) or 0,
 --             warm-up period ms (0 = none), cold share in thousandths. Validated by the caller:
---             1 <= cost <= what an idle key admits, keys distinct, products below 2^53, the
---             sliding logs' costs summed at most MAX_SCRIPT_LOG_COST (each permit is a member
---             written; with at most 256 expired members removed besides, the work is bounded).
+--             1 <= cost <= what an idle key admits, keys distinct, products below 2^53, at most
+--             MAX_CHECKS (16) checks. A per-permit log writes cost <= limit <= 256 members, a
+--             counted one one member; with at most 256 expired members removed besides (and a
+--             rewrite bounded by the key's entries, once), the work is bounded.
 -- Returns     {admitted 0|1, then per key: fits 0|1, remaining, reset_after_ms,
 --             retry_after_ms or -1, effective limit, next_permit_after_ms}. When a key does not
 --             fit, nothing is written anywhere and a key that fit reports its uncharged remaining
@@ -38,6 +42,8 @@ end
 local now = tonumber(now_s)
 local floor, ceil, max, min, fmt = math.floor, math.ceil, math.max, math.min, string.format
 local WRONGTYPE = 'WRONGTYPE the key does not hold a sliding window counter'
+-- A counted entry: 'c<time ms>:<n><seq>:<weight>:<cum>:<id>' (see counted_log.lua).
+local ENTRY = '^c(%d+):%a(%d+):(%d+):(%d+):'
 
 -- The effective limit: a warm-up ramps from cold/1000 of the limit to all of it over `period`
 -- ms from `since`, the first admission after the key was idle. A key with no recorded start
@@ -78,29 +84,83 @@ for i = 1, #KEYS do
     end
     c.edge = now - c.window
     local n = redis.call('ZCARD', key) - marker
-    local live = 0
-    if n > 0 then
-      live = redis.call('ZCOUNT', key, '(' .. fmt('%d', c.edge), '+inf')
-    end
-    c.idle, c.live, c.marker, c.expired = live == 0, live, marker, n - live
+    local newest = n > 0 and redis.call('ZRANGE', key, '-1', '-1')[1]
+    c.n, c.counted = n, newest and string.find(newest, ENTRY) ~= nil
+    c.write_counted = c.counted or c.limit > 256
     logs = logs + 1
-    local limit = effective(c, since)
-    c.limit_out = limit
-    -- The oldest live entry: when remaining next grows.
-    local first = marker + n - live
-    if live + c.cost <= limit then
-      c.fits, c.remaining, c.reset = 1, limit - live - c.cost, c.window
-    else
-      -- The k-th oldest live entry must leave; the marker and expired entries come first.
-      local at = first + (live + c.cost - limit) - 1
-      local blocking = tonumber(redis.call('ZRANGE', key, at, at, 'WITHSCORES')[2])
-      c.fits, c.remaining, c.retry = 0, max(limit - live, 0), blocking + c.window - now
-      if at == first then
-        c.oldest = blocking
+    if c.counted then
+      -- Counted entries: live permits from the newest and the oldest live entry's sums. Seq s
+      -- sits at rank c.base + s - oseq (a warm-up marker left by a rule that lost its warm-up
+      -- sits before the oldest entry and goes with the expired).
+      local nt, nseq, _, ncum = string.match(newest, ENTRY)
+      nt, ncum, nseq = tonumber(nt), tonumber(ncum), tonumber(nseq)
+      c.nt, c.ncum, c.nseq, c.base = nt, ncum, nseq, marker
+      local ot, oseq, ow, ocum = string.match(redis.call('ZRANGE', key, marker, marker)[1], ENTRY)
+      if not ot then
+        c.base, c.stray = marker + 1, 1
+        ot, oseq, ow, ocum = string.match(redis.call('ZRANGE', key, '(-inf', '+inf', 'BYSCORE', 'LIMIT', 0, 1)[1], ENTRY)
       end
-    end
-    if live > 0 and not c.oldest then
-      c.oldest = tonumber(redis.call('ZRANGE', key, first, first, 'WITHSCORES')[2])
+      oseq = tonumber(oseq)
+      local lt, lw, lcum, lseq = tonumber(ot), tonumber(ow), tonumber(ocum), oseq
+      local live = 0
+      if nt <= c.edge then
+        lseq = nseq + 1
+      else
+        if lt <= c.edge then
+          lt, lseq, lw, lcum = string.match(redis.call('ZRANGE', key, '(' .. fmt('%d', c.edge), '+inf', 'BYSCORE', 'LIMIT', 0, 1)[1], ENTRY)
+          lt, lw, lcum, lseq = tonumber(lt), tonumber(lw), tonumber(lcum), tonumber(lseq)
+        end
+        live = ncum - lcum + lw
+        c.oldest = lt
+      end
+      c.idle, c.live, c.marker, c.expired = live == 0, live, marker, lseq - oseq + (c.stray or 0)
+      local limit = effective(c, since)
+      c.limit_out = limit
+      if live + c.cost <= limit then
+        c.fits, c.remaining, c.reset = 1, limit - live - c.cost, c.window
+      else
+        -- The oldest entries up to seq hi hold the permits that must leave (counted_log.lua).
+        local need, base = live + c.cost - limit, lcum - lw
+        local lo, hi, bt = lseq, lseq, lt
+        if lw < need then
+          hi, bt = nseq, nt
+          while hi - lo > 1 do
+            local mid = floor((lo + hi) / 2)
+            local r = fmt('%d', c.base + mid - oseq)
+            local mt, _, _, mcum = string.match(redis.call('ZRANGE', key, r, r)[1], ENTRY)
+            if tonumber(mcum) - base >= need then
+              hi, bt = mid, tonumber(mt)
+            else
+              lo = mid
+            end
+          end
+        end
+        c.fits, c.remaining, c.retry = 0, max(limit - live, 0), bt + c.window - now
+      end
+    else
+      local live = 0
+      if n > 0 then
+        live = redis.call('ZCOUNT', key, '(' .. fmt('%d', c.edge), '+inf')
+      end
+      c.idle, c.live, c.marker, c.expired = live == 0, live, marker, n - live
+      local limit = effective(c, since)
+      c.limit_out = limit
+      -- The oldest live entry: when remaining next grows.
+      local first = marker + n - live
+      if live + c.cost <= limit then
+        c.fits, c.remaining, c.reset = 1, limit - live - c.cost, c.window
+      else
+        -- The k-th oldest live entry must leave; the marker and expired entries come first.
+        local at = first + (live + c.cost - limit) - 1
+        local blocking = tonumber(redis.call('ZRANGE', key, at, at, 'WITHSCORES')[2])
+        c.fits, c.remaining, c.retry = 0, max(limit - live, 0), blocking + c.window - now
+        if at == first then
+          c.oldest = blocking
+        end
+      end
+      if live > 0 and not c.oldest then
+        c.oldest = tonumber(redis.call('ZRANGE', key, first, first, 'WITHSCORES')[2])
+      end
     end
   elseif alg == 'w' then
     -- Sliding window counter.
@@ -267,12 +327,45 @@ for i, c in ipairs(checks) do
   local warm_start = c.period > 0 and c.idle
   if admitted == 1 then
     if alg == 'l' then
-      -- Expired entries follow the marker. At most cost + 256 / (sliding logs in this call)
-      -- go per key, so the call's work stays bounded; at least cost, so a set never holds more
-      -- than its limit (see sliding_log.lua).
-      local drop = min(c.expired, c.cost + floor(256 / logs))
-      if drop > 0 then
-        redis.call('ZREMRANGEBYRANK', key, c.marker, c.marker + drop - 1)
+      -- Expired entries follow the marker. At most 256 / (sliding logs in this call) go per key
+      -- (and the cost, at least, on a per-permit key), so the call's work stays bounded, and at
+      -- least as many as are added, so a set never holds more entries than its limit (see
+      -- sliding_log.lua). A per-permit key taking a counted entry is rewritten whole instead.
+      local at, cum, seq = now, c.cost, 1
+      if c.write_counted and not c.counted and c.n > 0 then
+        local members = redis.call('ZRANGE', key, '(' .. fmt('%d', c.edge), '+inf', 'BYSCORE')
+        redis.call('ZREMRANGEBYSCORE', key, '(-inf', '+inf')
+        local args, j = {}, 1
+        cum, seq = 0, 0
+        while j <= #members do
+          local t = string.match(members[j], '^%d+')
+          local k = j
+          while k < #members and string.match(members[k + 1], '^%d+') == t do
+            k = k + 1
+          end
+          cum, seq, at = cum + k - j + 1, seq + 1, max(now, tonumber(t))
+          args[#args + 1] = t
+          local seq_s = fmt('%d', seq)
+          args[#args + 1] = fmt('c%s:%s%s:%d:%d:%s', t, string.char(96 + #seq_s), seq_s, k - j + 1, cum, id)
+          -- unpack takes at most a few thousand values at once.
+          if #args == 2000 or k == #members then
+            redis.call('ZADD', key, unpack(args))
+            args = {}
+          end
+          j = k + 1
+        end
+        cum, seq = cum + c.cost, seq + 1
+      else
+        local drop = min(c.expired, max(1, floor(256 / logs)))
+        if not c.counted then
+          drop = min(c.expired, c.cost + floor(256 / logs))
+        end
+        if drop > 0 then
+          redis.call('ZREMRANGEBYRANK', key, c.marker, c.marker + drop - 1)
+        end
+        if c.counted then
+          at, cum, seq = max(now, c.nt), c.ncum + c.cost, c.nseq + 1
+        end
       end
       if warm_start then
         if c.marker == 1 then
@@ -280,18 +373,20 @@ for i, c in ipairs(checks) do
         end
         redis.call('ZADD', key, '-inf', '0:' .. now_s)
       end
-      local member = now_s .. ':' .. id
-      if c.cost == 1 then
-        redis.call('ZADD', key, now_s, member)
+      if c.write_counted then
+        local at_s, seq_s = fmt('%d', at), fmt('%d', seq)
+        redis.call('ZADD', key, at_s, fmt('c%s:%s%s:%d:%d:%s', at_s, string.char(96 + #seq_s), seq_s, c.cost, cum, id))
+      elseif c.cost == 1 then
+        redis.call('ZADD', key, now_s, now_s .. ':' .. id)
       else
-        local args = {}
+        local member, args = now_s .. ':' .. id, {}
         for j = 1, c.cost do
           args[2 * j - 1] = now_s
           args[2 * j] = member .. ':' .. j
         end
         redis.call('ZADD', key, unpack(args))
       end
-      redis.call('PEXPIRE', key, c.window + ttl_slack)
+      redis.call('PEXPIRE', key, fmt('%d', c.window + ttl_slack + at - now))
     elseif alg == 'w' then
       -- The whole value, newest bucket first, down to the oldest counted one with permits.
       local j, counts = c.j, c.counts

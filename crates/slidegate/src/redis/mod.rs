@@ -42,7 +42,6 @@ pub use config::{DEFAULT_PREFIX, DEFAULT_TIMEOUT};
 pub use engine::RedisEngine;
 pub use pipelined::{DEFAULT_MAX_QUEUED, MAX_IN_FLIGHT, PipelinedConnection};
 pub use redis::cluster_async::ClusterConnection;
-pub use scripts::MAX_SCRIPT_LOG_COST;
 pub use sentinel::{RedisSentinelBackend, SentinelConnection};
 pub use tls::{MAX_PEM_BYTES, RedisTls, TlsFiles, pem_certificates, pem_private_key};
 
@@ -101,15 +100,6 @@ impl<C> Backend for RedisBackend<C>
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
-    /// [`MAX_SCRIPT_LOG_COST`], unless the engine is forced to the module (on `Auto` the Lua
-    /// scripts may answer, after a failover to a server without the module).
-    fn max_log_cost(&self) -> u64 {
-        match self.config.engine {
-            RedisEngine::Module => crate::MAX_LOG_LIMIT,
-            _ => MAX_SCRIPT_LOG_COST,
-        }
-    }
-
     async fn check(&self, key: &str, quota: &Quota, cost: u64) -> Result<Decision, Error> {
         let check = [Check { key, quota: *quota, cost }];
         let first = |group: MultiDecision| group.decisions.into_iter().next().ok_or_else(|| wire::unexpected(&[]));

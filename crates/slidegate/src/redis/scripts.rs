@@ -13,12 +13,11 @@ use super::outlook::remember_outcome;
 use super::{RedisBackend, wire};
 use crate::{Algorithm, Check, Decision, Error, MultiDecision, Quota};
 
-/// The most sliding-log permits one script call records (a multi-limit check's sliding logs
-/// summed): each is a sorted-set member the script writes, besides at most 256 expired ones it
-/// removes, so this bounds the time one decision holds Redis' single thread (well under a
-/// millisecond; BENCHMARKS.md). The module writes a byte or two per permit and takes any cost
-/// its quota admits.
-pub const MAX_SCRIPT_LOG_COST: u64 = 256;
+/// The largest limit whose sliding log `sliding_log.lua` keeps as one member per permit (cheapest
+/// for small limits; a call writes at most this many members). A larger limit is kept as
+/// counted entries (`counted_log.lua`: one member per admission, whatever its cost), as is a
+/// key that holds them when its limit is lowered. `check.lua` draws the same line.
+pub(super) const MAX_PER_PERMIT_LIMIT: u64 = 256;
 
 pub(super) struct LuaScript {
     body: &'static str,
@@ -33,6 +32,7 @@ impl LuaScript {
 
 pub(super) struct Scripts {
     sliding_log: LuaScript,
+    counted_log: LuaScript,
     one_key: LuaScript,
     sliding_window: LuaScript,
     check: LuaScript,
@@ -44,6 +44,7 @@ pub(super) fn scripts() -> &'static Scripts {
     static SCRIPTS: OnceLock<Scripts> = OnceLock::new();
     SCRIPTS.get_or_init(|| Scripts {
         sliding_log: LuaScript::new(include_str!("sliding_log.lua")),
+        counted_log: LuaScript::new(include_str!("counted_log.lua")),
         one_key: LuaScript::new(include_str!("one_key.lua")),
         sliding_window: LuaScript::new(include_str!("sliding_window.lua")),
         check: LuaScript::new(include_str!("check.lua")),
@@ -59,7 +60,7 @@ where
     /// loaded on first use anyway.
     pub async fn load_scripts(&self) -> Result<(), Error> {
         let s = scripts();
-        for script in [&s.sliding_log, &s.one_key, &s.sliding_window, &s.check, &s.inspect] {
+        for script in [&s.sliding_log, &s.counted_log, &s.one_key, &s.sliding_window, &s.check, &s.inspect] {
             let mut cmd = redis::cmd("SCRIPT");
             cmd.arg("LOAD").arg(script.body);
             let _: String = self.query(&cmd).await?;
@@ -97,16 +98,28 @@ where
         .await
     }
 
-    /// One run of the one-key sliding-log script, in the order the key's outlook suggests.
+    /// One decision of a one-key sliding log: by `sliding_log.lua`, in the order the key's outlook
+    /// suggests, for a limit of at most [`MAX_PER_PERMIT_LIMIT`]; by `counted_log.lua` for a
+    /// larger one, or when the first finds the key holds counted entries.
     pub(super) async fn sliding_log(&self, key: &str, quota: &Quota, cost: u64) -> Result<Decision, Error> {
         let (member, now) = (self.members.next(), self.now_arg()?);
         let slot = self.outlook.slot(key);
-        let expect_denial = self.config.fixed_order.unwrap_or_else(|| slot.load(Ordering::Relaxed));
-        let reply: redis::Value = self
-            .run_script(&scripts().sliding_log, &[(key, Algorithm::SlidingLog)], |cmd| {
-                wire::sliding_log_args(cmd, &member, quota, cost, expect_denial, now);
-            })
-            .await?;
+        let mut reply = redis::Value::Nil;
+        if quota.limit() <= MAX_PER_PERMIT_LIMIT {
+            let expect_denial = self.config.fixed_order.unwrap_or_else(|| slot.load(Ordering::Relaxed));
+            reply = self
+                .run_script(&scripts().sliding_log, &[(key, Algorithm::SlidingLog)], |cmd| {
+                    wire::sliding_log_args(cmd, &member, quota, cost, expect_denial, now);
+                })
+                .await?;
+        }
+        if quota.limit() > MAX_PER_PERMIT_LIMIT || wire::is_counted(&reply) {
+            reply = self
+                .run_script(&scripts().counted_log, &[(key, Algorithm::SlidingLog)], |cmd| {
+                    wire::counted_log_args(cmd, &member, quota, cost, now);
+                })
+                .await?;
+        }
         let decision = wire::parse_sliding_log(&reply, quota.limit(), quota.window_ms())?;
         remember_outcome(slot, !decision.allowed);
         Ok(decision)

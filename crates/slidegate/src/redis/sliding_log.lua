@@ -11,15 +11,16 @@
 -- ARGV[5]  now in ms; absent or "" for Redis' own TIME (so application servers with skewed
 --          clocks share one window; scripts replicate their effects since Redis 5, so reading
 --          TIME before a write is allowed)
--- ARGV[6]  cost, and ARGV[7] limit: only when cost > 1 (absent: cost 1); the caller bounds cost
---          (MAX_SCRIPT_LOG_COST), which bounds this script's work: it writes `cost` members and
---          removes at most max(256, cost) expired ones
+-- ARGV[6]  cost, and ARGV[7] limit: only when cost > 1 (absent: cost 1); the caller runs this
+--          script only for limits of 256 or less (counted_log.lua decides the others), which
+--          bounds its work: it writes `cost` members and removes at most 256 expired ones
 -- Returns  admitted: remaining * (window + 1) + next_permit_after_ms, an integer >= 0, below
 --            2^53 so exact (remaining < MAX_LOG_LIMIT; reset_after is the window; no
 --            retry_after). next_permit_after_ms is when the oldest entry in the window leaves.
 --          denied, cost 1, window <= 94,906,264 ms (about 26 h): the integer
 --            -1 - (reset_after_ms * (window + 1) + retry_after_ms), below 2^53 so exact;
 --          denied otherwise: {remaining, reset_after_ms, retry_after_ms, next_permit_after_ms}.
+--          The status 'COUNTED' when the key holds counted entries (see below); nothing decided.
 --          A denial's next_permit_after is its retry_after when cost is 1 (the oldest entry
 --          blocks it).
 -- Cluster  touches KEYS[1] only.
@@ -50,6 +51,12 @@
 --                              denial TIME, ZCARD, ZRANGE, PTTL (4)
 -- An admission's ZRANGE reads the oldest entry left (its time: when remaining next grows), the
 -- price of answering that in the same call: one table reply.
+-- A key of counted entries (counted_log.lua: written under a limit above 256, since lowered) is
+-- never decided here: every path that finds the key non-empty reads a member's time before it
+-- writes (the blocking one, or the oldest left once the expired are dropped); a counted member
+-- starts with a letter, so it has none, and the script answers the status 'COUNTED', for the
+-- caller to run counted_log.lua instead (the expired entries it may have dropped first change
+-- no count there).
 -- The caller guesses the outcome from the key's last one and picks the order; a wrong guess
 -- costs one call, never a different decision.
 local key = KEYS[1]
@@ -77,6 +84,9 @@ else
 end
 if blocking then
   blocking = tonumber(string.match(blocking, '^%d+'))
+  if not blocking then
+    return redis.status_reply('COUNTED')
+  end
   if blocking > edge then
     -- With cost 1 a denial means the window holds `limit` or more: nothing remains.
     local remaining, retry = 0, blocking + window - now
@@ -110,11 +120,11 @@ local live = n or redis.call('ZCARD', key)
 -- Expired entries still at the head of the set once some are dropped (a long set's only).
 local expired = 0
 if live > 256 then
-  -- A long set may hold many expired entries (a burst, then a pause): remove at most 256 (or
-  -- cost, if larger) per admission, so no call does unbounded work. The set still never holds
+  -- A long set may hold many expired entries (a burst, then a pause): remove at most 256 (no
+  -- fewer than the cost, at most the limit) per admission, so no call does unbounded work. The set still never holds
   -- more than `limit`: either every expired entry goes, or at least as many as are added.
   local count = redis.call('ZCOUNT', key, string.format('(%d', edge), '+inf')
-  local drop = math.min(live - count, math.max(256, tonumber(ARGV[6]) or 1))
+  local drop = math.min(live - count, 256)
   if drop > 0 then
     redis.call('ZREMRANGEBYRANK', key, 0, drop - 1)
   end
@@ -130,7 +140,11 @@ if live > 0 then
   if expired > 0 then
     at = string.format('%d', expired)
   end
-  oldest = math.min(tonumber(string.match(redis.call('ZRANGE', key, at, at)[1], '^%d+')), now)
+  local first = tonumber(string.match(redis.call('ZRANGE', key, at, at)[1], '^%d+'))
+  if not first then
+    return redis.status_reply('COUNTED')
+  end
+  oldest = math.min(first, now)
 end
 local member = now_s .. ':' .. ARGV[1]
 if not ARGV[6] then

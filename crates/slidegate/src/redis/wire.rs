@@ -43,7 +43,18 @@ pub(super) fn sliding_log_args(
     }
 }
 
-/// Reads `sliding_log.lua`'s answer: an admission packed into one integer >= 0; a denial
+/// Whether `sliding_log.lua` answered that the key holds counted entries (`counted_log.lua`'s).
+pub(super) fn is_counted(reply: &Value) -> bool {
+    matches!(reply, Value::SimpleString(s) if s == "COUNTED")
+}
+
+/// Appends `counted_log.lua`'s ARGV: `member`, the window, the limit, `cost`, and `now` when the
+/// caller's clock decides.
+pub(super) fn counted_log_args(cmd: &mut Cmd, member: &str, quota: &Quota, cost: u64, now: Option<u64>) {
+    cmd.arg(member).arg(quota.window_ms()).arg(quota.limit()).arg(cost).arg(now);
+}
+
+/// Reads `sliding_log.lua`'s (and `counted_log.lua`'s) answer: an admission packed into one integer >= 0; a denial
 /// packed into one negative integer (its `next_permit_after` is its `retry_after`: one permit
 /// waits for the oldest admission), or `[remaining, reset_after, retry_after,
 /// next_permit_after]`.

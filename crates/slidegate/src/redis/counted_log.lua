@@ -1,0 +1,154 @@
+-- slidegate: sliding window log of counted entries, one key, one atomic decision: the log of a
+-- quota whose limit is above 256 (sliding_log.lua keeps one member per permit for the others).
+--
+-- KEYS[1]  the key's sorted set: score = admission time (ms); member =
+--          'c<time ms>:<n><seq>:<weight>:<cum>:<id>', one per admission: seq = its place
+--          (consecutive), after a letter n (a = 1, b = 2, ...) giving its digits, so that members
+--          of one millisecond sort by seq; weight = its permits; cum = the key's permits admitted
+--          up to and including it. The leading 'c' is where sliding_log.lua, reading a time
+--          from the first digits, finds none, and so tells a counted key at no cost.
+-- ARGV[1]  id: unique per call across all clients (the client's random id + a counter)
+-- ARGV[2]  window in ms
+-- ARGV[3]  limit, ARGV[4] cost (1 <= cost <= limit <= MAX_LOG_LIMIT, checked by the caller)
+-- ARGV[5]  now in ms; absent or "" for Redis' own TIME (see sliding_log.lua)
+-- Returns  what sliding_log.lua returns, in the same encodings (wire.rs reads both alike).
+-- Cluster  touches KEYS[1] only.
+--
+-- Why counted entries: a call of cost c on a per-permit log writes c members, so a token limit
+-- (tens of thousands per call) would do work, and hold Redis' one thread, in proportion to its
+-- permits. Here an admission writes one member whatever its cost, and a decision reads the
+-- newest and the oldest live entry: live permits = cum(newest) - cum(oldest live) + weight(oldest
+-- live). Every call's work is a fixed number of O(log n) calls, plus, for a denial of cost > 1,
+-- a binary search by rank for the entry whose leaving makes room (at most ~17 reads at
+-- MAX_LOG_LIMIT entries), plus, once per key, the conversion of per-permit members.
+-- cum and seq only grow along the ranks because an entry is never stamped before the newest
+-- one: with the caller's clock (ARGV[5]) a time behind it is clamped to it, which only delays
+-- when the entry leaves (never admits more). Expired entries are a prefix of the set; an
+-- admission drops at most 256 of them by rank, at least one when any, while adding one, so a
+-- set never holds more than `limit` entries (every live entry holds a permit or more).
+-- A key holding per-permit members (written by sliding_log.lua while the quota's limit was 256
+-- or less, or by an earlier release) is rewritten first, one counted entry per distinct time;
+-- sliding_log.lua, in turn, hands a counted key back here (it replies 'COUNTED').
+local key = KEYS[1]
+local now_s = ARGV[5]
+local server_time = not now_s or now_s == ''
+local now
+if server_time then
+  local t = redis.call('TIME')
+  now = t[1] * 1000 + math.floor(t[2] / 1000)
+else
+  now = tonumber(now_s)
+end
+local window, limit, cost = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local edge = now - window
+local fmt, match, ENTRY = string.format, string.match, '^c(%d+):%a(%d+):(%d+):(%d+):'
+
+local newest = redis.call('ZRANGE', key, '-1', '-1')[1]
+local nt, nw, ncum, nseq
+if newest then
+  nt, nseq, nw, ncum = match(newest, ENTRY)
+  if not nt then
+    -- Per-permit members, live ones grouped by time (a warm-up marker '0:<ms>', scored -inf,
+    -- goes with the expired; this script serves quotas without warm-up).
+    local members = redis.call('ZRANGE', key, fmt('(%d', edge), '+inf', 'BYSCORE')
+    redis.call('DEL', key)
+    local args, cum, seq, i = {}, 0, 0, 1
+    while i <= #members do
+      local at = match(members[i], '^%d+')
+      local j = i
+      while j < #members and match(members[j + 1], '^%d+') == at do
+        j = j + 1
+      end
+      cum, seq = cum + j - i + 1, seq + 1
+      args[#args + 1] = at
+      local seq_s = fmt('%d', seq)
+      args[#args + 1] = fmt('c%s:%s%s:%d:%d:%s', at, string.char(96 + #seq_s), seq_s, j - i + 1, cum, ARGV[1])
+      -- unpack takes at most a few thousand values at once.
+      if #args == 2000 or j == #members then
+        redis.call('ZADD', key, unpack(args))
+        args = {}
+      end
+      i = j + 1
+    end
+    newest = redis.call('ZRANGE', key, '-1', '-1')[1]
+    if newest then
+      nt, nseq, nw, ncum = match(newest, ENTRY)
+    end
+  end
+end
+
+-- The live entries: their permits, the oldest one's fields, and the expired entries before it.
+local live, lt, lw, lcum, lseq, oseq, marker = 0, nil, nil, nil, nil, nil, 0
+if newest then
+  nt, nw, ncum, nseq = tonumber(nt), tonumber(nw), tonumber(ncum), tonumber(nseq)
+  local o = redis.call('ZRANGE', key, '0', '0')[1]
+  local ot, s, ow, ocum = match(o, ENTRY)
+  if not ot then
+    marker = 1
+    o = redis.call('ZRANGE', key, '(-inf', '+inf', 'BYSCORE', 'LIMIT', 0, 1)[1]
+    ot, s, ow, ocum = match(o, ENTRY)
+  end
+  oseq = tonumber(s)
+  if nt > edge then
+    if tonumber(ot) > edge then
+      lt, lw, lcum, lseq = tonumber(ot), tonumber(ow), tonumber(ocum), oseq
+    else
+      local l = redis.call('ZRANGE', key, fmt('(%d', edge), '+inf', 'BYSCORE', 'LIMIT', 0, 1)[1]
+      lt, lseq, lw, lcum = match(l, ENTRY)
+      lt, lw, lcum, lseq = tonumber(lt), tonumber(lw), tonumber(lcum), tonumber(lseq)
+    end
+    live = ncum - lcum + lw
+  else
+    lseq = nseq + 1
+  end
+end
+
+if live + cost > limit then
+  -- The permits that must leave first: the oldest entries up to the one at seq `hi` hold them.
+  local need, base = live + cost - limit, lcum - lw
+  local lo, hi = lseq, lseq
+  local bt = lt
+  if lw < need then
+    hi = nseq
+    bt = nt
+    while hi - lo > 1 do
+      local mid = math.floor((lo + hi) / 2)
+      local r = fmt('%d', marker + mid - oseq)
+      local mt, _, _, mcum = match(redis.call('ZRANGE', key, r, r)[1], ENTRY)
+      if tonumber(mcum) - base >= need then
+        hi, bt = mid, tonumber(mt)
+      else
+        lo = mid
+      end
+    end
+  end
+  local retry, reset = bt + window - now, nt + window - now
+  if cost == 1 and hi == lseq and window <= 94906264 and reset >= 0 and reset <= window and retry <= window then
+    return -1 - (reset * (window + 1) + retry)
+  end
+  return {math.max(limit - live, 0), reset, retry, lt + window - now}
+end
+
+local expired = 0
+if oseq then
+  expired = lseq - oseq + marker
+end
+if expired > 0 then
+  redis.call('ZREMRANGEBYRANK', key, '0', fmt('%d', math.min(expired, 256) - 1))
+end
+local at, cum, seq = now, cost, 1
+if newest then
+  at, cum, seq = math.max(now, nt), ncum + cost, nseq + 1
+end
+local at_s, seq_s = fmt('%d', at), fmt('%d', seq)
+redis.call('ZADD', key, at_s, fmt('c%s:%s%s:%d:%d:%s', at_s, string.char(96 + #seq_s), seq_s, cost, cum, ARGV[1]))
+-- Expiry as in sliding_log.lua (a minute of slack on the caller's clock), counted from the
+-- entry's time, which a clamp may have put after now.
+local ttl = window + at - now
+if not server_time then
+  ttl = ttl + 60000
+end
+redis.call('PEXPIRE', key, fmt('%d', ttl))
+-- When remaining next grows: when the oldest live entry leaves (the new one's time is no
+-- earlier than now; as in sliding_log.lua, no later than a window from now).
+return (limit - live - cost) * (window + 1) + math.min(lt or now, now) + window - now
