@@ -3,7 +3,8 @@
 # redis-server and redis-cli (the tests start their own servers), libclang (bindgen, for the
 # Redis module crate, reads Redis' module header with it), python3 (the Python client of
 # docs/service.md is run as written), curl (so is docs/middleware.md's session), and chromium
-# with chromium-driver (the dashboard's tests drive a real headless browser).
+# with chromium-driver (the dashboard's tests drive a real headless browser), nginx, caddy and
+# haproxy (docs/proxies.md's configurations are run as written in front of the binary).
 set -euo pipefail
 
 missing=()
@@ -15,6 +16,9 @@ command -v python3 >/dev/null && python3 -c 'import ensurepip' 2>/dev/null || mi
 command -v curl >/dev/null || missing+=(curl)
 command -v chromium >/dev/null || missing+=(chromium)
 command -v chromedriver >/dev/null || missing+=(chromium-driver)
+command -v nginx >/dev/null || missing+=(nginx)
+command -v caddy >/dev/null || missing+=(caddy)
+command -v haproxy >/dev/null || missing+=(haproxy)
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "== installing ${missing[*]} (apt-get)"
   sudo_cmd=""

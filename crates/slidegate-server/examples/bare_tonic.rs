@@ -56,7 +56,7 @@ async fn main() -> std::io::Result<()> {
     // The same two services as `serve --grpc`: the router matches the path among them.
     let (_reporter, health) = tonic_health::server::health_reporter();
     let routes = slidegate_server::grpc::routes(service, health);
-    slidegate_server::grpc::serve(listener, routes, HttpLimits::default(), std::future::pending())
+    slidegate_server::grpc::serve(listener, routes, HttpLimits::default(), None, std::future::pending())
         .await
         .map_err(std::io::Error::other)
 }

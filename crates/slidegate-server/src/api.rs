@@ -26,7 +26,7 @@ use slidegate::headers as rate_limit;
 use slidegate::{Algorithm, Check, Decision, ErrorClass, Quota};
 
 use crate::app::{App, Live};
-use crate::config::{AlgorithmSpec, INLINE_RULE, parse_duration};
+use crate::config::{AlgorithmSpec, INLINE_RULE, Rule, parse_duration};
 use crate::inline::InlineRefusal;
 use crate::metrics;
 use crate::overrides::{self, Source, Target};
@@ -158,7 +158,7 @@ pub fn routes() -> Vec<Route> {
         }),
     ];
     // Each route's latency histogram is registered here, once, not looked up per request.
-    let timed = api.into_iter().map(|(method, path, handler)| {
+    let timed = api.into_iter().chain(crate::forward_auth::routes()).map(|(method, path, handler)| {
         let histogram = ::metrics::histogram!(metrics::HTTP_SECONDS, "route" => path);
         (method, path, handler.layer(TimedLayer(histogram)))
     });
@@ -578,9 +578,7 @@ impl<'a> CheckBody<'a> {
                         "give either `rule` or an inline `limit` and `window`, not both",
                     ));
                 }
-                let r = live.rules.get(&rule).ok_or_else(|| {
-                    ApiError::new(StatusCode::NOT_FOUND, "unknown_rule", format!("no rule {:?}", &*rule))
-                })?;
+                let r = rule_named(live, &rule)?;
                 let tier = self.tier.as_deref();
                 let quota = r.quota_for(tier).ok_or_else(|| {
                     ApiError::bad_request("unknown_tier", format!("rule {:?} has no tier {tier:?}", &*rule))
@@ -636,6 +634,13 @@ fn overridden(app: &App, r: &mut Resolved<'_>) {
     }
 }
 
+/// The rule called `name` in `live`, or the 404 `unknown_rule` answer naming it.
+pub(crate) fn rule_named<'l>(live: &'l Live, name: &str) -> Result<&'l Arc<Rule>, ApiError> {
+    live.rules
+        .get(name)
+        .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "unknown_rule", format!("no rule {name:?}")))
+}
+
 /// A `/v1/check` body, resolved: one check, or a group decided all or nothing.
 enum CheckRequest<'a> {
     One(Resolved<'a>),
@@ -661,29 +666,42 @@ fn decode_check<'a>(body: &'a [u8], live: &Live) -> Result<CheckRequest<'a>, Api
     }
 }
 
-/// Counts a decision of `r`, which started at `started`, with the counters of the snapshot that
-/// resolved it, and in the dashboard's traffic.
-fn count(app: &App, live: &Live, r: &Resolved<'_>, d: &Decision, started: quanta::Instant) {
-    let rule = &*r.policy;
+/// Counts a decision of `key` under `rule`, which started at `started`, with the counters of
+/// the snapshot that resolved it, and in the dashboard's traffic.
+fn count(app: &App, live: &Live, rule: &str, key: &str, d: &Decision, started: quanta::Instant) {
     if let Some(c) = live.counters(rule) {
         c.decisions.count(d.allowed);
         if let Some(policy) = d.degraded {
             c.decisions.count_degraded(policy);
         }
         if let Some(traffic) = &c.traffic {
-            app.stats.record(traffic, || crate::stats::client_key(&r.key, rule), d, started);
+            app.stats.record(traffic, || crate::stats::client_key(key, rule), d, started);
         }
     }
 }
 
 async fn check_one(app: &App, live: &Live, r: Resolved<'_>) -> Result<Response, ApiError> {
+    decide_one(app, live, &r.policy, &r.key, &r.quota, r.cost).await.map(|(_, answer)| answer)
+}
+
+/// Decides `cost` permits of the backend key `key` under `rule`'s `quota`, counts the decision
+/// and answers it as `/v1/check` does: the decision's JSON and the RateLimit headers.
+pub(crate) async fn decide_one(
+    app: &App,
+    live: &Live,
+    rule: &str,
+    key: &str,
+    quota: &Quota,
+    cost: u64,
+) -> Result<(Decision, Response), ApiError> {
     let started = app.now();
-    let d = app.timed(app.limiter.check_cost(&r.key, &r.quota, r.cost)).await?;
-    count(app, live, &r, &d, started);
+    let d = app.timed(app.limiter.check_cost(key, quota, cost)).await?;
+    count(app, live, rule, key, &d, started);
     // The decision (~190 bytes) and the header values after it (~80 bytes per policy).
     let mut body = String::with_capacity(320);
-    write_decision(&mut body, &r.policy, &d, app.limiter.backend().engine());
-    Ok(json_response(body, &[(&r.policy, &r.quota, &d)], d.retry_after))
+    write_decision(&mut body, rule, &d, app.limiter.backend().engine());
+    let answer = json_response(body, &[(rule, quota, &d)], d.retry_after);
+    Ok((d, answer))
 }
 
 async fn check_many(app: &App, live: &Live, resolved: &[Resolved<'_>]) -> Result<Response, ApiError> {
@@ -691,7 +709,7 @@ async fn check_many(app: &App, live: &Live, resolved: &[Resolved<'_>]) -> Result
     let started = app.now();
     let group = app.timed(app.limiter.check_all(&checks)).await?;
     for (r, d) in resolved.iter().zip(&group.decisions) {
-        count(app, live, r, d, started);
+        count(app, live, &r.policy, &r.key, d, started);
     }
     let items: Vec<_> = resolved.iter().zip(&group.decisions).map(|(r, d)| (&*r.policy, &r.quota, d)).collect();
     let engine = app.limiter.backend().engine();

@@ -13,6 +13,7 @@ use crate::admin::AdminToken;
 use crate::backend::AnyBackend;
 use crate::config::{BackendConfig, Config, ConfigError, INLINE_RULE, Rules};
 use crate::envoy::{EnvoyConfig, EnvoyConfigError, EnvoyOptions};
+use crate::forward_auth::ForwardAuthConfig;
 use crate::inline::InlineConfig;
 use crate::metrics::{self, DecisionCounters, Timed};
 use crate::overrides::Overrides;
@@ -33,6 +34,9 @@ pub struct Live {
     /// Whether the dashboard and `/v1/stats` are served, and to whom (the rules file's, also
     /// with the rules from Redis).
     pub ui: UiConfig,
+    /// Whose word on a forward-auth client's address is believed (the rules file's, also with
+    /// the rules from Redis).
+    pub forward_auth: ForwardAuthConfig,
     /// What each rule's decisions are counted in, by rule name, inline checks under
     /// [`INLINE_RULE`]: one lookup per decision.
     counters: HashMap<String, Counted>,
@@ -49,17 +53,26 @@ pub struct Counted {
 
 impl Live {
     pub(crate) fn new(config: Config) -> Self {
-        Self::of(config.rules, config.admin_token.as_deref().map(AdminToken::new), config.inline, config.ui)
+        let admin_token = config.admin_token.as_deref().map(AdminToken::new);
+        Self::of(config.rules, admin_token, config.inline, (config.ui, config.forward_auth))
     }
 
-    fn of(rules: Rules, admin_token: Option<AdminToken>, inline: InlineConfig, ui: UiConfig) -> Self {
+    /// These rules and inline bounds, with the rules file's `local` settings: `[ui]` and
+    /// `[forward_auth]`.
+    fn of(
+        rules: Rules,
+        admin_token: Option<AdminToken>,
+        inline: InlineConfig,
+        local: (UiConfig, ForwardAuthConfig),
+    ) -> Self {
         let counters = rules
             .iter()
             .map(|r| r.name.as_str())
             .chain([INLINE_RULE])
             .map(|name| (name.to_owned(), Counted { decisions: DecisionCounters::new(name), traffic: None }))
             .collect();
-        Self { rules, admin_token, inline, ui, counters }
+        let (ui, forward_auth) = local;
+        Self { rules, admin_token, inline, ui, forward_auth, counters }
     }
 
     /// This configuration with its rules' traffic from `stats`, which forgets removed rules'.
@@ -157,7 +170,8 @@ impl App {
         let _changing = self.changing.lock().unwrap_or_else(PoisonError::into_inner);
         let old = self.live();
         ::metrics::gauge!(metrics::RULES).set(rules.len() as f64);
-        let live = Arc::new(Live::of(rules, old.admin_token.clone(), inline, old.ui).tracked(&self.stats));
+        let local = (old.ui, old.forward_auth.clone());
+        let live = Arc::new(Live::of(rules, old.admin_token.clone(), inline, local).tracked(&self.stats));
         *self.live.write().unwrap_or_else(PoisonError::into_inner) = live;
         old
     }
@@ -238,9 +252,9 @@ impl App {
             self.stats.track_domains(self.envoy().domains(), config.ui.enabled);
         }
         let live = if from_redis {
-            Live::of(old.rules.clone(), admin_token, old.inline.clone(), config.ui)
+            Live::of(old.rules.clone(), admin_token, old.inline.clone(), (config.ui, config.forward_auth))
         } else {
-            Live::of(config.rules, admin_token, config.inline, config.ui)
+            Live::of(config.rules, admin_token, config.inline, (config.ui, config.forward_auth))
         };
         let live = live.tracked(&self.stats);
         let rules = live.rules.len();

@@ -8,10 +8,11 @@
 //!
 //! Here: [`Config`], the `[backend]` table and the file's top-level values. Beside it: `rule`
 //! (`[[rules]]` and their tiers), `algorithm` (how a quota counts, shared with inline checks),
-//! `server` and `inline` (those tables), `value` (checks several tables share).
+//! `server`, `inline` and `forward_auth` (those tables), `value` (checks several tables share).
 
 mod algorithm;
 mod envoy;
+mod forward_auth;
 mod inline;
 mod rule;
 mod server;
@@ -28,6 +29,7 @@ use toml::Spanned;
 
 pub use algorithm::{AlgorithmError, AlgorithmField, AlgorithmSpec, DEFAULT_COLD_FRACTION};
 use envoy::envoy_options;
+use forward_auth::ForwardAuthSpec;
 use inline::InlineSpec;
 use rule::RuleSpec;
 pub use rule::{MAX_RULES, Rule, Rules};
@@ -38,8 +40,10 @@ pub use value::{check_redis_url, parse_duration};
 
 use crate::envoy::EnvoyOptions;
 use crate::file::FileError;
+use crate::forward_auth::ForwardAuthConfig;
 use crate::http::HttpLimits;
 use crate::inline::InlineConfig;
+use crate::tls::ListenerTlsFiles;
 // A rules file is bounded as a pushed one is: both are the rules every instance parses.
 use crate::shared_rules::MAX_DOCUMENT_BYTES;
 use crate::ui::UiConfig;
@@ -135,10 +139,15 @@ pub struct Config {
     pub backend: BackendConfig,
     /// The `[server]` table: the HTTP listener's deadlines and connection cap.
     pub server: HttpLimits,
+    /// `[server]`'s `tls_cert`, `tls_key` and `tls_client_ca`: TLS on the HTTP and gRPC
+    /// listeners.
+    pub tls: ListenerTlsFiles,
     /// The `[inline]` table: whether inline checks are served, and their bounds.
     pub inline: InlineConfig,
     /// The `[ui]` table: whether the dashboard and `/v1/stats` are served, and to whom.
     pub ui: UiConfig,
+    /// The `[forward_auth]` table: whose word on a forward-auth client's address is believed.
+    pub forward_auth: ForwardAuthConfig,
     /// The named rules.
     pub rules: Rules,
     /// Where to serve the Envoy rate limit service (gRPC), if at all.
@@ -161,8 +170,10 @@ impl Default for Config {
             admin_token: None,
             backend: BackendConfig::default(),
             server: HttpLimits::default(),
+            tls: ListenerTlsFiles::default(),
             inline: InlineConfig::default(),
             ui: UiConfig::default(),
+            forward_auth: ForwardAuthConfig::default(),
             rules: Rules::default(),
             grpc: None,
             envoy_config: None,
@@ -264,6 +275,8 @@ struct FileSpec {
     #[serde(default)]
     ui: UiSpec,
     #[serde(default)]
+    forward_auth: ForwardAuthSpec,
+    #[serde(default)]
     rules: Vec<RuleSpec>,
 }
 
@@ -291,19 +304,27 @@ struct BackendSpec {
 
 impl Config {
     /// Reads and validates the rules file at `path`. A relative `envoy_config` directory, and a
-    /// relative `[backend]` TLS file, is relative to the file.
+    /// relative `[backend]` or `[server]` TLS file, is relative to the file.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let text = crate::file::read_text(path, MAX_DOCUMENT_BYTES, "rules")
             .map_err(|source| ConfigError::Read { path: path.display().to_string(), source })?;
         let mut config = Self::parse(&text, &path.display().to_string())?;
+        let beside = path.parent().unwrap_or(Path::new("."));
         if let Some(dir) = config.envoy_config.take() {
-            let beside = path.parent().unwrap_or(Path::new("."));
             config.envoy_config = Some(if dir.is_relative() { beside.join(dir) } else { dir });
         }
-        let tls = &mut config.backend.tls;
-        for file in [&mut tls.ca, &mut tls.cert, &mut tls.key].into_iter().flatten() {
+        let (redis, listeners) = (&mut config.backend.tls, &mut config.tls);
+        let files = [
+            &mut redis.ca,
+            &mut redis.cert,
+            &mut redis.key,
+            &mut listeners.cert,
+            &mut listeners.key,
+            &mut listeners.client_ca,
+        ];
+        for file in files.into_iter().flatten() {
             if file.is_relative() {
-                *file = path.parent().unwrap_or(Path::new(".")).join(&*file);
+                *file = beside.join(&*file);
             }
         }
         Ok(config)
@@ -329,6 +350,7 @@ impl FileSpec {
         let envoy = envoy_options(&self)?;
         let backend = self.backend.validate()?;
         let server = self.server.validate(backend.timeout, timeout_span)?;
+        let tls = self.server.tls()?;
         let rules = Rules::from_specs(self.rules)?;
         let grpc = match self.grpc {
             Some(addr) => Some(
@@ -341,12 +363,15 @@ impl FileSpec {
         let inline = self.inline.validate()?;
         let rules_from_redis = rules_from_redis(self.rules_from_redis.as_ref(), &rules, &inline)?;
         let ui = self.ui.validate(self.admin_token.is_some())?;
+        let forward_auth = self.forward_auth.validate()?;
         Ok(Config {
             admin_token: self.admin_token.map(Spanned::into_inner),
             backend,
             server,
+            tls,
             inline,
             ui,
+            forward_auth,
             rules,
             grpc,
             envoy_config: self.envoy_config.map(|d| d.into_inner().into()),
@@ -513,6 +538,35 @@ tiers = { vip = { limit = 100 } }
 
     fn error(text: &str) -> String {
         Config::parse(text, "rules.toml").expect_err("invalid").to_string()
+    }
+
+    #[test]
+    fn forward_auth_settings_past_a_bound_are_refused_naming_the_field_and_the_bound() {
+        let rule = |fields: &str| format!("[[rules]]\nname = \"r\"\nlimit = 5\nwindow = \"1m\"\n{fields}\n");
+        let parts = format!("key = [{}]", ["\"method\""; 9].join(", "));
+        let methods = format!("methods = [{}]", ["\"GET\""; 17].join(", "));
+        let prefix = format!("path_prefix = \"/{}\"", "p".repeat(1024));
+        let proxies = format!("[forward_auth]\ntrusted_proxies = [{}]\n", ["\"10.0.0.1\""; 65].join(", "));
+        for (text, want) in [
+            (rule(&parts), "rules.toml:5:7: rules[0].key: list 1 to 8 parts, got 9"),
+            (rule("key = []"), "rules.toml:5:7: rules[0].key: list 1 to 8 parts, got 0"),
+            (rule("key = [\"cookie\"]"), "rules[0].key: unknown key part \"cookie\""),
+            (rule("key = [\"header:bad name\"]"), "rules[0].key: \"bad name\" is not a header name"),
+            (rule(&methods), "rules[0].methods: list 1 to 16 methods, got 17"),
+            (rule(&format!("methods = [\"{}\"]", "G".repeat(33))), "is not a method of at most 32 bytes"),
+            (rule(&prefix), "rules[0].path_prefix: must start with / and be at most 1024 bytes"),
+            (rule("path_prefix = \"api\""), "rules[0].path_prefix: must start with /"),
+            (proxies, "forward_auth.trusted_proxies: 65 entries, over the 64 allowed"),
+            ("[forward_auth]\ntrusted_proxies = [\"10.0.0.0/33\"]\n".into(), "\"10.0.0.0/33\" is not an IP address"),
+            ("[forward_auth]\nclient_header = \"x-client-ip\"\n".into(), "forward_auth.client_header: \"x-client-ip\""),
+        ] {
+            let e = error(&text);
+            assert!(e.contains(want), "{e}");
+        }
+        let c = Config::parse(&rule("key = [\"header:X-Api-Key\", \"path\"]\nmethods = [\"POST\"]"), "r.toml")
+            .expect("valid");
+        assert_eq!(c.rules.get("r").map(|r| r.caller.key.len()), Some(2));
+        assert!(Config::default().forward_auth.trusted_proxies.is_empty(), "nothing trusted by default");
     }
 
     #[test]

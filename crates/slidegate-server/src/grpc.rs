@@ -13,6 +13,9 @@
 //!   headers are at most [`crate::http::MAX_HEAD_BYTES`], its message at most
 //!   [`crate::envoy::MAX_REQUEST_BYTES`], and it is answered within
 //!   [`HttpLimits::request_timeout`] (`CANCELLED` past it).
+//! - Over TLS ([`crate::tls`]), the handshake and then the preface must both arrive within
+//!   [`HttpLimits::header_read_timeout`] of the accept, the connection holding its slot
+//!   meanwhile: a client that never finishes its handshake is closed at that deadline.
 
 use std::future::Future;
 use std::io;
@@ -24,15 +27,17 @@ use std::time::Duration;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
     RateLimitService, RateLimitServiceServer, SERVICE_NAME,
 };
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio_rustls::server::TlsStream;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::server::{Connected, TcpConnectInfo};
 use tonic_health::pb::health_server::{Health, HealthServer};
 
 use crate::http::HttpLimits;
 use crate::metrics;
+use crate::tls::ListenerTls;
 
 /// Concurrent requests (HTTP/2 streams) per connection: Envoy multiplexes its rate limit calls
 /// over a few connections, each far below this; more streams queue in the client.
@@ -64,15 +69,48 @@ pub fn routes(
     router.route_service(&format!("/{SERVICE_NAME}/ShouldRateLimit"), rate_limit).into()
 }
 
-/// Serves `routes` on `listener` within `limits` until `shutdown` completes.
+/// Serves `routes` on `listener` within `limits`, over `tls` when given, until `shutdown`
+/// completes.
 pub async fn serve(
     listener: TcpListener,
     routes: tonic::service::Routes,
     limits: HttpLimits,
+    tls: Option<Arc<ListenerTls>>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), tonic::transport::Error> {
+    match tls {
+        None => {
+            let open = |stream: TcpStream| async move { preface(&stream).await.then_some((stream, Vec::new())) };
+            serve_opened(listener, routes, limits, open, shutdown).await
+        }
+        Some(tls) => {
+            let open = move |stream: TcpStream| {
+                // The acceptor of the configuration in force when the connection came.
+                let acceptor = tls.grpc();
+                async move {
+                    let mut stream = acceptor.accept(stream).await.ok()?;
+                    // A TLS stream cannot be peeked: the preface is read, and handed back.
+                    let mut preface = vec![0; PREFACE_LEN];
+                    stream.read_exact(&mut preface).await.ok()?;
+                    Some((stream, preface))
+                }
+            };
+            serve_opened(listener, routes, limits, open, shutdown).await
+        }
+    }
+}
+
+/// Serves `routes` on the connections of `listener` that `open` makes ready (a transport, and
+/// the bytes it read off it already) within the preface deadline.
+async fn serve_opened<S: Transport, F: Future<Output = Option<(S, Vec<u8>)>> + Send + 'static>(
+    listener: TcpListener,
+    routes: tonic::service::Routes,
+    limits: HttpLimits,
+    open: impl Fn(TcpStream) -> F + Send + 'static,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), tonic::transport::Error> {
     let (ready, incoming) = mpsc::channel(ACCEPTED_QUEUE);
-    let accepting = tokio::spawn(accept(listener, ready, limits));
+    let accepting = tokio::spawn(accept(listener, ready, limits, open));
     let served = tonic::transport::Server::builder()
         .timeout(limits.request_timeout)
         .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION)
@@ -86,8 +124,14 @@ pub async fn serve(
     served
 }
 
-/// Accepts connections while the server runs, each given a slot and its preface deadline.
-async fn accept(listener: TcpListener, ready: mpsc::Sender<io::Result<Slotted>>, limits: HttpLimits) {
+/// Accepts connections while the server runs, each given a slot, then opened by `open` within
+/// the preface deadline.
+async fn accept<S: Transport, F: Future<Output = Option<(S, Vec<u8>)>> + Send + 'static>(
+    listener: TcpListener,
+    ready: mpsc::Sender<io::Result<Slotted<S>>>,
+    limits: HttpLimits,
+    open: impl Fn(TcpStream) -> F,
+) {
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     loop {
         let stream = match listener.accept().await {
@@ -103,10 +147,10 @@ async fn accept(listener: TcpListener, ready: mpsc::Sender<io::Result<Slotted>>,
         };
         // Answers are small and Envoy waits for each: no Nagle delay before sending one.
         let _ = stream.set_nodelay(true);
-        let ready = ready.clone();
+        let (ready, opening) = (ready.clone(), open(stream));
         tokio::spawn(async move {
-            if tokio::time::timeout(limits.header_read_timeout, preface(&stream)).await.is_ok_and(|sent| sent) {
-                let _ = ready.send(Ok(Slotted { stream, _slot: slot, yielded: false })).await;
+            if let Ok(Some((stream, replay))) = tokio::time::timeout(limits.header_read_timeout, opening).await {
+                let _ = ready.send(Ok(Slotted { stream, replay, _slot: slot, yielded: false })).await;
             }
         });
     }
@@ -126,6 +170,23 @@ async fn preface(stream: &TcpStream) -> bool {
     }
 }
 
+/// What a gRPC connection runs over: TCP, or TLS over TCP.
+trait Transport: AsyncRead + AsyncWrite + Unpin + Send + 'static {
+    fn tcp(&self) -> &TcpStream;
+}
+
+impl Transport for TcpStream {
+    fn tcp(&self) -> &TcpStream {
+        self
+    }
+}
+
+impl Transport for TlsStream<TcpStream> {
+    fn tcp(&self) -> &TcpStream {
+        self.get_ref().0
+    }
+}
+
 /// A connection and its slot under the cap, released when the server drops the connection.
 ///
 /// Its writes are batched: the HTTP/2 connection task writes whatever answers are ready each
@@ -133,20 +194,22 @@ async fn preface(stream: &TcpStream) -> bool {
 /// so without a pause it would write each answer alone — a `writev` per call. Before a write it
 /// yields once (its task goes to the back of the run queue), so the answers of the other streams
 /// ready by then go out in the same write.
-struct Slotted {
-    stream: TcpStream,
+struct Slotted<S> {
+    stream: S,
+    /// Bytes read off the stream before the server took it, for its first reads.
+    replay: Vec<u8>,
     _slot: OwnedSemaphorePermit,
     /// Whether the connection yielded before this write already.
     yielded: bool,
 }
 
-impl Slotted {
+impl<S: Transport> Slotted<S> {
     /// `Pending` once before each write (the task woken at once, to run after the others
     /// ready), then the write.
     fn batched<T>(
         &mut self,
         cx: &mut Context<'_>,
-        write: impl FnOnce(Pin<&mut TcpStream>, &mut Context<'_>) -> Poll<T>,
+        write: impl FnOnce(Pin<&mut S>, &mut Context<'_>) -> Poll<T>,
     ) -> Poll<T> {
         if !self.yielded {
             self.yielded = true;
@@ -158,21 +221,27 @@ impl Slotted {
     }
 }
 
-impl Connected for Slotted {
+impl<S: Transport> Connected for Slotted<S> {
     type ConnectInfo = TcpConnectInfo;
 
     fn connect_info(&self) -> Self::ConnectInfo {
-        self.stream.connect_info()
+        self.stream.tcp().connect_info()
     }
 }
 
-impl AsyncRead for Slotted {
+impl<S: Transport> AsyncRead for Slotted<S> {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        if !self.replay.is_empty() {
+            let n = self.replay.len().min(buf.remaining());
+            buf.put_slice(&self.replay[..n]);
+            self.replay.drain(..n);
+            return Poll::Ready(Ok(()));
+        }
         Pin::new(&mut self.stream).poll_read(cx, buf)
     }
 }
 
-impl AsyncWrite for Slotted {
+impl<S: Transport> AsyncWrite for Slotted<S> {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         self.batched(cx, |stream, cx| stream.poll_write(cx, buf))
     }

@@ -16,6 +16,10 @@
 //!   `slidegate_http_connections_refused_total`: the accept loop never waits and nothing
 //!   queues in the process; clients see a prompt refusal they can retry instead of a stall.
 //! - A request head is at most [`MAX_HEAD_BYTES`]; a longer one is answered 431 and closed.
+//! - Over TLS ([`crate::tls`]), the handshake counts as the wait for the first head: a client
+//!   that opens a connection and never finishes its handshake holds a slot, and is closed at
+//!   the header deadline. One over the cap is closed without an answer (a plaintext 503 would
+//!   be noise to a TLS client), and counted as over plaintext.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -38,6 +42,7 @@ use tracing::{error, warn};
 
 use crate::api::{Answer, Routes};
 use crate::metrics;
+use crate::tls::ListenerTls;
 
 /// The time a client gets to send a request head unless `[server] header_read_timeout` says
 /// otherwise: ample for any real client (a head is a few hundred bytes), short enough that a
@@ -158,12 +163,14 @@ impl HttpLimits {
     }
 }
 
-/// Serves `routes` on `listener` within `limits` until `shutdown` completes; then stops
-/// accepting, and lets requests in flight finish (each is bounded by its deadlines).
+/// Serves `routes` on `listener` within `limits`, over `tls` when given, until `shutdown`
+/// completes; then stops accepting, and lets requests in flight finish (each is bounded by its
+/// deadlines).
 pub async fn serve(
     listener: TcpListener,
     routes: Routes,
     limits: HttpLimits,
+    tls: Option<Arc<ListenerTls>>,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
     let slots = Arc::new(Semaphore::new(limits.max_connections));
@@ -184,20 +191,32 @@ pub async fn serve(
             }
         };
         let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
-            refuse(stream);
+            refuse(stream, tls.is_none());
             continue;
         };
         let idle = Arc::new(IdleWatch::default());
         let service =
             RequestDeadline { routes: routes.clone(), limit: limits.request_timeout, peer, idle: Arc::clone(&idle) };
-        let connection = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
+        let (watcher, builder) = (graceful.watcher(), builder.clone());
+        // The acceptor of the configuration in force when the connection came.
+        let acceptor = tls.as_ref().map(|tls| tls.http());
         let header_read_timeout = limits.header_read_timeout;
         tokio::spawn(async move {
             let _open = OpenConnection::new(slot);
+            let served = async move {
+                let _ = match acceptor {
+                    None => watcher.watch(builder.serve_connection(TokioIo::new(stream), service)).await,
+                    // A failed handshake is the client's (no certificate, another CA): closed.
+                    Some(acceptor) => match acceptor.accept(stream).await {
+                        Ok(stream) => watcher.watch(builder.serve_connection(TokioIo::new(stream), service)).await,
+                        Err(_) => return,
+                    },
+                };
+            };
             // A connection's errors (a client gone, a head too large) are its own; one that
-            // waits too long for a head is dropped, which closes it.
+            // waits too long for a head (or its handshake) is dropped, which closes it.
             tokio::select! {
-                _ = connection => {}
+                () = served => {}
                 () = idle.expired(header_read_timeout) => {}
             }
         });
@@ -271,9 +290,13 @@ impl Drop for OpenConnection {
 const REFUSAL: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nconnection: close\r\n\
 content-length: 86\r\n\r\n{\"error\":{\"code\":\"too_many_connections\",\"message\":\"too many open connections, retry\"}}";
 
-/// Closes a connection over the cap, after one non-blocking attempt to say why.
-fn refuse(stream: TcpStream) {
+/// Closes a connection over the cap, after one non-blocking attempt to say why when `answer`
+/// (plaintext).
+fn refuse(stream: TcpStream, answer: bool) {
     ::metrics::counter!(metrics::HTTP_CONNECTIONS_REFUSED).increment(1);
+    if !answer {
+        return;
+    }
     // A fresh socket's send buffer takes the few bytes; if not, the client sees the close alone.
     if let Ok(mut socket) = stream.into_std() {
         let _ = socket.write(REFUSAL);

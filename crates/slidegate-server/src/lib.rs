@@ -17,7 +17,9 @@
 //! - [`redact`](mod@redact): passwords out of every log line and answer.
 //! - [`request_id`]: the id that ties an error answer to its log line.
 //! - [`envoy`]: the Envoy rate limit service (gRPC) and envoyproxy/ratelimit's YAML files.
+//! - [`forward_auth`]: the forward-auth endpoints of nginx, Caddy, Traefik and HAProxy.
 //! - [`grpc`]: the gRPC listener — the HTTP listener's deadlines and connection cap.
+//! - [`tls`]: TLS on both listeners, its files replaced live.
 //! - [`health`]: the gRPC health service, following the backend's readiness.
 //! - [`overrides`]: per-key overrides of a rule's limit, set through the admin routes.
 //! - [`shared_rules`]: rules and overrides shared by every instance through Redis, and
@@ -39,6 +41,7 @@ pub mod bench;
 pub mod config;
 pub mod envoy;
 pub mod file;
+pub mod forward_auth;
 pub mod grpc;
 pub mod health;
 pub mod http;
@@ -55,6 +58,7 @@ pub mod request_id;
 pub mod server;
 pub mod shared_rules;
 pub mod stats;
+pub mod tls;
 pub mod ui;
 pub mod validate;
 pub mod watch;

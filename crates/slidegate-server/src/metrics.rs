@@ -30,7 +30,8 @@ pub const GRPC_CONNECTIONS_REFUSED: &str = "slidegate_grpc_connections_refused_t
 /// The number of active rules.
 pub const RULES: &str = "slidegate_rules";
 /// Reloads by `result` (`ok` / `failed`) and `file` (`rules`: the rules file; `envoy`: the
-/// Envoy configuration directory).
+/// Envoy configuration directory; `redis`: the shared rules; `tls`: the listeners' certificate,
+/// key and client CA).
 pub const RELOADS: &str = "slidegate_config_reloads_total";
 /// Configuration files refused before reading, by `file` (`rules`, `envoy`) and `reason`
 /// (`not_a_file`: a FIFO, a device, a directory…; `too_large`).

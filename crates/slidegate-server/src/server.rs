@@ -15,6 +15,7 @@ use crate::config::{Config, check_redis_url, parse_duration};
 use crate::envoy::{EnvoyOptions, EnvoyRateLimit, HeaderStyle};
 use crate::http::HttpLimits;
 use crate::redact::redact;
+use crate::tls::{ListenerTls, ListenerTlsFiles};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 
 /// `slidegate serve`'s flags; each overrides the rules file's setting, and each can be given as
@@ -60,6 +61,17 @@ pub struct ServeOptions {
     /// loaded, the Lua scripts otherwise), `lua` or `module`.
     #[arg(long, env = "SLIDEGATE_REDIS_ENGINE")]
     pub redis_engine: Option<slidegate::RedisEngine>,
+    /// Serve HTTPS — and gRPC over TLS, with --grpc — with this certificate chain (PEM), served
+    /// anew to new connections when the file changes (`[server] tls_cert`; with --tls-key).
+    #[arg(long, env = "SLIDEGATE_TLS_CERT", value_name = "FILE")]
+    pub tls_cert: Option<PathBuf>,
+    /// The certificate's private key (PEM; `[server] tls_key`).
+    #[arg(long, env = "SLIDEGATE_TLS_KEY", value_name = "FILE")]
+    pub tls_key: Option<PathBuf>,
+    /// Require of every client a certificate that chains to these CA certificates (PEM):
+    /// mutual TLS, a client without one refused at the handshake (`[server] tls_client_ca`).
+    #[arg(long, env = "SLIDEGATE_TLS_CLIENT_CA", value_name = "FILE")]
+    pub tls_client_ca: Option<PathBuf>,
     /// Serve the Envoy rate limit service (gRPC) on this address.
     #[arg(long, env = "SLIDEGATE_GRPC")]
     pub grpc: Option<SocketAddr>,
@@ -180,6 +192,7 @@ pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
         }
         None => config,
     };
+    let tls = ListenerTls::load(&config.tls).context("loading the listeners' TLS files")?.map(Arc::new);
     let grpc = config.grpc;
     let where_ = backend_location(&config);
     let app = App::start(config, options.config.clone()).await.map_err(|e| {
@@ -191,7 +204,7 @@ pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
     tokio::spawn(crate::overrides::change::lapse_forever(Arc::clone(&app)));
     tokio::spawn(crate::shared_rules::beat_forever(Arc::clone(&app)));
     let listener = TcpListener::bind(options.http).await.with_context(|| format!("binding {}", options.http))?;
-    log_start(&app, listener.local_addr()?, &where_, &limits);
+    log_start(&app, listener.local_addr()?, &where_, &limits, tls.as_deref());
     // One signal stops both servers.
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
@@ -199,15 +212,19 @@ pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
         let _ = stop_tx.send(true);
     });
     let grpc_server = match grpc {
-        Some(addr) => Some(serve_grpc(addr, Arc::clone(&app), limits, stopped(stop_rx.clone())).await?),
+        Some(addr) => Some(serve_grpc(addr, Arc::clone(&app), limits, tls.clone(), stopped(stop_rx.clone())).await?),
         None => None,
     };
     let watcher = tokio::spawn(crate::watch::watch_config(Arc::clone(&app)));
-    let result = run(app, listener, limits, stopped(stop_rx)).await;
+    let tls_watcher = tls.clone().map(|tls| tokio::spawn(crate::tls::watch::watch_files(tls)));
+    let result = run(app, listener, limits, tls, stopped(stop_rx)).await;
     if let Some(g) = grpc_server {
         g.await.context("gRPC server task")?.context("gRPC server")?;
     }
     watcher.abort();
+    if let Some(w) = tls_watcher {
+        w.abort();
+    }
     info!("slidegate stopped");
     result
 }
@@ -255,6 +272,7 @@ fn with_flags(mut config: Config, options: &ServeOptions) -> anyhow::Result<Conf
         backend.engine = engine;
     }
     redis_tls_flags(backend, options)?;
+    listener_tls_flags(&mut config.tls, options)?;
     if let Some(addr) = options.grpc {
         config.grpc = Some(addr);
     }
@@ -300,9 +318,10 @@ fn envoy_flags(envoy: &mut EnvoyOptions, options: &ServeOptions) {
 
 /// The start's log lines: where, which backend, how many rules, the HTTP limits, the admin
 /// routes' state.
-fn log_start(app: &App, addr: SocketAddr, where_: &str, limits: &HttpLimits) {
+fn log_start(app: &App, addr: SocketAddr, where_: &str, limits: &HttpLimits, tls: Option<&ListenerTls>) {
+    let scheme = if tls.is_some() { "https" } else { "http" };
     info!(
-        http = %format!("http://{addr}"),
+        http = %format!("{scheme}://{addr}"),
         backend = app.limiter.backend().name(),
         location = where_,
         rules = app.live().rules.len(),
@@ -317,14 +336,19 @@ fn log_start(app: &App, addr: SocketAddr, where_: &str, limits: &HttpLimits) {
     if app.live().admin_token.is_none() {
         info!("{}", admin_state(false));
     }
+    if let Some(tls) = tls {
+        let clients = if tls.requires_client_certificates() { "required" } else { "not asked for" };
+        info!(client_certificates = clients, "listeners serve TLS");
+    }
 }
 
-/// Binds `addr` and serves the Envoy rate limit service there, within `limits`, until
-/// `shutdown` completes.
+/// Binds `addr` and serves the Envoy rate limit service there, within `limits` (over `tls` when
+/// given), until `shutdown` completes.
 async fn serve_grpc(
     addr: SocketAddr,
     app: Arc<App>,
     limits: HttpLimits,
+    tls: Option<Arc<ListenerTls>>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<tokio::task::JoinHandle<Result<(), tonic::transport::Error>>> {
     let listener = TcpListener::bind(addr).await.with_context(|| format!("binding {addr} (gRPC)"))?;
@@ -336,38 +360,54 @@ async fn serve_grpc(
         .max_decoding_message_size(crate::envoy::MAX_REQUEST_BYTES);
     let routes = crate::grpc::routes(service, health);
     Ok(tokio::spawn(async move {
-        let served = crate::grpc::serve(listener, routes, limits, shutdown).await;
+        let served = crate::grpc::serve(listener, routes, limits, tls, shutdown).await;
         readiness.abort();
         served
     }))
 }
 
-/// Serves `app` on `listener` within `limits` until `shutdown` completes; requests in flight
-/// then finish.
+/// Serves `app` on `listener` within `limits` (over `tls` when given) until `shutdown`
+/// completes; requests in flight then finish.
 pub async fn run(
     app: Arc<App>,
     listener: TcpListener,
     limits: HttpLimits,
+    tls: Option<Arc<ListenerTls>>,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
-    crate::http::serve(listener, crate::api::Routes::new(app), limits, shutdown).await?;
+    crate::http::serve(listener, crate::api::Routes::new(app), limits, tls, shutdown).await?;
     Ok(())
 }
 
 /// `backend`'s TLS files under `options`' `--redis-tls-*` flags, checked against the URLs.
 fn redis_tls_flags(backend: &mut crate::config::BackendConfig, options: &ServeOptions) -> anyhow::Result<()> {
     let tls = &mut backend.tls;
-    for (file, flag) in [
+    flags_over([
         (&mut tls.ca, &options.redis_tls_ca),
         (&mut tls.cert, &options.redis_tls_cert),
         (&mut tls.key, &options.redis_tls_key),
-    ] {
+    ]);
+    tls.skip_hostname_verification |= options.redis_tls_skip_hostname_verification;
+    backend.check_tls().map_err(|m| anyhow::anyhow!("--redis-tls-*: {m}"))
+}
+
+/// The listeners' TLS files under `options`' `--tls-*` flags, checked.
+fn listener_tls_flags(files: &mut ListenerTlsFiles, options: &ServeOptions) -> anyhow::Result<()> {
+    flags_over([
+        (&mut files.cert, &options.tls_cert),
+        (&mut files.key, &options.tls_key),
+        (&mut files.client_ca, &options.tls_client_ca),
+    ]);
+    files.check().map_err(|m| anyhow::anyhow!("--tls-* ([server] tls_*): {m}"))
+}
+
+/// Each file a flag gives, in place of the rules file's.
+fn flags_over(files: [(&mut Option<PathBuf>, &Option<PathBuf>); 3]) {
+    for (file, flag) in files {
         if flag.is_some() {
             file.clone_from(flag);
         }
     }
-    tls.skip_hostname_verification |= options.redis_tls_skip_hostname_verification;
-    backend.check_tls().map_err(|m| anyhow::anyhow!("--redis-tls-*: {m}"))
 }
 
 /// The rules file's `[server]` limits under `options`' flags, checked.

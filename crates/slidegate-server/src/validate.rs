@@ -1,5 +1,5 @@
-//! `slidegate validate`: everything `serve` would load — the rules file and the Envoy
-//! configuration directory, through the same loaders, so with the same errors — checked
+//! `slidegate validate`: everything `serve` would load — the rules file (and the listeners' TLS
+//! files it names) and the Envoy configuration directory, through the same loaders, so with the same errors — checked
 //! without binding a port or connecting a backend: for CI, and before a reload.
 
 use std::path::{Path, PathBuf};
@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use crate::config::{Config, INLINE_RULE};
 use crate::envoy::EnvoyConfig;
 use crate::redact::redact;
+use crate::tls::ListenerTls;
 
 /// `slidegate validate`'s flags (the same variables as `serve`'s name the same files).
 #[derive(Debug, Clone, clap::Args)]
@@ -46,6 +47,12 @@ pub fn validate(args: &ValidateArgs) -> Report {
                 envoy_dir = envoy_dir.or_else(|| config.envoy_config.clone());
                 merge_domains |= config.envoy.merge_domains;
                 report.summary.extend(describe(path, &config));
+                // The listeners' TLS files, read and checked as `serve` reads them at start.
+                match ListenerTls::load(&config.tls) {
+                    Ok(Some(tls)) => report.summary.push(describe_tls(&tls)),
+                    Ok(None) => {}
+                    Err(e) => report.problems.push(e.to_string()),
+                }
             }
             // A password in the file may be quoted by the error: never print it.
             Err(e) => report.problems.push(redact(&e.to_string()).into_owned()),
@@ -110,6 +117,13 @@ fn describe(path: &Path, config: &Config) -> Vec<String> {
         ),
         format!("  admin routes: {}", if config.admin_token.is_some() { "enabled" } else { "disabled" }),
     ]
+}
+
+/// The listeners' TLS line of the summary.
+fn describe_tls(tls: &ListenerTls) -> String {
+    let files: Vec<String> = tls.files().map(|f| f.display().to_string()).collect();
+    let clients = if tls.requires_client_certificates() { "required" } else { "not asked for" };
+    format!("  tls: {} (client certificates {clients})", files.join(", "))
 }
 
 /// `3 (a, b, c)`, or `0`.

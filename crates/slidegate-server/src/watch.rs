@@ -23,7 +23,7 @@ use crate::shared_rules::MAX_DOCUMENT_BYTES;
 pub const WATCH_INTERVAL: Duration = Duration::from_millis(250);
 
 /// What one file holds: a digest of its bytes, or why it could not be read.
-type Look = Result<[u8; 32], String>;
+pub(crate) type Look = Result<[u8; 32], String>;
 
 /// What the watched files held when last looked at.
 #[derive(Debug, PartialEq, Eq)]
@@ -41,7 +41,8 @@ impl Seen {
     }
 }
 
-fn look(path: &Path, max: usize) -> Look {
+/// What the file at `path`, of at most `max` bytes, holds now.
+pub(crate) fn look(path: &Path, max: usize) -> Look {
     file::read(path, max).map(|bytes| Sha256::digest(bytes).into()).map_err(|e| e.to_string())
 }
 
@@ -53,24 +54,40 @@ fn directory(dir: &Path) -> Vec<(PathBuf, Look)> {
 
 /// The watcher's task: it ends only with the process (or if a look panics).
 pub fn watch_config(app: Arc<App>) -> impl Future<Output = ()> {
-    use tokio::signal::unix::{SignalKind, signal};
     let watched = app.config_path().is_some() || app.envoy_dir().is_some();
-    // Registered now: a SIGHUP before the task first runs would end the process.
-    let hup = watched.then(|| signal(SignalKind::hangup()).expect("SIGHUP handler"));
     // Looked at now, not when the task first runs: a change made in between would go unseen.
-    let mut seen = Seen::now(&app);
+    let seen = Seen::now(&app);
+    let watching =
+        watched.then(|| looking("configuration", seen, move |seen, forced| apply_changes(&app, seen, forced)));
     async move {
-        let Some(mut hup) = hup else { return };
+        if let Some(watching) = watching {
+            watching.await;
+        }
+    }
+}
+
+/// A watcher's loop: `apply` on the blocking pool every [`WATCH_INTERVAL`], and at once on
+/// SIGHUP (`forced`), each time given what it returned the time before (`seen` first). It ends
+/// only with the process, or if `apply` panics (logged as `what`'s watcher stopping).
+pub(crate) fn looking<S: Send + 'static>(
+    what: &'static str,
+    mut seen: S,
+    apply: impl Fn(&S, bool) -> S + Clone + Send + 'static,
+) -> impl Future<Output = ()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    // Registered now: a SIGHUP before the task first runs would end the process.
+    let mut hup = signal(SignalKind::hangup()).expect("SIGHUP handler");
+    async move {
         loop {
             let forced = tokio::select! {
                 _ = hup.recv() => true,
                 () = tokio::time::sleep(WATCH_INTERVAL) => false,
             };
-            let app = Arc::clone(&app);
-            seen = match tokio::task::spawn_blocking(move || apply_changes(&app, &seen, forced)).await {
+            let apply = apply.clone();
+            seen = match tokio::task::spawn_blocking(move || apply(&seen, forced)).await {
                 Ok(now) => now,
                 Err(e) => {
-                    error!("the configuration watcher stopped: {e}");
+                    error!("the {what} watcher stopped: {e}");
                     return;
                 }
             };

@@ -76,6 +76,25 @@ fn validate_summarizes_what_serve_would_run_and_exits_0() {
 }
 
 #[test]
+fn validate_reads_the_listeners_tls_files_as_serve_does() {
+    let pki = slidegate_testkit::TestPki::new("validate");
+    let rules = pki.dir().join("rules.toml");
+    let fields = "[server]\ntls_cert = \"server.pem\"\ntls_key = \"server.key\"\ntls_client_ca = \"ca.pem\"\n";
+    std::fs::write(&rules, fields).expect("write rules");
+    let out = run(&["validate", "--config", support::path(&rules)]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    assert!(stdout.contains("(client certificates required)"), "{stdout}");
+    assert!(stdout.contains(support::path(&pki.server().cert)), "{stdout}");
+    // The key of another certificate: the problem `serve` would fail its start with.
+    std::fs::write(&rules, fields.replace("server.key", "client.key")).expect("write rules");
+    let out = run(&["validate", "--config", support::path(&rules)]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains(support::path(&pki.client().key)) && stderr.contains("not the key of"), "{stderr}");
+}
+
+#[test]
 fn validate_prints_each_problem_with_file_and_line_and_exits_1() {
     let rules = RulesFile::new("[[rules]]\nname = \"sms\"\nlimit = 0\nwindow = \"60s\"\n");
     let envoy = Dir::new(&[("broken.yaml", "domain: broken\ndescriptors:\n  - key: a\n    value: [unclosed\n")]);

@@ -4,7 +4,7 @@
 
 mod support;
 
-use std::io::{ErrorKind, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
@@ -13,7 +13,7 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descri
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
-use support::Slidegate;
+use support::{Slidegate, closed_before};
 
 const CONFIG: &str = "
 domain: edge
@@ -56,23 +56,6 @@ async fn call(grpc: &str) -> Result<i32, String> {
         Ok(answer.into_inner().overall_code)
     };
     tokio::time::timeout(Duration::from_secs(10), ask).await.map_err(|_| "no answer within 10 s".to_owned())?
-}
-
-/// Whether the server closes `s` before `deadline`.
-fn closed_before(s: &mut TcpStream, deadline: Instant) -> bool {
-    let mut buf = [0u8; 256];
-    loop {
-        let Some(left) = deadline.checked_duration_since(Instant::now()).filter(|d| !d.is_zero()) else {
-            return false;
-        };
-        s.set_read_timeout(Some(left)).expect("timeout");
-        match s.read(&mut buf) {
-            Ok(0) => return true,
-            Ok(_) => {}
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted) => {}
-            Err(_) => return true,
-        }
-    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

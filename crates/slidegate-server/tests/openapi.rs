@@ -195,6 +195,22 @@ fn raw(base: &str, bytes: &[u8]) -> Answer {
     Answer::parse(&answer)
 }
 
+/// The methods the forward-auth routes are documented for.
+const FORWARD_METHODS: [&str; 7] = ["get", "post", "put", "patch", "delete", "options", "trace"];
+
+/// The forward-auth routes' paths, with the status each denies with.
+const FORWARD_ROUTES: [(&str, u16); 2] = [("/v1/forward-auth/{rule}", 429), ("/v1/auth-request/{rule}", 403)];
+
+/// Sends `method` to the forward-auth route `path` of `rule`, with `headers`.
+async fn forward(server: &Slidegate, method: &str, path: &str, rule: &str, headers: &[(&str, &str)]) -> Answer {
+    let url = server.url(&path.replace("{rule}", rule));
+    let mut request = reqwest::Client::new().request(method.to_uppercase().parse().expect("method"), url);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    Answer::from(request.send().await.expect("request")).await
+}
+
 #[test]
 fn every_route_served_is_in_the_document_and_every_documented_one_is_served() {
     let served: BTreeSet<(String, String)> = slidegate_server::api::routes()
@@ -220,6 +236,15 @@ fn every_route_served_is_in_the_document_and_every_documented_one_is_served() {
 }
 
 const RULES: &str = r#"admin_token = "t"
+
+[forward_auth]
+trusted_proxies = ["127.0.0.1/32"]
+
+[[rules]]
+name = "posts"
+limit = 1
+window = "60s"
+methods = ["POST"]
 
 [[rules]]
 name = "sms"
@@ -272,6 +297,27 @@ async fn every_endpoint_answers_as_the_openapi_document_says() {
     let base = server.base.clone();
     let slow = tokio::task::spawn_blocking(move || raw(&base, head));
     spec.hold(check, None, &slow.await.expect("raw"));
+
+    // The forward-auth routes, each method: allowed, denied, outside the rule, a bad cost, an
+    // unknown rule, a forwarding header too long.
+    let long = "203.0.113.1,".repeat(400);
+    for (i, (path, method)) in FORWARD_ROUTES.iter().flat_map(|r| FORWARD_METHODS.map(|m| (r, m))).enumerate() {
+        let ((path, denial), at) = (*path, At::Operation(path.0, method));
+        let client = format!("203.0.113.{}", i + 10);
+        let xff = [("x-forwarded-for", client.as_str())];
+        let allowed = forward(&server, method, path, "sms", &xff).await;
+        assert_eq!(allowed.status, 200, "{allowed:?}");
+        spec.hold(at, None, &allowed);
+        let denied = forward(&server, method, path, "sms", &xff).await;
+        assert_eq!((denied.status, denied.header("retry-after").is_some()), (denial, true), "{denied:?}");
+        spec.hold(at, None, &denied);
+        let outside = forward(&server, method, path, "posts", &[("x-forwarded-method", "GET")]).await;
+        assert!(String::from_utf8_lossy(&outside.body).contains(r#""applies":false"#), "{outside:?}");
+        spec.hold(at, None, &outside);
+        spec.hold(at, None, &forward(&server, method, path, "sms", &[("x-ratelimit-cost", "many")]).await);
+        spec.hold(at, None, &forward(&server, method, path, "nope", &[]).await);
+        spec.hold(at, None, &forward(&server, method, path, "sms", &[("x-forwarded-for", &long)]).await);
+    }
 
     for path in ["/v1/rules", "/metrics", "/healthz", "/readyz"] {
         spec.hold(At::Operation(path, "get"), None, &call(&server, "GET", path, None, None).await);
@@ -406,6 +452,11 @@ async fn every_endpoint_answers_as_the_openapi_document_says() {
     spec.hold(check, None, &call(&server, "POST", "/v1/check", Some(inline), None).await);
     let _: String = redis.query(&["SET", "slidegate:sms:{wrong}", "a string"]);
     spec.hold(check, None, &call(&server, "POST", "/v1/check", Some(r#"{"rule":"sms","key":"wrong"}"#), None).await);
+    // The forward-auth routes count this client's address, which holds a string now.
+    let _: String = redis.query(&["SET", "slidegate:sms:{127.0.0.1}", "a string"]);
+    for ((path, _), method) in FORWARD_ROUTES.iter().flat_map(|r| FORWARD_METHODS.map(|m| (r, m))) {
+        spec.hold(At::Operation(path, method), None, &forward(&server, method, path, "sms", &[]).await);
+    }
     redis.kill();
     spec.hold(At::Operation("/readyz", "get"), None, &call(&server, "GET", "/readyz", None, None).await);
     for method in ["get", "delete"] {

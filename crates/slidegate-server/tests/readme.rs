@@ -20,7 +20,7 @@ use slidegate::FailurePolicy;
 use slidegate_server::config::Config;
 use slidegate_server::envoy::config::{EnvoyConfig, Unit};
 use slidegate_testkit::RedisServer;
-use support::{RulesFile, Slidegate};
+use support::{RulesFile, Slidegate, tls};
 
 /// A documentation file, by its path from the repository's root.
 fn doc(path: &str) -> String {
@@ -172,6 +172,18 @@ fn the_operations_rules_file_loads_with_its_documented_policies() {
     assert_eq!(policy("search"), Some(FailurePolicy::LocalAuto { fallback_permille: 250 }));
 }
 
+/// The port of an Envoy `cluster`'s endpoint, checked to be the one the `serve` command's
+/// `--grpc` binds.
+fn cluster_port(cluster: &serde_yaml_ng::Value, serve: &[String]) -> u64 {
+    let port = cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]["socket_address"]
+        ["port_value"]
+        .as_u64()
+        .expect("a port");
+    let grpc_flag = serve.iter().position(|w| w == "--grpc").expect("--grpc");
+    assert!(serve[grpc_flag + 1].ends_with(&format!(":{port}")), "{serve:?}");
+    port
+}
+
 #[tokio::test]
 async fn the_envoy_configuration_and_command_work_as_written() {
     let text = doc("docs/envoy.md");
@@ -198,12 +210,7 @@ async fn the_envoy_configuration_and_command_work_as_written() {
     let cluster = &envoy["static_resources"]["clusters"][0];
     let filter = &envoy["http_filters"][0]["typed_config"];
     assert_eq!(cluster["name"], filter["rate_limit_service"]["grpc_service"]["envoy_grpc"]["cluster_name"]);
-    let port = cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]["socket_address"]
-        ["port_value"]
-        .as_u64()
-        .expect("a port");
-    let grpc_flag = serve.iter().position(|w| w == "--grpc").expect("--grpc");
-    assert!(serve[grpc_flag + 1].ends_with(&format!(":{port}")), "{serve:?}");
+    let port = cluster_port(cluster, &serve);
     assert_eq!(filter["domain"].as_str(), Some("edge"));
 
     // The README shows the same command.
@@ -427,6 +434,65 @@ async fn the_operations_commands_run_as_written() {
     assert_eq!(status.status(), tonic_health::pb::health_check_response::ServingStatus::Serving);
     let log = server.log_text();
     assert!(log.lines().all(|l| serde_json::from_str::<Value>(l).is_ok()), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_listener_tls_command_and_envoy_s_mutual_tls_cluster_work_as_written() {
+    let text = doc("docs/operations.md");
+    let serve = commands(&block(&text, "## TLS on the listeners", "sh")).remove(0);
+    let envoy: serde_yaml_ng::Value =
+        serde_yaml_ng::from_str(&block(&text, "Envoy's side of mutual TLS", "yaml")).expect("Envoy's YAML");
+
+    // The cluster speaks HTTP/2 over TLS (ALPN h2) to the port `--grpc` binds, presents a
+    // certificate and checks slidegate's against a CA.
+    let cluster = &envoy["static_resources"]["clusters"][0];
+    let options =
+        &cluster["typed_extension_protocol_options"]["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"];
+    assert!(options["explicit_http_config"]["http2_protocol_options"].is_mapping(), "{options:?}");
+    let tls = &cluster["transport_socket"]["typed_config"];
+    assert_eq!(tls["@type"], "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext");
+    let common = &tls["common_tls_context"];
+    assert_eq!(common["alpn_protocols"][0], "h2");
+    let presented = &common["tls_certificates"][0];
+    assert!(presented["certificate_chain"]["filename"].is_string() && presented["private_key"]["filename"].is_string());
+    assert!(common["validation_context"]["trusted_ca"]["filename"].is_string());
+    let port = cluster_port(cluster, &serve);
+
+    // The command, with the test's certificates in place of the documented files: a client
+    // presenting a certificate of the CA given to --tls-client-ca, as Envoy does, is answered;
+    // one presenting none is refused.
+    assert_eq!(serve[..2], ["slidegate", "serve"], "{serve:?}");
+    let pki = slidegate_testkit::TestPki::new("docs-tls");
+    let edge = block(&doc("docs/envoy.md"), "# Envoy's rate limit service", "yaml");
+    std::fs::create_dir_all(pki.dir().join("ratelimit-config")).expect("dir");
+    std::fs::write(pki.dir().join("ratelimit-config/edge.yaml"), edge).expect("write");
+    let grpc = format!("127.0.0.1:{}", slidegate_testkit::free_port());
+    let (server_files, client) = (pki.server(), pki.client());
+    let args: Vec<String> = serve[2..]
+        .iter()
+        .map(|w| match w.as_str() {
+            "./ratelimit-config" => support::path(&pki.dir().join("ratelimit-config")).to_owned(),
+            "/etc/slidegate/tls/server.pem" => support::path(&server_files.cert).to_owned(),
+            "/etc/slidegate/tls/server.key" => support::path(&server_files.key).to_owned(),
+            "/etc/slidegate/tls/envoy-ca.pem" => support::path(&pki.ca()).to_owned(),
+            w if w.ends_with(&format!(":{port}")) => grpc.clone(),
+            other => other.to_owned(),
+        })
+        .collect();
+    assert!(!args.iter().any(|a| a.starts_with("/etc/")), "a documented file left unmapped: {args:?}");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let _server = tls::serve_https(&args, &[], &tls::trust(&pki.ca(), Some(&client)));
+    let request = || RateLimitRequest {
+        domain: "edge".into(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: vec![Entry { key: "remote_address".into(), value: "10.1.2.3".into() }],
+            ..RateLimitDescriptor::default()
+        }],
+        hits_addend: 1,
+    };
+    assert_eq!(tls::grpc_call(&grpc, &pki.ca(), Some(&client), request()).await, Ok(Code::Ok as i32));
+    let refused = tls::grpc_call(&grpc, &pki.ca(), None, request()).await;
+    assert!(refused.is_err(), "{refused:?}");
 }
 
 #[test]

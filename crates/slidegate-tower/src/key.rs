@@ -7,6 +7,7 @@ use std::marker::PhantomData;
 use http::HeaderName;
 use http::request::Parts;
 use slidegate::MAX_KEY_LEN;
+use slidegate::key::escape_separators;
 
 use crate::Rejection;
 
@@ -74,19 +75,6 @@ impl<A: KeyExtractor, B: KeyExtractor> KeyExtractor for (A, B) {
     fn too_long(&self) -> Rejection {
         // Each part is held to the bound as it is appended; what is left over is the last's.
         self.1.too_long()
-    }
-}
-
-/// Escapes `|` and `\\` in `out[from..]` with a `\\`; the common key has neither and is left as it is.
-fn escape_separators(out: &mut String, from: usize) {
-    if out[from..].contains(['|', '\\']) {
-        let part = out.split_off(from);
-        for c in part.chars() {
-            if c == '|' || c == '\\' {
-                out.push('\\');
-            }
-            out.push(c);
-        }
     }
 }
 

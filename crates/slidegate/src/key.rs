@@ -21,6 +21,9 @@
 //!   `}`), so every rule's name of one key is in one slot and a multi-limit check over them is
 //!   one script. A key that begins with `}` has an empty tag; Redis then hashes the whole name.
 //!
+//! A key of several parts (the tower layer's pairs, a forward-auth rule's `key = [...]`) joins
+//! them with `|`, each but the last escaped by [`escape_separators`].
+//!
 //! [`hash_tag`] builds the other order, `{tag}:name`: there the caller chooses the tag (a user
 //! id) and names several limits under it.
 
@@ -79,6 +82,22 @@ impl RuleKey {
 impl fmt::Debug for RuleKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_tuple("RuleKey").field(&self.name).finish()
+    }
+}
+
+/// Escapes `|` and `\\` in `out[from..]` (one part of a key whose parts are joined by `|`)
+/// with a `\\`: the first unescaped `|` then ends a part, so a caller who controls one part
+/// cannot land on another list's key (`x|y` + `z` is `x\|y|z`, not `x` + `y|z`). The common
+/// part has neither and is left as it is.
+pub fn escape_separators(out: &mut String, from: usize) {
+    if out[from..].contains(['|', '\\']) {
+        let part = out.split_off(from);
+        for c in part.chars() {
+            if c == '|' || c == '\\' {
+                out.push('\\');
+            }
+            out.push(c);
+        }
     }
 }
 

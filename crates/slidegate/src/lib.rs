@@ -42,6 +42,8 @@
 //! - [`limiter`]: [`Limiter`], the front door that validates input once.
 //! - [`resilience`]: [`FailurePolicy`], [`CircuitBreaker`] and [`NearCache`]: what the limiter
 //!   does when the backend fails, and how it spares the backend keys already over their limit.
+//! - [`client_ip`]: the client's address behind trusted proxies, and the key it counts as
+//!   (IPv6 by network), for the HTTP surfaces.
 //! - [`clock`]: [`Clock`]; [`SystemClock`], the TSC-fast [`MonotonicClock`], and [`ManualClock`]
 //!   for tests.
 //! - [`key`]: the names keys take in a backend: a rule's key [`rule_key`], `<rule>:{<key>}`, the
@@ -51,6 +53,7 @@
 //! - [`error`]: [`Error`], the one error type, and [`ErrorClass`]: whom an error is on.
 
 pub mod backend;
+pub mod client_ip;
 pub mod clock;
 pub mod decision;
 pub mod error;

@@ -10,6 +10,7 @@ use toml::Spanned;
 
 use super::value::{LocalShare, PolicyFields, check_name, failure_policy};
 use super::{AlgorithmField, AlgorithmSpec, Invalid, parse_duration};
+use crate::forward_auth::{Caller, CallerError};
 
 /// The most rules a rules file (or a pushed document) may have. Each rule costs an instance
 /// about 40 KB whatever its traffic — its dashboard series ([`crate::stats::series`]) and
@@ -27,6 +28,9 @@ pub struct Rule {
     pub quota: Quota,
     /// Quotas of named tiers (`vip`), each falling back to the rule's window.
     pub tiers: BTreeMap<String, Quota>,
+    /// What a forward-auth request is counted as (`key`), and which ones the rule applies to
+    /// (`methods`, `path_prefix`).
+    pub caller: Caller,
 }
 
 impl Rule {
@@ -96,6 +100,9 @@ pub(super) struct RuleSpec {
     local_share_fallback: Option<Spanned<f64>>,
     #[serde(default)]
     tiers: BTreeMap<Spanned<String>, TierSpec>,
+    key: Option<Spanned<Vec<String>>>,
+    methods: Option<Spanned<Vec<String>>>,
+    path_prefix: Option<Spanned<String>>,
 }
 
 /// One tier of a rule as written: a limit and a window over the rule's.
@@ -142,7 +149,26 @@ impl RuleSpec {
         if let Some(p) = policy {
             quota = quota.with_failure_policy(p);
         }
-        Ok(Rule { name: self.name.into_inner(), quota, tiers })
+        let caller = self.caller().map_err(|(f, m)| Invalid::new(field(f), self.span_of_caller(f), m))?;
+        Ok(Rule { name: self.name.into_inner(), quota, tiers, caller })
+    }
+
+    fn caller(&self) -> Result<Caller, CallerError> {
+        fn list(l: &Option<Spanned<Vec<String>>>) -> Option<&[String]> {
+            l.as_ref().map(|l| l.get_ref().as_slice())
+        }
+        let prefix = self.path_prefix.as_ref().map(|p| p.get_ref().as_str());
+        Caller::parse(list(&self.key), list(&self.methods), prefix)
+    }
+
+    /// Where the caller's `field` is written.
+    fn span_of_caller(&self, field: &str) -> Range<usize> {
+        let span = match field {
+            "key" => self.key.as_ref().map(Spanned::span),
+            "methods" => self.methods.as_ref().map(Spanned::span),
+            _ => self.path_prefix.as_ref().map(Spanned::span),
+        };
+        span.unwrap_or_else(|| self.name.span())
     }
 
     fn algorithm_spec(&self) -> AlgorithmSpec {

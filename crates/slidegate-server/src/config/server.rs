@@ -1,4 +1,4 @@
-//! The `[server]` table: the HTTP listener's deadlines and connection cap.
+//! The `[server]` table: the listeners' deadlines and connection cap, and their TLS files.
 
 use std::ops::Range;
 use std::time::Duration;
@@ -8,6 +8,7 @@ use toml::Spanned;
 
 use super::{Invalid, parse_duration};
 use crate::http::{HttpLimit, HttpLimits};
+use crate::tls::ListenerTlsFiles;
 
 /// `[server]` as written.
 #[derive(Deserialize, Default)]
@@ -16,6 +17,9 @@ pub(super) struct ServerSpec {
     header_read_timeout: Option<Spanned<String>>,
     request_timeout: Option<Spanned<String>>,
     max_connections: Option<Spanned<usize>>,
+    tls_cert: Option<Spanned<String>>,
+    tls_key: Option<Spanned<String>>,
+    tls_client_ca: Option<Spanned<String>>,
 }
 
 impl ServerSpec {
@@ -54,5 +58,21 @@ impl ServerSpec {
             Invalid::new("server.request_timeout", span.unwrap_or(0..0), m)
         })?;
         Ok(limits)
+    }
+
+    /// The listeners' TLS files (`tls_cert`, `tls_key`, `tls_client_ca`), as written: relative
+    /// to the rules file's directory once [`super::Config::load`] knows it.
+    pub(super) fn tls(&self) -> Result<ListenerTlsFiles, Invalid> {
+        let path = |f: &Option<Spanned<String>>| f.as_ref().map(|f| f.get_ref().into());
+        let files = ListenerTlsFiles {
+            cert: path(&self.tls_cert),
+            key: path(&self.tls_key),
+            client_ca: path(&self.tls_client_ca),
+        };
+        files.check().map_err(|m| {
+            let given = [&self.tls_cert, &self.tls_key, &self.tls_client_ca].into_iter().flatten().next();
+            Invalid::new("server", given.map_or(0..0, Spanned::span), m)
+        })?;
+        Ok(files)
     }
 }

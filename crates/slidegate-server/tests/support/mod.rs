@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 pub mod envoy;
+pub mod tls;
 
 /// A `slidegate serve` child process.
 pub struct Slidegate {
@@ -26,6 +27,12 @@ impl Slidegate {
     /// [`Slidegate::serve`] with these environment variables set (and no `SLIDEGATE_*` or
     /// `RUST_LOG` of the test's own environment).
     pub fn serve_with_env(args: &[&str], env: &[(&str, &str)]) -> Self {
+        Self::start(args, env, "http", |server| blocking_get(&server.url("/healthz")).is_some())
+    }
+
+    /// Starts `slidegate serve --http 127.0.0.1:<free> <args>` with `env`, its base URL of
+    /// `scheme`, and waits (bounded) until `up` says it serves.
+    pub fn start(args: &[&str], env: &[(&str, &str)], scheme: &str, up: impl Fn(&Self) -> bool) -> Self {
         let port = slidegate_testkit::free_port();
         let log = std::env::temp_dir().join(format!("slidegate-serve-{}-{port}.log", std::process::id()));
         let child = command(env)
@@ -36,13 +43,13 @@ impl Slidegate {
             .stderr(std::fs::File::create(&log).expect("log file"))
             .spawn()
             .expect("start slidegate");
-        let mut server = Self { child, base: format!("http://127.0.0.1:{port}"), log };
+        let mut server = Self { child, base: format!("{scheme}://127.0.0.1:{port}"), log };
         let started = Instant::now();
         loop {
             if let Ok(Some(status)) = server.child.try_wait() {
                 panic!("slidegate exited with {status}: {}", server.log_text());
             }
-            if blocking_get(&format!("{}/healthz", server.base)).is_some() {
+            if up(&server) {
                 return server;
             }
             assert!(started.elapsed() < Duration::from_secs(15), "slidegate not up: {}", server.log_text());
@@ -221,6 +228,27 @@ pub async fn metric(client: &reqwest::Client, server: &Slidegate, prefix: &str) 
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|v| v.parse().ok())
         .unwrap_or(0.0)
+}
+
+/// Whether the server closes `s` before `deadline`.
+pub fn closed_before(s: &mut std::net::TcpStream, deadline: Instant) -> bool {
+    let mut buf = [0u8; 256];
+    loop {
+        let Some(left) = deadline.checked_duration_since(Instant::now()).filter(|d| !d.is_zero()) else {
+            return false;
+        };
+        s.set_read_timeout(Some(left)).expect("timeout");
+        match std::io::Read::read(s, &mut buf) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut | std::io::ErrorKind::Interrupted
+                ) => {}
+            Err(_) => return true,
+        }
+    }
 }
 
 pub fn path(p: &Path) -> &str {

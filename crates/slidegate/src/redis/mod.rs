@@ -44,7 +44,7 @@ pub use pipelined::{DEFAULT_MAX_QUEUED, MAX_IN_FLIGHT, PipelinedConnection};
 pub use redis::cluster_async::ClusterConnection;
 pub use scripts::MAX_SCRIPT_LOG_COST;
 pub use sentinel::{RedisSentinelBackend, SentinelConnection};
-pub use tls::{MAX_PEM_BYTES, RedisTls, TlsFiles};
+pub use tls::{MAX_PEM_BYTES, RedisTls, TlsFiles, pem_certificates, pem_private_key};
 
 use crate::{Algorithm, Backend, Check, Decision, Error, KeyState, KeyTimeline, MultiDecision, Quota};
 

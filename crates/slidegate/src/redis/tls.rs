@@ -24,7 +24,7 @@ use crate::Error;
 mod files;
 mod hostname;
 
-pub use files::MAX_PEM_BYTES;
+pub use files::{MAX_PEM_BYTES, pem_certificates, pem_private_key};
 
 /// What TLS to Redis is set up with: each file PEM, at most [`MAX_PEM_BYTES`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

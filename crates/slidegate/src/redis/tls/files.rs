@@ -32,16 +32,27 @@ pub(super) fn read(file: &Path) -> Result<Vec<u8>, Error> {
 
 /// The certificates in `pem` (`file`'s bytes): at least one.
 pub(super) fn certificates(file: &Path, pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, Error> {
-    let certs = CertificateDer::pem_slice_iter(pem)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| problem(file, format!("not a PEM certificate file: {e}")))?;
-    if certs.is_empty() {
-        return Err(problem(file, "no PEM certificate (-----BEGIN CERTIFICATE-----) in it"));
-    }
-    Ok(certs)
+    pem_certificates(pem).map_err(|reason| problem(file, reason))
 }
 
 /// The private key in `pem` (`file`'s bytes).
 pub(super) fn private_key(file: &Path, pem: &[u8]) -> Result<PrivateKeyDer<'static>, Error> {
-    PrivateKeyDer::from_pem_slice(pem).map_err(|e| problem(file, format!("no PEM private key in it: {e}")))
+    pem_private_key(pem).map_err(|reason| problem(file, reason))
+}
+
+/// The certificates of a PEM file's bytes — at least one — or why there are none, for a message
+/// that names the file: TLS files of the service's listeners are read as those of Redis.
+pub fn pem_certificates(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, String> {
+    let certs = CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("not a PEM certificate file: {e}"))?;
+    if certs.is_empty() {
+        return Err("no PEM certificate (-----BEGIN CERTIFICATE-----) in it".to_owned());
+    }
+    Ok(certs)
+}
+
+/// The private key of a PEM file's bytes, or why there is none.
+pub fn pem_private_key(pem: &[u8]) -> Result<PrivateKeyDer<'static>, String> {
+    PrivateKeyDer::from_pem_slice(pem).map_err(|e| format!("no PEM private key in it: {e}"))
 }

@@ -1,0 +1,113 @@
+//! Forward-auth: the decision point of a proxy's external-authorization hook. The proxy asks
+//! before each request, describing it in headers (`X-Forwarded-Method`, `-Host`, `-Uri`,
+//! `-For`; nginx set-ups `X-Original-URI`), and lets it through on a 2xx:
+//!
+//! - `/v1/forward-auth/{rule}` (Traefik `forwardAuth`, Caddy `forward_auth`, HAProxy): allowed,
+//!   200; denied, 429 with `Retry-After`; either with the RateLimit headers and `/v1/check`'s
+//!   JSON decision, which these proxies hand to the client as they are.
+//! - `/v1/auth-request/{rule}` (nginx `auth_request`): the same, denied as a 403, since nginx
+//!   turns any answer but a 2xx, 401 or 403 into a 500; its documented configuration maps the
+//!   403 to a 429.
+//!
+//! Here: the routes and the answer. Beside it: `caller` (what a rule counts a request as, and
+//! which requests it applies to), `proxies` (`[forward_auth]`: whose word on the client's
+//! address is believed).
+
+mod caller;
+mod proxies;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::rejection::PathRejection;
+use axum::extract::{ConnectInfo, Path, State};
+use axum::http::{HeaderMap, HeaderName, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+pub use caller::{
+    Caller, CallerError, Described, KeyPart, MAX_KEY_PARTS, MAX_METHOD_LEN, MAX_METHODS, MAX_PATH_PREFIX,
+};
+pub use proxies::{ClientHeader, ForwardAuthConfig, MAX_TRUSTED_PROXIES};
+use serde_json::json;
+
+use crate::api::{ApiError, Route, decide_one, route, rule_named};
+use crate::app::App;
+
+/// The route of Traefik, Caddy and HAProxy.
+pub const FORWARD_AUTH: &str = "/v1/forward-auth/{rule}";
+
+/// nginx's route.
+pub const AUTH_REQUEST: &str = "/v1/auth-request/{rule}";
+
+/// The header a request's cost comes in (1 without it), bounded as every cost is.
+pub const COST_HEADER: HeaderName = HeaderName::from_static("x-ratelimit-cost");
+
+/// The methods both routes answer: every method OpenAPI names, since a proxy may ask with the
+/// method of the request it asks about (`HEAD` is answered as `GET`, without the body).
+const METHODS: [Method; 7] =
+    [Method::GET, Method::POST, Method::PUT, Method::PATCH, Method::DELETE, Method::OPTIONS, Method::TRACE];
+
+/// How a proxy reads the answer: which status denies.
+#[derive(Debug, Clone, Copy)]
+enum Dialect {
+    /// Any answer but a 2xx goes to the client as it is: a denial is a 429.
+    ForwardAuth,
+    /// Only a 401 or 403 denies: a denial is a 403.
+    AuthRequest,
+}
+
+impl Dialect {
+    fn denied(self) -> StatusCode {
+        match self {
+            Self::ForwardAuth => StatusCode::TOO_MANY_REQUESTS,
+            Self::AuthRequest => StatusCode::FORBIDDEN,
+        }
+    }
+}
+
+/// Both routes, for every method.
+pub fn routes() -> Vec<Route> {
+    let each =
+        |m: &Method| [route(m.clone(), FORWARD_AUTH, answer::<false>), route(m.clone(), AUTH_REQUEST, answer::<true>)];
+    METHODS.iter().flat_map(each).collect()
+}
+
+/// Decides the request that `headers` describe under `rule`, answered for nginx when
+/// `AUTH_REQUEST`, else for the other proxies.
+async fn answer<const AUTH_REQUEST: bool>(
+    State(app): State<Arc<App>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    method: Method,
+    rule: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let dialect = if AUTH_REQUEST { Dialect::AuthRequest } else { Dialect::ForwardAuth };
+    let Path(rule) = rule.map_err(|e| ApiError::bad_request("invalid_path", e.body_text()))?;
+    // One snapshot for the rule, the proxies and the counters, as for a check.
+    let live = app.live();
+    let rule = rule_named(&live, &rule)?;
+    let client = live.forward_auth.client(peer.ip(), &headers).map_err(|e| {
+        let message = format!("{}: {e}", live.forward_auth.client_header.name());
+        ApiError::new(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, "header_too_long", message)
+    })?;
+    let request = Described::read(&method, &headers, client)?;
+    if !rule.caller.applies(&request) {
+        return Ok(Json(json!({"rule": rule.name, "applies": false})).into_response());
+    }
+    let cost = match caller::header(&headers, &COST_HEADER)? {
+        None => 1,
+        Some(text) => text.parse().map_err(|_| {
+            ApiError::bad_request("invalid_cost", format!("{COST_HEADER} must be a whole number of permits"))
+        })?,
+    };
+    let mut key = String::new();
+    rule.caller.write_key(&request, &mut key)?;
+    slidegate::validate_key(&key)?;
+    let key = slidegate::rule_key(&rule.name, &key);
+    let quota = app.overrides.quota(&key, rule.quota);
+    let (decision, mut response) = decide_one(&app, &live, &rule.name, &key, &quota, cost).await?;
+    if !decision.allowed {
+        *response.status_mut() = dialect.denied();
+    }
+    Ok(response)
+}
