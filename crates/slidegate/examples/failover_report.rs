@@ -1,0 +1,144 @@
+//! The figures behind BENCHMARKS.md's "Failover": how many admissions a Redis Sentinel failover
+//! loses under load, so that a key at its limit admits them again.
+//!
+//! Redis replicates asynchronously: an admission the master acknowledged may not have reached
+//! the replica when the master dies, and the promoted replica no longer holds it. Each round
+//! drives a fresh key from 64 tasks (one sliding log of `LIMIT` per minute, `fail_closed`, so a
+//! request answered while no master serves is a denial and admits nothing), kills the master
+//! with SIGKILL while admissions are flowing, keeps the load on until the key is at its limit on
+//! the promoted replica, and counts every admission acknowledged in the window: over `LIMIT` is
+//! what the failover lost and the key admitted again. The old master then comes back as the
+//! new one's replica (the Sentinel reconfigures it) for the next round.
+//!
+//! Starts its own redis-server processes (loopback; a master, a replica and a Sentinel).
+//!
+//!     cargo run --release -p slidegate --example failover_report --features redis [rounds]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use slidegate::{FailurePolicy, Limiter, Quota, RedisBackend, RedisSentinelBackend};
+use slidegate_testkit::{RedisServer, RedisSentinel, SENTINEL_SERVICE};
+
+/// The key's limit per minute: more than a round's load admits before the kill.
+const LIMIT: u64 = slidegate::MAX_LOG_LIMIT;
+/// Requests in flight.
+const TASKS: usize = 64;
+/// How long the load runs before the master is killed.
+const BEFORE_KILL: Duration = Duration::from_millis(300);
+/// The most a round waits for the key to be at its limit again.
+const ROUND_DEADLINE: Duration = Duration::from_secs(30);
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let rounds: usize = std::env::args().nth(1).map_or(Ok(20), |n| n.parse())?;
+    let mut setup = RedisSentinel::start();
+    let url = setup.sentinel_url();
+    let backend = RedisBackend::connect_sentinel(&[url.as_str()], SENTINEL_SERVICE)
+        .await?
+        .with_timeout(Duration::from_millis(50));
+    let limiter = Arc::new(Limiter::new(backend).with_failure_policy(FailurePolicy::FailClosed));
+    let quota = Quota::per_minute(LIMIT)?;
+    let mut ratios = Vec::new();
+    for round in 0..rounds {
+        let admitted = round_admitted(&limiter, &quota, &format!("round-{round}"), || setup.master.kill()).await;
+        let ratio = admitted as f64 / LIMIT as f64;
+        println!("round {round:2}: {admitted} admitted in the window of a {LIMIT} limit: {ratio:.4}");
+        ratios.push(ratio);
+        rejoin(&mut setup)?;
+    }
+    ratios.sort_by(f64::total_cmp);
+    // Below 1: admissions Redis recorded whose replies the kill lost (their callers saw a denial).
+    let lost: Vec<i64> = ratios.iter().map(|r| ((r - 1.0) * LIMIT as f64).round() as i64).collect();
+    println!(
+        "{rounds} failovers: admitted ÷ limit median {:.4}, min {:.4}, max {:.4}; admitted over the limit: median {}, max {}",
+        ratios[ratios.len() / 2],
+        ratios[0],
+        ratios[ratios.len() - 1],
+        lost[lost.len() / 2].max(0),
+        lost[lost.len() - 1].max(0)
+    );
+    Ok(())
+}
+
+/// The admissions acknowledged on `key` from a load that `kill` interrupts after
+/// [`BEFORE_KILL`], counted until the key has been at its limit for a second.
+async fn round_admitted(
+    limiter: &Arc<Limiter<RedisSentinelBackend>>,
+    quota: &Quota,
+    key: &str,
+    kill: impl FnOnce(),
+) -> u64 {
+    let admitted = Arc::new(AtomicU64::new(0));
+    let last_admission = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|_| {
+            let (limiter, quota, key) = (Arc::clone(limiter), *quota, key.to_owned());
+            let (admitted, last, stop) = (Arc::clone(&admitted), Arc::clone(&last_admission), Arc::clone(&stop));
+            tokio::spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    match limiter.check(&key, &quota).await {
+                        Ok(d) if d.allowed && d.degraded.is_none() => {
+                            admitted.fetch_add(1, Ordering::Relaxed);
+                            last.store(started.elapsed().as_millis() as u64, Ordering::Relaxed);
+                        }
+                        // Denied: at the limit, or no master (fail_closed); a denial costs no load.
+                        _ => tokio::time::sleep(Duration::from_millis(1)).await,
+                    }
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(BEFORE_KILL).await;
+    let before = admitted.load(Ordering::Relaxed);
+    kill();
+    // Done once no admission came for a second after the promoted replica served some.
+    let killed_at = started.elapsed().as_millis() as u64;
+    while started.elapsed() < ROUND_DEADLINE {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let last = last_admission.load(Ordering::Relaxed);
+        if last > killed_at && started.elapsed().as_millis() as u64 > last + 1_000 {
+            break;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        let _ = t.await;
+    }
+    let admitted = admitted.load(Ordering::Relaxed);
+    assert!(before < LIMIT, "the key reached its limit before the kill: nothing was in flight");
+    println!("  {before} admitted before the kill, {} after", admitted - before);
+    admitted
+}
+
+/// Starts a replica of the promoted master in place of the killed one and returns once the
+/// Sentinel counts it as a healthy replica, with `setup.master` the serving master again.
+fn rejoin(setup: &mut RedisSentinel) -> Result<(), Box<dyn std::error::Error>> {
+    let promoted = setup.master_port().ok_or("the Sentinel names no master")?;
+    if promoted == setup.master.port() {
+        return Err("the Sentinel did not fail over".into());
+    }
+    std::mem::swap(&mut setup.master, &mut setup.replica);
+    setup.replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &promoted.to_string()]);
+    let port = setup.replica.port().to_string();
+    let mut sentinel = redis::Client::open(setup.sentinel_url())?.get_connection_with_timeout(Duration::from_secs(1))?;
+    let started = Instant::now();
+    loop {
+        // Each replica as a flat list of field, value pairs.
+        let replicas: Vec<Vec<String>> = redis::cmd("SENTINEL").arg("REPLICAS").arg(SENTINEL_SERVICE).query(&mut sentinel)?;
+        let healthy = replicas.iter().any(|fields| {
+            let field = |name: &str| fields.chunks(2).find(|p| p[0] == name).map(|p| p[1].as_str());
+            field("port") == Some(port.as_str()) && field("flags") == Some("slave") && field("master-link-status") == Some("ok")
+        });
+        if healthy {
+            return Ok(());
+        }
+        if started.elapsed() > Duration::from_secs(60) {
+            return Err("the Sentinel did not take the new replica".into());
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
