@@ -258,7 +258,9 @@ fn a_sorted_set_of_times_past_the_bound_is_refused_and_reloads() {
     assert!(e.starts_with("WRONGTYPE"), "{e}");
     assert_eq!(run(&mut c, &["TYPE", "far"]).expect("type"), Value::SimpleString("zset".into()));
     ints(&mut c, &["SLIDEGATE.CHECK", "near", "sliding_log", "5", "1000", "1"]);
-    run(&mut c, &["DEBUG", "RELOAD"]).expect("every key saved and loaded again");
+    if let Err(e) = run(&mut c, &["DEBUG", "RELOAD"]) {
+        panic!("every key saved and loaded again: {e} ({:?} {:?}); log: {}", e.code(), e.detail(), server.log());
+    }
 }
 
 /// Admissions of every algorithm on `c`, on the server's clock, some of them denied.

@@ -117,3 +117,35 @@ async fn with_redis_killed_readyz_and_stats_say_the_kind_of_failure_never_its_te
     let log = server.log_text();
     assert!(log.lines().any(|l| l.contains("not ready") && own_words(l)), "{log}");
 }
+
+/// The set-up docs/operations.md advises against a partitioned master: with
+/// `min-replicas-to-write` unmet Redis refuses every write (`NOREPLICAS`), and the binary takes
+/// that as the backend failing — each rule's failure policy answers, never a 500 — on both engines.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_without_its_replicas_refuses_and_each_rule_s_failure_policy_answers() {
+    let extra = ["--min-replicas-to-write", "1", "--min-replicas-max-lag", "10"];
+    for (engine, redis) in
+        [("lua", RedisServer::start_with(&extra)), ("module", RedisServer::start_with_module(&extra))]
+    {
+        let rules = RulesFile::new(&format!(
+            "[backend]\nredis = \"{}\"\n\n[[rules]]\nname = \"strict\"\nlimit = 5\nwindow = \"1m\"\nfailure_policy = \"fail_closed\"\n\n\
+             [[rules]]\nname = \"open\"\nlimit = 5\nwindow = \"1m\"\nfailure_policy = \"fail_open\"\n",
+            redis.url()
+        ));
+        let server = Slidegate::serve(&["--config", rules.arg()]);
+        let client = Client::new();
+        for (rule, allowed) in [("strict", false), ("open", true)] {
+            let answer = client.post(server.url("/v1/check")).json(&json!({"rule": rule, "key": "k"})).send().await;
+            let answer = answer.expect("answered");
+            assert_eq!(answer.status(), 200, "{engine} {rule}");
+            let v: Value = answer.json().await.expect("json");
+            assert_eq!(
+                (v["allowed"].as_bool(), v["degraded"].as_bool()),
+                (Some(allowed), Some(true)),
+                "{engine} {rule}: {v}"
+            );
+        }
+        let keys: Vec<String> = redis.query(&["KEYS", "slidegate:*"]);
+        assert!(keys.is_empty(), "{engine}: nothing was written: {keys:?}");
+    }
+}

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use slidegate::{FailurePolicy, Limiter, Quota, RedisBackend, RedisSentinelBackend};
-use slidegate_testkit::{RedisServer, RedisSentinel, SENTINEL_SERVICE};
+use slidegate_testkit::{RedisSentinel, RedisServer, SENTINEL_SERVICE};
 
 /// The key's limit per minute: more than a round's load admits before the kill.
 const LIMIT: u64 = slidegate::MAX_LOG_LIMIT;
@@ -124,14 +124,18 @@ fn rejoin(setup: &mut RedisSentinel) -> Result<(), Box<dyn std::error::Error>> {
     std::mem::swap(&mut setup.master, &mut setup.replica);
     setup.replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &promoted.to_string()]);
     let port = setup.replica.port().to_string();
-    let mut sentinel = redis::Client::open(setup.sentinel_url())?.get_connection_with_timeout(Duration::from_secs(1))?;
+    let mut sentinel =
+        redis::Client::open(setup.sentinel_url())?.get_connection_with_timeout(Duration::from_secs(1))?;
     let started = Instant::now();
     loop {
         // Each replica as a flat list of field, value pairs.
-        let replicas: Vec<Vec<String>> = redis::cmd("SENTINEL").arg("REPLICAS").arg(SENTINEL_SERVICE).query(&mut sentinel)?;
+        let replicas: Vec<Vec<String>> =
+            redis::cmd("SENTINEL").arg("REPLICAS").arg(SENTINEL_SERVICE).query(&mut sentinel)?;
         let healthy = replicas.iter().any(|fields| {
             let field = |name: &str| fields.chunks(2).find(|p| p[0] == name).map(|p| p[1].as_str());
-            field("port") == Some(port.as_str()) && field("flags") == Some("slave") && field("master-link-status") == Some("ok")
+            field("port") == Some(port.as_str())
+                && field("flags") == Some("slave")
+                && field("master-link-status") == Some("ok")
         });
         if healthy {
             return Ok(());

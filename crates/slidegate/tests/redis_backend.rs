@@ -704,15 +704,20 @@ async fn admissions_in_one_millisecond_are_never_merged() {
     // Two instances (two member ids) at the very same millisecond, with cost > 1 mixed in.
     let a = Limiter::new(backend(&server).await.with_clock(clock.clone()));
     let b = Limiter::new(backend(&server).await.with_clock(clock.clone()));
-    let q = quota(1_000, 60_000);
-    for i in 0..100 {
-        let limiter = if i % 2 == 0 { &a } else { &b };
-        assert!(limiter.check_cost("k", &q, 1 + i % 3).await.expect("check").allowed);
+    // A member per permit up to limit 256, a counted entry per admission above: none merged.
+    for (key, limit, counted) in [("per-permit", 256, false), ("counted", 1_000, true)] {
+        let q = quota(limit, 60_000);
+        let costs: Vec<u64> = (0..100).map(|i| 1 + i % 2).collect();
+        for (i, cost) in costs.iter().enumerate() {
+            let limiter = if i % 2 == 0 { &a } else { &b };
+            assert!(limiter.check_cost(key, &q, *cost).await.expect("check").allowed, "{key}");
+        }
+        let expected: u64 = costs.iter().sum();
+        let stored = if counted { costs.len() as u64 } else { expected };
+        assert_eq!(server.query::<u64>(&["ZCARD", &format!("slidegate:{key}")]), stored, "{key}");
+        let d = a.check(key, &q).await.expect("check");
+        assert_eq!(d.remaining, limit - expected - 1, "{key}");
     }
-    let expected: u64 = (0..100).map(|i| 1 + i % 3).sum();
-    assert_eq!(server.query::<u64>(&["ZCARD", "slidegate:k"]), expected);
-    let d = a.check("k", &q).await.expect("check");
-    assert_eq!(d.remaining, 1_000 - expected - 1);
 }
 
 /// `tasks` concurrent tasks each check `key` `each` times; returns how many were admitted.
