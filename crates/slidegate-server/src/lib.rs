@@ -55,6 +55,7 @@ pub mod request_id;
 pub mod server;
 pub mod shared_rules;
 pub mod stats;
+pub mod trace;
 pub mod ui;
 pub mod validate;
 pub mod watch;

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 pub mod envoy;
+pub mod otlp;
 
 /// A `slidegate serve` child process.
 pub struct Slidegate {
