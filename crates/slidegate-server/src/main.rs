@@ -1,6 +1,8 @@
 //! `slidegate`: serve the rate-limit API, validate its configuration, ask for one decision, or
 //! generate load.
 
+// `serve`'s future nests every surface's futures, each backend call inside a tracing span's:
+// its layout takes more than the default 128 levels of queries to compute.
 #![recursion_limit = "256"]
 
 use std::path::PathBuf;

@@ -8,7 +8,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use slidegate_testkit::RedisServer;
+use slidegate_testkit::{RedisCluster, RedisServer};
 use support::envoy::{Envoy, OK, OVER, USER_EDGE, request};
 use support::otlp::{Received, Receiver};
 use support::{RulesFile, Slidegate};
@@ -23,10 +23,15 @@ fn traceparent(trace: &str, parent: &str, flags: &str) -> String {
     format!("00-{trace}-{parent}-{flags}")
 }
 
-/// A rules file with [`RULE`], on `redis` when given, with a deadline no busy machine misses.
-fn rules(redis: Option<&RedisServer>) -> RulesFile {
-    let backend = redis.map(|r| format!("[backend]\nredis = \"{}\"\ntimeout = \"10s\"\n\n", r.url()));
+/// A rules file with [`RULE`] over `backend` (a `[backend]` table's lines, none: memory), with
+/// a deadline no busy machine misses.
+fn rules(backend: Option<String>) -> RulesFile {
+    let backend = backend.map(|b| format!("[backend]\n{b}timeout = \"10s\"\n\n"));
     RulesFile::new(&format!("{}{RULE}", backend.unwrap_or_default()))
+}
+
+fn on_redis(redis: &RedisServer) -> Option<String> {
+    Some(format!("redis = \"{}\"\n", redis.url()))
 }
 
 async fn check_with(server: &Slidegate, headers: &[(&str, &str)]) -> bool {
@@ -48,9 +53,9 @@ fn decision_and_backend<'s>(spans: &'s [Received], parent: &str) -> (&'s Receive
     (decision, backend)
 }
 
-async fn continues_traces(redis: Option<&RedisServer>, engine: &str) {
+async fn continues_traces(backend: Option<String>, engine: &str) {
     let receiver = Receiver::grpc().await;
-    let rules = rules(redis);
+    let rules = rules(backend);
     let url = receiver.url();
     let mut envoy =
         Envoy::start(&[("edge.yaml", USER_EDGE)], &["--config", rules.arg(), "--otlp-endpoint", &url]).await;
@@ -95,9 +100,22 @@ async fn http_and_grpc_checks_continue_the_callers_trace_on_memory() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn http_and_grpc_checks_continue_the_callers_trace_on_redis() {
+async fn http_and_grpc_checks_continue_the_callers_trace_on_redis_lua() {
     let redis = RedisServer::start();
-    continues_traces(Some(&redis), "lua").await;
+    continues_traces(on_redis(&redis), "lua").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn http_and_grpc_checks_continue_the_callers_trace_on_the_redis_module() {
+    let redis = RedisServer::start_with_module(&[]);
+    continues_traces(on_redis(&redis), "module").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn http_and_grpc_checks_continue_the_callers_trace_on_redis_cluster() {
+    let cluster = RedisCluster::start(3, 0);
+    let nodes = cluster.urls().iter().map(|u| format!("\"{u}\"")).collect::<Vec<_>>().join(", ");
+    continues_traces(Some(format!("redis_cluster = [{nodes}]\n")), "lua").await;
 }
 
 /// Stops `server` with SIGTERM and waits for its exit.

@@ -119,11 +119,12 @@ impl Exporter {
     pub async fn shutdown(self) {
         // The SDK's shutdown blocks its thread until the runtime's export task answers.
         let flushed = tokio::task::spawn_blocking(move || self.provider.shutdown_with_timeout(FLUSH_TIMEOUT));
-        match tokio::time::timeout(FLUSH_TIMEOUT, flushed).await {
-            Ok(Ok(Ok(()))) => {}
-            Ok(Ok(Err(e))) => tracing::warn!(error = %e, "the last spans were not exported"),
-            Ok(Err(e)) => tracing::warn!(error = %e, "the last spans were not exported"),
-            Err(_) => tracing::warn!(timeout = ?FLUSH_TIMEOUT, "the last spans were not exported in time"),
-        }
+        let failed = match tokio::time::timeout(FLUSH_TIMEOUT, flushed).await {
+            Ok(Ok(Ok(()))) => return,
+            Ok(Ok(Err(e))) => e.to_string(),
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => format!("not done within {FLUSH_TIMEOUT:?}"),
+        };
+        tracing::warn!(error = %failed, "the last spans were not exported");
     }
 }
