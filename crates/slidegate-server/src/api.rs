@@ -24,6 +24,7 @@ use serde::Deserialize;
 use serde_json::json;
 use slidegate::headers as rate_limit;
 use slidegate::{Algorithm, Check, Decision, ErrorClass, Quota};
+use tracing::Instrument;
 
 use crate::app::{App, Live};
 use crate::config::{AlgorithmSpec, INLINE_RULE, Rule, parse_duration};
@@ -31,6 +32,7 @@ use crate::inline::InlineRefusal;
 use crate::metrics;
 use crate::overrides::{self, Source, Target};
 use crate::redact::redact;
+use crate::trace::Decided;
 
 /// The most admission times `GET /v1/keys/{rule}/{key}` lists (a sliding log's newest): enough
 /// to draw any window, and a bound on the answer (about 15 bytes each).
@@ -75,7 +77,9 @@ impl Routes {
         // The id an error answer and its log line share (`crate::request_id`).
         let given = request.headers().get(crate::request_id::HEADER).cloned();
         if request.method() == Method::POST && request.uri().path() == CHECK {
-            return Box::pin(crate::request_id::scope(given, Arc::clone(&self.check).answer(request.into_body())));
+            let span = crate::trace::decision(request.headers());
+            let answer = Arc::clone(&self.check).answer(request.into_body());
+            return Box::pin(crate::request_id::scope(given, answer).instrument(span));
         }
         // The admin routes' audit trail names the client; decisions have no use for it.
         request.extensions_mut().insert(ConnectInfo(peer));
@@ -696,9 +700,15 @@ pub(crate) async fn decide_one(
     let started = app.now();
     let d = app.timed(app.limiter.check_cost(key, quota, cost)).await?;
     count(app, live, rule, key, &d, started);
+    let engine = app.limiter.backend().engine();
+    if crate::trace::exporting() {
+        let algorithm = quota.algorithm().as_str();
+        let degraded = d.degraded.is_some();
+        crate::trace::record(&Decided { subject: ("rule", rule), algorithm, engine, allowed: d.allowed, degraded });
+    }
     // The decision (~190 bytes) and the header values after it (~80 bytes per policy).
     let mut body = String::with_capacity(320);
-    write_decision(&mut body, rule, &d, app.limiter.backend().engine());
+    write_decision(&mut body, rule, &d, engine);
     let answer = json_response(body, &[(rule, quota, &d)], d.retry_after);
     Ok((d, answer))
 }
@@ -712,6 +722,9 @@ async fn check_many(app: &App, live: &Live, resolved: &[Resolved<'_>]) -> Result
     }
     let items: Vec<_> = resolved.iter().zip(&group.decisions).map(|(r, d)| (&*r.policy, &r.quota, d)).collect();
     let engine = app.limiter.backend().engine();
+    if crate::trace::exporting() {
+        record_group(resolved, &group, engine);
+    }
     // `{"allowed", "denied_by" (absent when allowed), "retry_after_ms", "results": [...]}`
     let mut body = String::with_capacity(64 + 320 * items.len());
     body.push_str(if group.allowed { r#"{"allowed":true,"# } else { r#"{"allowed":false,"# });
@@ -731,6 +744,20 @@ async fn check_many(app: &App, live: &Live, resolved: &[Resolved<'_>]) -> Result
     }
     body.push_str("]}");
     Ok(json_response(body, &items, group.retry_after()))
+}
+
+/// Writes a group's decision on its span: its rules and their algorithms, comma-separated.
+fn record_group(resolved: &[Resolved<'_>], group: &slidegate::MultiDecision, engine: &'static str) {
+    let rules = resolved.iter().map(|r| &*r.policy).collect::<Vec<_>>().join(",");
+    let algorithm = resolved.iter().map(|r| r.quota.algorithm().as_str()).collect::<Vec<_>>().join(",");
+    let degraded = group.decisions.iter().any(|d| d.degraded.is_some());
+    crate::trace::record(&Decided {
+        subject: ("rule", &rules),
+        algorithm: &algorithm,
+        engine,
+        allowed: group.allowed,
+        degraded,
+    });
 }
 
 async fn rules(State(app): State<Arc<App>>) -> Json<serde_json::Value> {

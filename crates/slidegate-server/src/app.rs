@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use ::metrics::Histogram;
 use slidegate::{FailurePolicy, Limiter};
+use tracing::instrument::{Instrument, Instrumented};
 use tracing::{info, warn};
 
 use crate::admin::AdminToken;
@@ -211,9 +212,10 @@ impl App {
         Ok(domains)
     }
 
-    /// Runs one backend call, recording its duration.
-    pub fn timed<F: Future>(&self, call: F) -> Timed<F, &Histogram> {
-        Timed::new(&self.backend_seconds, call)
+    /// Runs one backend call, recording its duration, in a span of its own (a child of the
+    /// decision's, when traces are exported).
+    pub fn timed<F: Future>(&self, call: F) -> Instrumented<Timed<F, &Histogram>> {
+        Timed::new(&self.backend_seconds, call).instrument(crate::trace::backend(self.limiter.backend().engine()))
     }
 
     /// The time that latencies are measured by: one clock for every histogram and the dashboard,

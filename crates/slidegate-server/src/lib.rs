@@ -59,6 +59,7 @@ pub mod server;
 pub mod shared_rules;
 pub mod stats;
 pub mod tls;
+pub mod trace;
 pub mod ui;
 pub mod validate;
 pub mod watch;

@@ -1,7 +1,10 @@
 //! Log lines on stderr, as text for people or as one JSON object per line for log shippers, at
 //! the level `--log-level` (or `RUST_LOG`) names.
 
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::filter::{Targets, filter_fn};
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer};
 
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -35,8 +38,18 @@ impl LogOptions {
         }
     }
 
-    /// Installs the process's subscriber; an unusable `--log-level` is an error.
-    pub fn init(&self) -> Result<(), String> {
+    /// Installs the process's subscriber, with the spans of [`crate::trace`] sent to `tracer`
+    /// when there is one; an unusable `--log-level` is an error.
+    pub fn init(&self, tracer: Option<opentelemetry_sdk::trace::SdkTracer>) -> Result<(), String> {
+        match tracer {
+            None => self.init_logs(),
+            Some(tracer) => self.init_with_traces(tracer),
+        }
+    }
+
+    /// Log lines alone: the decision spans' level is then off, and their macros cost a
+    /// comparison.
+    fn init_logs(&self) -> Result<(), String> {
         let builder = tracing_subscriber::fmt().with_env_filter(self.filter()?).with_writer(std::io::stderr);
         let installed = match self.log_format {
             LogFormat::Text => builder.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).try_init(),
@@ -45,5 +58,22 @@ impl LogOptions {
             LogFormat::Json => builder.json().flatten_event(true).with_ansi(false).try_init(),
         };
         installed.map_err(|e| format!("cannot install the logger: {e}"))
+    }
+
+    /// Log lines as [`Self::init_logs`] writes them, beside the exporter's layer: each takes
+    /// its own events, so the log level neither hides decision spans nor logs them.
+    fn init_with_traces(&self, tracer: opentelemetry_sdk::trace::SdkTracer) -> Result<(), String> {
+        let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+        let fmt = match self.log_format {
+            LogFormat::Text => fmt.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).boxed(),
+            LogFormat::Json => fmt.json().flatten_event(true).with_ansi(false).boxed(),
+        };
+        let not_traces = filter_fn(|meta| meta.target() != crate::trace::TARGET);
+        let traces = Targets::new().with_target(crate::trace::TARGET, tracing::Level::TRACE);
+        tracing_subscriber::registry()
+            .with(fmt.with_filter(self.filter()?).with_filter(not_traces))
+            .with(tracing_opentelemetry::layer().with_tracer(tracer).with_filter(traces))
+            .try_init()
+            .map_err(|e| format!("cannot install the logger: {e}"))
     }
 }

@@ -1,6 +1,10 @@
 //! `slidegate`: serve the rate-limit API, validate its configuration, ask for one decision, or
 //! generate load.
 
+// `serve`'s future nests every surface's futures, each backend call inside a tracing span's:
+// its layout takes more than the default 128 levels of queries to compute.
+#![recursion_limit = "256"]
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -15,6 +19,7 @@ use slidegate_server::logging::LogOptions;
 use slidegate_server::redact::redact;
 use slidegate_server::server::{self, ServeOptions};
 use slidegate_server::shared_rules::cli::{self as rules, RulesArgs};
+use slidegate_server::trace::export::Exporter;
 use slidegate_server::validate::{self, ValidateArgs};
 
 // The service allocates a few small buffers per request (JSON in and out, headers); mimalloc
@@ -116,10 +121,6 @@ fn parse() -> Cli {
 
 fn main() -> ExitCode {
     let cli = parse();
-    if let Err(e) = cli.log.init() {
-        eprintln!("error: {e}");
-        return ExitCode::from(2);
-    }
     let mut builder = if cli.command.one_in_flight() {
         tokio::runtime::Builder::new_current_thread()
     } else {
@@ -132,7 +133,25 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match runtime.block_on(run(cli.command)) {
+    // The exporter's batches are sent from a task on the runtime.
+    let exporter = {
+        let _entered = runtime.enter();
+        match start_logging(&cli) {
+            Ok(exporter) => exporter,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    };
+    let outcome = runtime.block_on(async {
+        let outcome = run(cli.command).await;
+        if let Some(exporter) = exporter {
+            exporter.shutdown().await;
+        }
+        outcome
+    });
+    match outcome {
         Ok(code) => code,
         Err(e) => {
             // An error can quote a Redis URL (a connect error, a bad flag): never its password.
@@ -140,6 +159,16 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// Installs the logger, with `serve`'s trace exporter when its flags ask for one.
+fn start_logging(cli: &Cli) -> Result<Option<Exporter>, String> {
+    let exporter = match &cli.command {
+        Command::Serve(options) => options.otlp.install()?,
+        _ => None,
+    };
+    cli.log.init(exporter.as_ref().map(Exporter::tracer))?;
+    Ok(exporter)
 }
 
 async fn run(command: Command) -> anyhow::Result<ExitCode> {

@@ -137,6 +137,9 @@ pub struct ServeOptions {
     /// `max_overrides`).
     #[arg(long, env = "SLIDEGATE_MAX_OVERRIDES")]
     pub max_overrides: Option<usize>,
+    /// OpenTelemetry traces (`--otlp-*`).
+    #[command(flatten)]
+    pub otlp: crate::trace::export::OtlpOptions,
 }
 
 impl ServeOptions {

@@ -14,6 +14,7 @@ use envoy_types::pb::envoy::r#type::v3::RateLimitUnit;
 use envoy_types::pb::google::protobuf::Duration as PbDuration;
 use metrics::{Counter, Histogram};
 use tonic::{Request, Response, Status};
+use tracing::Instrument;
 
 use super::bounds::{self, Invalid, MAX_DESCRIPTORS};
 use super::config::{EnvoyConfig, Limit, Unit};
@@ -59,7 +60,8 @@ impl RateLimitService for EnvoyRateLimit {
         let started = self.app.now();
         // The id an error status and its log line share (`crate::request_id`).
         let given = request.metadata().get(crate::request_id::HEADER).and_then(|v| v.as_bytes().try_into().ok());
-        let answer = crate::request_id::scope(given, self.answer(&request.into_inner())).await;
+        let span = crate::trace::decision(request.metadata().as_ref());
+        let answer = crate::request_id::scope(given, self.answer(&request.into_inner())).instrument(span).await;
         self.calls.increment(1);
         self.seconds.record(self.app.now().duration_since(started).as_secs_f64());
         if let Err(status) = &answer {
@@ -90,7 +92,33 @@ impl EnvoyRateLimit {
         let started = self.app.now();
         let outcomes = self.decide(&slots, options.quota_mode).await?;
         super::traffic::record(&self.app, domain, &slots, &outcomes, started);
-        Ok(respond(&config, request, &slots, &outcomes, options))
+        let response = respond(&config, request, &slots, &outcomes, options);
+        if crate::trace::exporting() {
+            self.record(domain, &slots, &outcomes, &response);
+        }
+        Ok(response)
+    }
+
+    /// Writes the request's decision on its span: the domain, the algorithms of the
+    /// descriptors the backend decided (comma-separated), the overall code.
+    fn record(&self, domain: &str, slots: &[Slot<'_>], outcomes: &[Outcome], response: &RateLimitResponse) {
+        let mut algorithms: Vec<&str> = Vec::new();
+        let mut degraded = false;
+        for (slot, outcome) in slots.iter().zip(outcomes) {
+            let quota = slot.as_ref().ok().and_then(Item::limit).and_then(|l| l.quota);
+            if let (Some(quota), Outcome::Decided(d, _)) = (quota, outcome) {
+                algorithms.push(quota.algorithm().as_str());
+                degraded |= d.degraded.is_some();
+            }
+        }
+        algorithms.dedup();
+        crate::trace::record(&crate::trace::Decided {
+            subject: ("domain", domain),
+            algorithm: &algorithms.join(","),
+            engine: self.app.limiter.backend().engine(),
+            allowed: response.overall_code != Code::OverLimit as i32,
+            degraded,
+        });
     }
 }
 

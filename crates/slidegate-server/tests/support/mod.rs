@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 pub mod envoy;
+pub mod otlp;
 pub mod tls;
 
 /// A `slidegate serve` child process.
