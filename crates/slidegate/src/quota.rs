@@ -246,7 +246,7 @@ impl Quota {
 
     /// This quota with its limit (and a GCRA's burst) divided by `instances`, rounded down, at
     /// least 1: what one instance of a fleet of `instances` enforces alone under
-    /// [`FailurePolicy::LocalAuto`](crate::FailurePolicy::LocalAuto).
+    /// [`FailurePolicy::LocalAuto`].
     pub fn divided(&self, instances: u32) -> Self {
         self.scaled(1, u64::from(instances.max(1)))
     }
