@@ -29,12 +29,12 @@ def free_port():
         return s.getsockname()[1]
 
 
-def wait_http(url, deadline_s=120):
+def wait_http(url, deadline_s=120, context=None):
     deadline = time.time() + deadline_s
     while True:
         try:
             # A GET: the baseline answers 405, which still says it is up.
-            urllib.request.urlopen(url, timeout=5)
+            urllib.request.urlopen(url, timeout=5, context=context)
             return
         except urllib.error.HTTPError:
             return
@@ -63,15 +63,15 @@ def total(path):
     raise SystemExit(f"no total in {path}")
 
 
-def server_cost(cmd, port, keys, window, seconds, keep, name):
-    """Instructions per request of `cmd` (a server on `port`) under wrk's load."""
+def server_cost(cmd, port, keys, window, seconds, keep, name, scheme="http", context=None):
+    """Instructions per request of `cmd` (a server on `port`, answering `scheme`) under wrk's load."""
     out_dir = tempfile.mkdtemp(prefix="http-cost-")
     out = os.path.join(out_dir, "callgrind.out")
     server = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *cmd],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        url = f"http://127.0.0.1:{port}/v1/check"
-        wait_http(url)
+        url = f"{scheme}://127.0.0.1:{port}/v1/check"
+        wait_http(url, context=context)
         # One short load first: connections, buffers and the allocator's pools settle.
         wrk(url, keys, window, 1)
         subprocess.run(["callgrind_control", "-z", str(server.pid)], check=True, capture_output=True)
