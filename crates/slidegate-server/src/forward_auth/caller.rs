@@ -173,17 +173,25 @@ impl<'a> Described<'a> {
     /// The request that `headers` describe, asked about with `method` by a proxy that
     /// forwards `client`.
     pub fn read(method: &'a Method, headers: &'a HeaderMap, client: IpAddr) -> Result<Self, ApiError> {
-        let first = |names: [&'static str; 2]| -> Result<Option<&'a str>, ApiError> {
-            let name = names.iter().find(|n| headers.contains_key(**n));
-            name.map(|n| header(headers, &HeaderName::from_static(n))).transpose().map(Option::flatten)
+        // The first of two names the request has, as its own answer (a 400 stops the search).
+        let first = |names: &[HeaderName; 2]| -> Result<Option<&'a str>, ApiError> {
+            Ok(match header(headers, &names[0])? {
+                Some(value) => Some(value),
+                None => header(headers, &names[1])?,
+            })
         };
-        let method = header(headers, &HeaderName::from_static("x-forwarded-method"))?.unwrap_or(method.as_str());
-        let host = first(["x-forwarded-host", "host"])?;
-        let uri = first(["x-forwarded-uri", "x-original-uri"])?;
+        let method = header(headers, &X_FORWARDED_METHOD)?.unwrap_or(method.as_str());
+        let host = first(&HOST)?;
+        let uri = first(&URI)?;
         let path = uri.map(|u| u.split_once('?').map_or(u, |(path, _)| path));
         Ok(Self { method, host, path, headers, client })
     }
 }
+
+// Names made once, at compile time: a name made from text per request is parsed and checked.
+const X_FORWARDED_METHOD: HeaderName = HeaderName::from_static("x-forwarded-method");
+const HOST: [HeaderName; 2] = [HeaderName::from_static("x-forwarded-host"), HeaderName::from_static("host")];
+const URI: [HeaderName; 2] = [HeaderName::from_static("x-forwarded-uri"), HeaderName::from_static("x-original-uri")];
 
 /// The value of the header `name`, `None` when absent; a 400 naming it when it is not visible
 /// ASCII or given twice.

@@ -21,8 +21,8 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::rejection::PathRejection;
-use axum::extract::{ConnectInfo, Path, State};
-use axum::http::{HeaderMap, HeaderName, Method, StatusCode};
+use axum::extract::{ConnectInfo, Path, Request, State};
+use axum::http::{HeaderName, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 pub use caller::{
     Caller, CallerError, Described, KeyPart, MAX_KEY_PARTS, MAX_METHOD_LEN, MAX_METHODS, MAX_PATH_PREFIX,
@@ -72,29 +72,31 @@ pub fn routes() -> Vec<Route> {
     METHODS.iter().flat_map(each).collect()
 }
 
-/// Decides the request that `headers` describe under `rule`, answered for nginx when
-/// `AUTH_REQUEST`, else for the other proxies.
+/// Decides the request that the question's headers describe under `rule`, answered for nginx
+/// when `AUTH_REQUEST`, else for the other proxies. The question is taken whole, its headers
+/// borrowed: axum's `HeaderMap` extractor would copy the whole map for every question.
 async fn answer<const AUTH_REQUEST: bool>(
     State(app): State<Arc<App>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     method: Method,
     rule: Result<Path<String>, PathRejection>,
-    headers: HeaderMap,
+    question: Request,
 ) -> Result<Response, ApiError> {
+    let headers = question.headers();
     let dialect = if AUTH_REQUEST { Dialect::AuthRequest } else { Dialect::ForwardAuth };
     let Path(rule) = rule.map_err(|e| ApiError::bad_request("invalid_path", e.body_text()))?;
     // One snapshot for the rule, the proxies and the counters, as for a check.
     let live = app.live();
     let rule = rule_named(&live, &rule)?;
-    let client = live.forward_auth.client(peer.ip(), &headers).map_err(|e| {
+    let client = live.forward_auth.client(peer.ip(), headers).map_err(|e| {
         let message = format!("{}: {e}", live.forward_auth.client_header.name());
         ApiError::new(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, "header_too_long", message)
     })?;
-    let request = Described::read(&method, &headers, client)?;
+    let request = Described::read(&method, headers, client)?;
     if !rule.caller.applies(&request) {
         return Ok(Json(json!({"rule": rule.name, "applies": false})).into_response());
     }
-    let cost = match caller::header(&headers, &COST_HEADER)? {
+    let cost = match caller::header(headers, &COST_HEADER)? {
         None => 1,
         Some(text) => text.parse().map_err(|_| {
             ApiError::bad_request("invalid_cost", format!("{COST_HEADER} must be a whole number of permits"))
