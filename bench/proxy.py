@@ -51,14 +51,11 @@ def nginx_conf(d, setup, slidegate, app, port):
         site = doc_block("## nginx", "nginx").replace(SLIDEGATE, slidegate).replace(APP, app)
         site = site.replace(PROXY, f"127.0.0.1:{port}")
     else:
-        limit = ""
-        if setup == "limit_req":
-            # A rate far above the load: every request passes, as every request passes the rule.
-            site_zone = "limit_req_zone $binary_remote_addr zone=api:10m rate=1000000r/s;\n"
-            limit = "limit_req zone=api burst=1000000 nodelay;"
-        else:
-            site_zone = ""
-        site = (f"{site_zone}upstream application {{ server {app}; keepalive 16; }}\n"
+        # limit_req at a rate far above the load: every request passes, as every one passes the rule.
+        limited = setup == "limit_req"
+        zone = "limit_req_zone $binary_remote_addr zone=api:10m rate=1000000r/s;\n" if limited else ""
+        limit = "limit_req zone=api burst=1000000 nodelay;" if limited else ""
+        site = (f"{zone}upstream application {{ server {app}; keepalive 16; }}\n"
                 f"server {{ listen 127.0.0.1:{port}; location / {{ {limit} proxy_pass http://application; "
                 "proxy_http_version 1.1; proxy_set_header Connection \"\"; } }\n")
     app_port = app.rsplit(":", 1)[1]

@@ -181,8 +181,8 @@ impl<'a> Described<'a> {
             })
         };
         let method = header(headers, &X_FORWARDED_METHOD)?.unwrap_or(method.as_str());
-        let host = first(&HOST)?;
-        let uri = first(&URI)?;
+        let host = first(&HOST_NAMES)?;
+        let uri = first(&URI_NAMES)?;
         let path = uri.map(|u| u.split_once('?').map_or(u, |(path, _)| path));
         Ok(Self { method, host, path, headers, client })
     }
@@ -190,8 +190,9 @@ impl<'a> Described<'a> {
 
 // Names made once, at compile time: a name made from text per request is parsed and checked.
 const X_FORWARDED_METHOD: HeaderName = HeaderName::from_static("x-forwarded-method");
-const HOST: [HeaderName; 2] = [HeaderName::from_static("x-forwarded-host"), HeaderName::from_static("host")];
-const URI: [HeaderName; 2] = [HeaderName::from_static("x-forwarded-uri"), HeaderName::from_static("x-original-uri")];
+const HOST_NAMES: [HeaderName; 2] = [HeaderName::from_static("x-forwarded-host"), HeaderName::from_static("host")];
+const URI_NAMES: [HeaderName; 2] =
+    [HeaderName::from_static("x-forwarded-uri"), HeaderName::from_static("x-original-uri")];
 
 /// The value of the header `name`, `None` when absent; a 400 naming it when it is not visible
 /// ASCII or given twice.

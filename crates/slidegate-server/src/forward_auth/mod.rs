@@ -78,7 +78,6 @@ pub fn routes() -> Vec<Route> {
 async fn answer<const AUTH_REQUEST: bool>(
     State(app): State<Arc<App>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    method: Method,
     rule: Result<Path<String>, PathRejection>,
     question: Request,
 ) -> Result<Response, ApiError> {
@@ -92,7 +91,7 @@ async fn answer<const AUTH_REQUEST: bool>(
         let message = format!("{}: {e}", live.forward_auth.client_header.name());
         ApiError::new(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, "header_too_long", message)
     })?;
-    let request = Described::read(&method, headers, client)?;
+    let request = Described::read(question.method(), headers, client)?;
     if !rule.caller.applies(&request) {
         return Ok(Json(json!({"rule": rule.name, "applies": false})).into_response());
     }
