@@ -135,8 +135,12 @@ fn write(mut to: &TcpStream, rx: &Receiver<Chunk>, direction: Direction, link: &
         let (release, chunk) = match rx.recv_timeout(TICK) {
             Ok(chunk) => chunk,
             Err(RecvTimeoutError::Timeout) => continue,
+            // The reader ended: at an end of stream, pass it on; at a reset (the flag is set
+            // before the reader sees it), a FIN now would reach the peer before the RST.
             Err(RecvTimeoutError::Disconnected) => {
-                let _ = to.shutdown(Shutdown::Write);
+                if link.alive() {
+                    let _ = to.shutdown(Shutdown::Write);
+                }
                 return;
             }
         };
