@@ -118,14 +118,15 @@ def children_cpu_s():
     return t.children_user + t.children_system
 
 
-def h2load_cmd(grpc, seconds, workdir, connections=1):
-    """h2load's W1: 64 streams over `connections` connections, each a prebuilt request."""
+def h2load_cmd(grpc, seconds, workdir, connections=1, scheme="http"):
+    """h2load's W1: 64 streams over `connections` connections, each a prebuilt request (over
+    TLS for `scheme` "https": h2load negotiates HTTP/2 by ALPN and checks no certificate)."""
     pb = lambda field, payload: bytes([field << 3 | 2, len(payload)]) + payload
     request = pb(1, b"bench") + pb(2, pb(1, pb(1, b"key") + pb(2, b"bench:0")))
     body = os.path.join(workdir, "w1.grpc")
     with open(body, "wb") as f:
         f.write(b"\0" + len(request).to_bytes(4, "big") + request)
-    url = f"http://127.0.0.1:{grpc}/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+    url = f"{scheme}://127.0.0.1:{grpc}/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
     return ["h2load", "-c", str(connections), "-m", str(64 // connections), "-D", str(int(seconds)), "-d", body,
             "-H", "content-type: application/grpc", "-H", "te: trailers", url]
 

@@ -63,30 +63,41 @@ def total(path):
     raise SystemExit(f"no total in {path}")
 
 
-def server_cost(cmd, port, keys, window, seconds, keep, name, scheme="http", context=None):
-    """Instructions per request of `cmd` (a server on `port`, answering `scheme`) under wrk's load."""
+def server_cost(cmd, port, keys, window, seconds, keep, name, scheme="http", context=None, marginal=False):
+    """Instructions per request of `cmd` (a server on `port`, answering `scheme`) under wrk's load.
+    Each wrk run opens its connections anew; with `marginal` their set-up (a TLS handshake each)
+    is left out: loads of `seconds` and of twice that are measured, and the difference taken."""
     out_dir = tempfile.mkdtemp(prefix="http-cost-")
     out = os.path.join(out_dir, "callgrind.out")
     server = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *cmd],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"{scheme}://127.0.0.1:{port}/v1/check"
+
+    def measured(s):
+        """(instructions, requests, errors) of one load of `s` seconds."""
+        subprocess.run(["callgrind_control", "-z", str(server.pid)], check=True, capture_output=True)
+        requests, errors = wrk(url, keys, window, s)
+        subprocess.run(["callgrind_control", "-d", str(server.pid)], check=True, capture_output=True)
+        dumps = glob.glob(out + ".*")
+        if not dumps:
+            raise SystemExit(f"no dump from {cmd[0]}")
+        dump = max(dumps, key=lambda d: int(d.rsplit(".", 1)[1]))
+        if keep:
+            os.makedirs(keep, exist_ok=True)
+            shutil.copy(dump, os.path.join(keep, f"{name}.out"))
+        return total(dump), requests, errors
+
     try:
-        url = f"{scheme}://127.0.0.1:{port}/v1/check"
         wait_http(url, context=context)
         # One short load first: connections, buffers and the allocator's pools settle.
         wrk(url, keys, window, 1)
-        subprocess.run(["callgrind_control", "-z", str(server.pid)], check=True, capture_output=True)
-        requests, errors = wrk(url, keys, window, seconds)
-        subprocess.run(["callgrind_control", "-d", str(server.pid)], check=True, capture_output=True)
+        instructions, requests, errors = measured(seconds)
+        if marginal:
+            more, more_requests, more_errors = measured(2 * seconds)
+            instructions, requests, errors = more - instructions, more_requests - requests, errors + more_errors
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=120)
-    dumps = sorted(glob.glob(out + ".*"))
-    if not dumps:
-        raise SystemExit(f"no dump from {cmd[0]}")
-    instructions = total(dumps[-1])
-    if keep:
-        os.makedirs(keep, exist_ok=True)
-        shutil.copy(dumps[-1], os.path.join(keep, f"{name}.out"))
     shutil.rmtree(out_dir)
     return instructions / requests, requests, errors
 

@@ -1,20 +1,24 @@
 #!/usr/bin/env python3
-"""What TLS on the listener costs a check: instructions per `/v1/check` of `slidegate serve`
-(memory backend) over HTTP and over HTTPS (`--tls-cert`/`--tls-key`, an ECDSA P-256 certificate
-made here), each under callgrind and loaded by wrk with 64 kept-alive connections, as in
-bench/http_cost.py (whose measurement this reuses): the handshakes happen before the counters
-are zeroed, so the figure is the steady state of a proxy's pooled connections.
+"""What TLS on the listeners costs a decision: instructions of `slidegate serve` (memory backend)
+per `/v1/check` over HTTP and over HTTPS, and per `ShouldRateLimit` over gRPC with and without
+TLS (`--tls-cert`/`--tls-key`, an ECDSA P-256 certificate made here), each under callgrind.
+HTTP: wrk with 64 kept-alive connections, as in bench/http_cost.py (whose measurement this
+reuses). gRPC: h2load's W1 as in bench/grpc_floor.py (one connection, 64 streams, one hot
+descriptor; bench/envoy/bench.yaml). Each load opens its connections anew, so each figure is
+the difference between a load of `--seconds` and one of twice that: the handshakes left out,
+the steady state of a proxy's pooled connections.
 
     cargo build --release -p slidegate-server --features bench --bin slidegate
-    python3 bench/tls_cost.py [--seconds 5]   # needs valgrind, wrk, openssl
+    python3 bench/tls_cost.py [--seconds 5]   # needs valgrind, wrk, h2load (nghttp2-client), openssl
 
 Loopback only; every process started here is ended here.
 """
-import argparse, os, shutil, ssl, subprocess, sys, tempfile
+import argparse, glob, os, shutil, ssl, subprocess, sys, tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import grpc_floor  # noqa: E402
 import http_cost  # noqa: E402
-from http_cost import SHAPES, free_port, server_cost  # noqa: E402
+from http_cost import SHAPES, free_port, server_cost, total  # noqa: E402
 
 
 def certificate(d):
@@ -24,6 +28,29 @@ def certificate(d):
                     "-keyout", key, "-out", cert, "-days", "1", "-subj", "/CN=127.0.0.1",
                     "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
     return cert, key
+
+
+def grpc_cost(cmd, grpc, scheme, seconds, workdir):
+    """Instructions per `ShouldRateLimit` of `cmd` (a server on port `grpc`) under h2load's W1,
+    the connection's set-up left out as for HTTP."""
+    out = os.path.join(workdir, f"callgrind.grpc.{scheme}")
+    server = grpc_floor.start(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *cmd], grpc, 120)
+
+    def measured(s):
+        subprocess.run(["callgrind_control", "-z", str(server.pid)], check=True, capture_output=True)
+        run = subprocess.run(grpc_floor.h2load_cmd(grpc, s, workdir, scheme=scheme), capture_output=True, text=True,
+                             timeout=s + 120)
+        subprocess.run(["callgrind_control", "-d", str(server.pid)], check=True, capture_output=True)
+        dump = max(glob.glob(out + ".*"), key=lambda d: int(d.rsplit(".", 1)[1]))
+        return total(dump), grpc_floor.h2load_report(run.stdout)[0]
+
+    try:
+        measured(1)
+        (short, short_calls), (long, long_calls) = measured(seconds), measured(2 * seconds)
+    finally:
+        server.terminate()
+        server.wait(120)
+    return (long - short) / (long_calls - short_calls)
 
 
 def main():
@@ -41,14 +68,24 @@ def main():
         for shape, (keys, window) in SHAPES.items():
             port = free_port()
             plain, _, plain_errors = server_cost([slidegate, "serve", "--http", f"127.0.0.1:{port}"], port, keys, window,
-                                      a.seconds, None, f"http-{shape}")
+                                      a.seconds, None, f"http-{shape}", marginal=True)
             port = free_port()
             tls, _, tls_errors = server_cost([slidegate, "serve", "--http", f"127.0.0.1:{port}", "--tls-cert", cert,
                                      "--tls-key", key], port, keys, window, a.seconds, None, f"https-{shape}",
-                                    scheme="https", context=trusting_it)
+                                    scheme="https", context=trusting_it, marginal=True)
             if plain_errors or tls_errors:
                 raise SystemExit(f"answers that were not 2xx: {plain_errors} over HTTP, {tls_errors} over HTTPS")
             print(f"| {shape} | {plain:,.0f} | {tls:,.0f} | **{tls / plain:.2f}** |", flush=True)
+        print("\n| shape | gRPC (instr./call) | gRPC over TLS (instr./call) | ratio |")
+        print("|---|---|---|---|")
+        envoy = os.path.join(http_cost.ROOT, "bench", "envoy")
+        serve = lambda grpc: [slidegate, "serve", "--http", f"127.0.0.1:{free_port()}", "--grpc", f"127.0.0.1:{grpc}",
+                              "--envoy-config", envoy]
+        grpc = free_port()
+        plain = grpc_cost(serve(grpc), grpc, "http", a.seconds, d)
+        grpc = free_port()
+        tls = grpc_cost(serve(grpc) + ["--tls-cert", cert, "--tls-key", key], grpc, "https", a.seconds, d)
+        print(f"| W1 (h2load) | {plain:,.0f} | {tls:,.0f} | **{tls / plain:.2f}** |", flush=True)
     finally:
         shutil.rmtree(d)
 
