@@ -6,11 +6,13 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from typing import Optional
 
 import redis
 
@@ -95,13 +97,15 @@ class RedisCluster:
 
 
 class Slidegate:
-    """`slidegate serve` from target/debug, on a free port, until stopped."""
+    """`slidegate serve` from target/debug, on a free port, until stopped; over HTTPS when given
+    `tls`, the client's side of it (the CA trusted, and a certificate when the server asks)."""
 
-    def __init__(self, *args: str):
+    def __init__(self, *args: str, tls: Optional[ssl.SSLContext] = None):
         if not SLIDEGATE.exists():
             raise FileNotFoundError(f"{SLIDEGATE}: build the workspace first (cargo build --workspace)")
         self.port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
+        self.tls = tls
+        self.base = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
         self.log = tempfile.NamedTemporaryFile(prefix="slidegate-py-serve-", suffix=".log", delete=False)
         env = {k: v for k, v in os.environ.items() if not k.startswith("SLIDEGATE_") and k != "RUST_LOG"}
         self.process = subprocess.Popen([str(SLIDEGATE), "serve", "--http", f"127.0.0.1:{self.port}", *args],
@@ -112,7 +116,7 @@ class Slidegate:
         if self.process.poll() is not None:
             raise RuntimeError(f"slidegate exited: {Path(self.log.name).read_text()}")
         try:
-            with urllib.request.urlopen(f"{self.base}/healthz", timeout=1) as r:
+            with urllib.request.urlopen(f"{self.base}/healthz", timeout=1, context=self.tls) as r:
                 return r.status == 200
         except OSError:
             return False
@@ -120,7 +124,7 @@ class Slidegate:
     def post(self, path: str, body: dict) -> dict:
         request = urllib.request.Request(f"{self.base}{path}", data=json.dumps(body).encode(),
                                          headers={"content-type": "application/json"})
-        with urllib.request.urlopen(request, timeout=5) as r:
+        with urllib.request.urlopen(request, timeout=5, context=self.tls) as r:
             return json.loads(r.read())
 
     def stop(self) -> None:
