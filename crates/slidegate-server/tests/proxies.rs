@@ -232,11 +232,12 @@ fn slidegate() -> (Slidegate, RulesFile) {
 
 /// Through `proxy`, a client on 127.0.0.3 sends a new `X-Forwarded-For` (and `X-Real-IP`,
 /// `Forwarded`) on every request: exactly the limit reaches the application, the rest are 429s
-/// with `Retry-After`, all counted as 127.0.0.3. Then a caller on 127.0.0.2 asks slidegate
+/// with `Retry-After`, all counted as 127.0.0.3, each question on a connection the proxy keeps.
+/// Then a caller on 127.0.0.2 asks slidegate
 /// directly, forging 127.0.0.3's address: its own counts, with a full limit.
 async fn one_limit_whatever_the_client_forwards(proxy: &Proxy, slidegate: &Slidegate, name: &str) {
     let client = client_from("127.0.0.3");
-    let mut reached = 0;
+    let (mut reached, closed_before) = (0, closed_connections(slidegate));
     for i in 0..LIMIT + 5 {
         let forged = format!("198.51.100.{}", i + 1);
         let answer = client
@@ -261,6 +262,8 @@ async fn one_limit_whatever_the_client_forwards(proxy: &Proxy, slidegate: &Slide
         }
     }
     assert_eq!(reached, LIMIT, "{name}: one limit for the client, whatever it forwards");
+    let closed = closed_connections(slidegate) - closed_before;
+    assert_eq!(closed, 0, "{name}: its connections to slidegate kept for the next question");
     let stats: Value =
         Client::new().get(slidegate.url("/v1/stats")).send().await.expect("stats").json().await.expect("JSON");
     let api = stats["rules"].as_array().and_then(|r| r.iter().find(|r| r["rule"] == "api")).expect("api's traffic");
@@ -278,6 +281,19 @@ async fn one_limit_whatever_the_client_forwards(proxy: &Proxy, slidegate: &Slide
         let want = if i < LIMIT { 200 } else { 429 };
         assert_eq!(answer.status().as_u16(), want, "{name}: the direct caller's own limit, request {i}");
     }
+}
+
+/// The connections to or from `slidegate`'s port closed in the last minute: the sockets in
+/// TIME-WAIT (the kernel's `/proc/net/tcp`, state 06) with that port at either end.
+fn closed_connections(slidegate: &Slidegate) -> usize {
+    let port = slidegate.base.rsplit(':').next().and_then(|p| p.parse::<u16>().ok()).expect("port");
+    let end = format!(":{port:04X}");
+    let table = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp");
+    let time_wait = |line: &&str| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        fields.get(3) == Some(&"06") && fields[1..3].iter().any(|address| address.ends_with(&end))
+    };
+    table.lines().skip(1).filter(time_wait).count()
 }
 
 /// The doc's rules served, the application, and the proxy `start` starts in front of both.

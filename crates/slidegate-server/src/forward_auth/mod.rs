@@ -3,11 +3,11 @@
 //! `-For`; nginx set-ups `X-Original-URI`), and lets it through on a 2xx:
 //!
 //! - `/v1/forward-auth/{rule}` (Traefik `forwardAuth`, Caddy `forward_auth`, HAProxy): allowed,
-//!   200; denied, 429 with `Retry-After`; either with the RateLimit headers and `/v1/check`'s
-//!   JSON decision, which these proxies hand to the client as they are.
-//! - `/v1/auth-request/{rule}` (nginx `auth_request`): the same, denied as a 403, since nginx
-//!   turns any answer but a 2xx, 401 or 403 into a 500; its documented configuration maps the
-//!   403 to a 429.
+//!   200; denied, 429 with `Retry-After` and `/v1/check`'s JSON decision, which these proxies
+//!   hand to the client as they are; either with the RateLimit headers.
+//! - `/v1/auth-request/{rule}` (nginx `auth_request`): the same, denied as a 403 without a body,
+//!   since nginx turns any answer but a 2xx, 401 or 403 into a 500 (its documented
+//!   configuration maps the 403 to a 429).
 //!
 //! Here: the routes and the answer. Beside it: `caller` (what a rule counts a request as, and
 //! which requests it applies to), `proxies` (`[forward_auth]`: whose word on the client's
@@ -19,16 +19,16 @@ mod proxies;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::Json;
+use axum::body::Body;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{ConnectInfo, Path, Request, State};
+use axum::http::header::CONTENT_TYPE;
 use axum::http::{HeaderName, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 pub use caller::{
     Caller, CallerError, Described, KeyPart, MAX_KEY_PARTS, MAX_METHOD_LEN, MAX_METHODS, MAX_PATH_PREFIX,
 };
 pub use proxies::{ClientHeader, ForwardAuthConfig, MAX_TRUSTED_PROXIES};
-use serde_json::json;
 
 use crate::api::{ApiError, Route, decide_one, route, rule_named};
 use crate::app::App;
@@ -57,11 +57,25 @@ enum Dialect {
 }
 
 impl Dialect {
-    fn denied(self) -> StatusCode {
-        match self {
-            Self::ForwardAuth => StatusCode::TOO_MANY_REQUESTS,
-            Self::AuthRequest => StatusCode::FORBIDDEN,
+    /// `response` (a decision, `allowed` or not) as this dialect's proxy reads it. A proxy that
+    /// lets a request through reads the status and the headers of the answer only, and nginx's
+    /// subrequest reads nothing more of a denial either: their answers have no body. A proxy
+    /// closes its connection to slidegate after an answer whose body it has not read (nginx's
+    /// upstream `keepalive` would keep nothing, Caddy's pool neither), and every question would
+    /// cost a connection — and a socket in TIME-WAIT. A denial for the other proxies keeps
+    /// `/v1/check`'s JSON, which they hand to the client.
+    fn shaped(self, mut response: Response, allowed: bool) -> Response {
+        match (self, allowed) {
+            (Self::ForwardAuth, false) => {
+                *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+                return response;
+            }
+            (Self::AuthRequest, false) => *response.status_mut() = StatusCode::FORBIDDEN,
+            (_, true) => {}
         }
+        response.headers_mut().remove(CONTENT_TYPE);
+        *response.body_mut() = Body::empty();
+        response
     }
 }
 
@@ -93,7 +107,7 @@ async fn answer<const AUTH_REQUEST: bool>(
     })?;
     let request = Described::read(question.method(), headers, client)?;
     if !rule.caller.applies(&request) {
-        return Ok(Json(json!({"rule": rule.name, "applies": false})).into_response());
+        return Ok(dialect.shaped(StatusCode::OK.into_response(), true));
     }
     let cost = match caller::header(headers, &COST_HEADER)? {
         None => 1,
@@ -106,9 +120,6 @@ async fn answer<const AUTH_REQUEST: bool>(
     slidegate::validate_key(&key)?;
     let key = slidegate::rule_key(&rule.name, &key);
     let quota = app.overrides.quota(&key, rule.quota);
-    let (decision, mut response) = decide_one(&app, &live, &rule.name, &key, &quota, cost).await?;
-    if !decision.allowed {
-        *response.status_mut() = dialect.denied();
-    }
-    Ok(response)
+    let (decision, response) = decide_one(&app, &live, &rule.name, &key, &quota, cost).await?;
+    Ok(dialect.shaped(response, decision.allowed))
 }
