@@ -34,14 +34,22 @@ impl AnyBackend {
             let nodes: Vec<&str> = config.redis_cluster.iter().map(String::as_str).collect();
             let backend = RedisBackend::connect_cluster_tls(&nodes, &tls).await?;
             return Ok(Self::Cluster(
-                backend.with_prefix(config.prefix.clone()).with_timeout(config.timeout).with_engine(config.engine),
+                backend
+                    .with_prefix(config.prefix.clone())
+                    .with_timeout(config.timeout)
+                    .with_engine(config.engine)
+                    .with_replicas_ack(config.replicas_ack),
             ));
         }
         if !config.redis_sentinel.is_empty() {
             let sentinels: Vec<&str> = config.redis_sentinel.iter().map(String::as_str).collect();
             let backend = RedisBackend::connect_sentinel_tls(&sentinels, &config.sentinel_service, &tls).await?;
             return Ok(Self::Sentinel(
-                backend.with_prefix(config.prefix.clone()).with_timeout(config.timeout).with_engine(config.engine),
+                backend
+                    .with_prefix(config.prefix.clone())
+                    .with_timeout(config.timeout)
+                    .with_engine(config.engine)
+                    .with_replicas_ack(config.replicas_ack),
             ));
         }
         Ok(match &config.redis {
@@ -51,7 +59,8 @@ impl AnyBackend {
                     .await?
                     .with_prefix(config.prefix.clone())
                     .with_timeout(config.timeout)
-                    .with_engine(config.engine),
+                    .with_engine(config.engine)
+                    .with_replicas_ack(config.replicas_ack),
             ),
         })
     }

@@ -209,6 +209,9 @@ pub struct BackendConfig {
     pub timeout: Duration,
     /// Which code decides on Redis: `auto` (the module when loaded), `lua` or `module`.
     pub engine: RedisEngine,
+    /// The replicas each admission waits for (`WAIT`) before it is answered; 0: none
+    /// ([`slidegate::RedisBackend::with_replicas_ack`]).
+    pub replicas_ack: u32,
     /// TLS to a `rediss://` Redis: `tls_ca`, `tls_cert`, `tls_key`,
     /// `tls_skip_hostname_verification`.
     pub tls: TlsFiles,
@@ -227,6 +230,7 @@ impl Default for BackendConfig {
             near_cache: DEFAULT_NEAR_CACHE,
             max_keys: slidegate::memory::DEFAULT_MAX_KEYS,
             engine: RedisEngine::Auto,
+            replicas_ack: 0,
             tls: TlsFiles::default(),
         }
     }
@@ -296,6 +300,7 @@ struct BackendSpec {
     prefix: Option<Spanned<String>>,
     timeout: Option<Spanned<String>>,
     engine: Option<Spanned<String>>,
+    replicas_ack: Option<Spanned<u32>>,
     tls_ca: Option<Spanned<String>>,
     tls_cert: Option<Spanned<String>>,
     tls_key: Option<Spanned<String>>,
@@ -431,6 +436,9 @@ impl BackendSpec {
                 return Err(Invalid::new("backend.max_keys", n.span(), "must be at least 1"));
             }
             backend.max_keys = n.into_inner();
+        }
+        if let Some(n) = self.replicas_ack {
+            backend.replicas_ack = n.into_inner();
         }
         if let Some(engine) = self.engine {
             backend.engine = engine.get_ref().parse().map_err(|_| {

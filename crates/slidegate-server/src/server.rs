@@ -61,6 +61,10 @@ pub struct ServeOptions {
     /// loaded, the Lua scripts otherwise), `lua` or `module`.
     #[arg(long, env = "SLIDEGATE_REDIS_ENGINE")]
     pub redis_engine: Option<slidegate::RedisEngine>,
+    /// Answer each admission only once this many replicas acknowledged it (`WAIT`; `[backend]
+    /// replicas_ack`, 0: none): fewer within 10 ms is a backend failure the policy answers.
+    #[arg(long, env = "SLIDEGATE_REDIS_REPLICAS_ACK", value_name = "N")]
+    pub redis_replicas_ack: Option<u32>,
     /// Serve HTTPS — and gRPC over TLS, with --grpc — with this certificate chain (PEM), served
     /// anew to new connections when the file changes (`[server] tls_cert`; with --tls-key).
     #[arg(long, env = "SLIDEGATE_TLS_CERT", value_name = "FILE")]
@@ -273,6 +277,9 @@ fn with_flags(mut config: Config, options: &ServeOptions) -> anyhow::Result<Conf
     }
     if let Some(engine) = options.redis_engine {
         backend.engine = engine;
+    }
+    if let Some(n) = options.redis_replicas_ack {
+        backend.replicas_ack = n;
     }
     redis_tls_flags(backend, options)?;
     listener_tls_flags(&mut config.tls, options)?;

@@ -344,6 +344,36 @@ impl RedisCluster {
         node.kill();
         self.killed.push(port);
     }
+
+    /// Puts a [`FaultProxy`] in front of every node and makes each node announce its proxy's
+    /// port (`cluster-announce-port`) instead of its own, so that a client given the proxies'
+    /// URLs finds, through `CLUSTER SLOTS` and `MOVED`, only proxies. Returns once every node
+    /// names only proxies, the proxies in the order of [`RedisCluster::nodes`]. Replicas
+    /// replicate through their master's proxy too: a fault on it holds replication as well.
+    /// [`RedisCluster::master_of`] no longer finds a node afterwards.
+    ///
+    /// # Panics
+    /// When a node refuses the setting or the nodes do not agree within 30 s.
+    pub fn behind_proxies(&self) -> Vec<FaultProxy> {
+        let proxies: Vec<FaultProxy> = self.nodes.iter().map(|n| FaultProxy::to_port(n.port())).collect();
+        for (node, proxy) in self.nodes.iter().zip(&proxies) {
+            let _: () = node.query(&["CONFIG", "SET", "cluster-announce-port", &proxy.port().to_string()]);
+        }
+        // The new port reaches the other nodes with the next gossip about the node.
+        let announced: Vec<String> = proxies.iter().map(|p| format!("127.0.0.1:{}@", p.port())).collect();
+        let started = Instant::now();
+        loop {
+            let agreed = self.nodes.iter().all(|n| {
+                let nodes: String = n.query(&["CLUSTER", "NODES"]);
+                nodes.lines().all(|line| announced.iter().any(|a| line.contains(a.as_str())))
+            });
+            if agreed {
+                return proxies;
+            }
+            assert!(started.elapsed() < CLUSTER_DEADLINE, "the nodes did not announce their proxies");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
 }
 
 /// A Sentinel-monitored Redis: a master, a replica, and one Sentinel (quorum 1) watching them as
@@ -361,9 +391,9 @@ pub struct RedisSentinel {
     dir: PathBuf,
 }
 
-fn master_port_plain(master: &RedisServer) -> u16 {
-    master.port()
-}
+/// How long the Sentinel of [`RedisSentinel::start_behind_proxy`] waits for a silent master
+/// before it fails over: longer than the faults a test sets on the proxy.
+pub const BEHIND_PROXY_DOWN_AFTER: Duration = Duration::from_secs(5);
 
 /// The name the Sentinel monitors.
 pub const SENTINEL_SERVICE: &str = "mymaster";
@@ -376,13 +406,31 @@ impl RedisSentinel {
     pub fn start() -> Self {
         let master = RedisServer::start();
         let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &master.port().to_string()]);
-        Self::watch(master, replica, master_port_plain, "")
+        let port = master.port();
+        Self::watch(master, replica, port, "")
     }
 
-    /// Starts a Sentinel over `master` and its `replica`, monitoring the master on the port
-    /// `port_of` gives, with `conf` added to its configuration; returns once the replica is in
+    /// As [`RedisSentinel::start`], the Sentinel monitoring the master through a
+    /// [`FaultProxy`], which it returns: the Sentinel names the proxy as the master, so its
+    /// clients reach the master only through the proxy's faults. The replica replicates from
+    /// the master directly. The Sentinel's down-after time is [`BEHIND_PROXY_DOWN_AFTER`]
+    /// here: a fault that keeps it from the master for longer makes it fail over.
+    ///
+    /// # Panics
+    /// As [`RedisSentinel::start`].
+    pub fn start_behind_proxy() -> (Self, FaultProxy) {
+        let master = RedisServer::start();
+        let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &master.port().to_string()]);
+        let proxy = FaultProxy::to_port(master.port());
+        let down_after = BEHIND_PROXY_DOWN_AFTER.as_millis();
+        let conf = format!("sentinel down-after-milliseconds {SENTINEL_SERVICE} {down_after}\n");
+        (Self::watch(master, replica, proxy.port(), &conf), proxy)
+    }
+
+    /// Starts a Sentinel over `master` and its `replica`, monitoring the master on
+    /// `master_port`, with `conf` added to its configuration; returns once the replica is in
     /// sync and the Sentinel knows it.
-    fn watch(master: RedisServer, replica: RedisServer, port_of: fn(&RedisServer) -> u16, conf: &str) -> Self {
+    fn watch(master: RedisServer, replica: RedisServer, master_port: u16, conf: &str) -> Self {
         let sentinel_port = free_port();
         let dir = std::env::temp_dir().join(format!("slidegate-sentinel-{}-{sentinel_port}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("sentinel dir");
@@ -393,7 +441,7 @@ impl RedisSentinel {
                 "port {sentinel_port}\nbind 127.0.0.1\ndir {}\nsentinel monitor {SENTINEL_SERVICE} 127.0.0.1 {} 1\n\
                  sentinel down-after-milliseconds {SENTINEL_SERVICE} 1000\nsentinel failover-timeout {SENTINEL_SERVICE} 3000\n{conf}",
                 dir.display(),
-                port_of(&master)
+                master_port
             ),
         )
         .expect("sentinel.conf");

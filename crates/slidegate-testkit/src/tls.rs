@@ -112,8 +112,8 @@ impl RedisSentinel {
         let tls_port = free_port();
         let conf: String =
             server_args(pki, tls_port, false).chunks(2).map(|kv| format!("{} {}\n", &kv[0][2..], kv[1])).collect();
-        let mut setup =
-            Self::watch(master, replica, |m| m.tls_port().expect("TLS"), &format!("{conf}tls-replication yes\n"));
+        let port = master.tls_port().expect("TLS");
+        let mut setup = Self::watch(master, replica, port, &format!("{conf}tls-replication yes\n"));
         setup.sentinel_tls_port = Some(tls_port);
         setup
     }

@@ -113,6 +113,17 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
+    /// Fewer replicas than asked acknowledged an admission within
+    /// [`crate::redis::REPLICAS_ACK_TIMEOUT`] ([`crate::RedisBackend::with_replicas_ack`]): the
+    /// admission is recorded on the master only, and a failover could lose it.
+    #[cfg(feature = "redis")]
+    #[error("{acked} of the {wanted} replicas asked for acknowledged the admission in time")]
+    ReplicasAck {
+        /// The replicas asked for.
+        wanted: u32,
+        /// The replicas that acknowledged.
+        acked: u64,
+    },
     /// Redis answered something the script cannot have returned (a different script under the
     /// same name, a proxy in between).
     #[error("unexpected reply from backend: {0}")]
@@ -167,7 +178,7 @@ impl Error {
             #[cfg(feature = "redis")]
             Self::UnknownEngine(_) => ErrorClass::Caller,
             #[cfg(feature = "redis")]
-            Self::ModuleNotLoaded | Self::Tls { .. } => ErrorClass::BackendFailure,
+            Self::ModuleNotLoaded | Self::Tls { .. } | Self::ReplicasAck { .. } => ErrorClass::BackendFailure,
             #[cfg(feature = "redis")]
             Self::ClockOutOfRange { .. } => ErrorClass::BackendError,
             #[cfg(feature = "redis")]

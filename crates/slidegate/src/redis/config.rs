@@ -1,5 +1,5 @@
 //! What a [`RedisBackend`] is set up with — key prefix, clock, deadline, engine, Cluster slot
-//! check — the builder methods that set it, and the Redis key each limited key maps to.
+//! check, replicas acknowledging admissions — the builder methods that set it, and the Redis key each limited key maps to.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,6 +29,8 @@ pub(super) struct Config {
     /// Set: the sliding-log script's order is fixed (`true`: expecting a denial) instead of
     /// guessed by [`Outlook`].
     pub(super) fixed_order: Option<bool>,
+    /// The replicas each admission waits for (`WAIT`); 0: none (`replicas.rs`).
+    pub(super) replicas_ack: u32,
 }
 
 impl<C> RedisBackend<C>
@@ -46,6 +48,7 @@ where
                 one_slot: false,
                 engine: RedisEngine::Auto,
                 fixed_order: None,
+                replicas_ack: 0,
             }),
             members: Arc::new(Members::new()),
             module: Arc::default(),

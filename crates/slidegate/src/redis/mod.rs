@@ -21,6 +21,7 @@
 // - `scripts.rs`: the Lua scripts, their registry and one method per deciding script;
 // - `module.rs`: the module's two commands;
 // - `wire.rs`: the arguments of those commands and the parsing of their replies (no I/O);
+// - `replicas.rs`: the `WAIT` after each admission that `with_replicas_ack` asks for;
 // - `members.rs`: the unique sorted-set members a sliding log records;
 // - `outlook.rs`: the per-key guess of the next outcome that orders the sliding-log script;
 // - one file per kind of server: `standalone.rs` (over `pipelined.rs`, with its RESP framing in
@@ -34,6 +35,7 @@
 // scripts itself, rather than through one more helper.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use redis::aio::ConnectionLike;
 
@@ -42,6 +44,7 @@ pub use config::{DEFAULT_PREFIX, DEFAULT_TIMEOUT};
 pub use engine::RedisEngine;
 pub use pipelined::{DEFAULT_MAX_QUEUED, MAX_IN_FLIGHT, PipelinedConnection};
 pub use redis::cluster_async::ClusterConnection;
+pub use replicas::REPLICAS_ACK_TIMEOUT;
 pub use sentinel::{RedisSentinelBackend, SentinelConnection};
 pub use tls::{MAX_PEM_BYTES, RedisTls, TlsFiles, pem_certificates, pem_private_key};
 
@@ -55,6 +58,7 @@ mod members;
 mod module;
 mod outlook;
 mod pipelined;
+mod replicas;
 mod scripts;
 mod sentinel;
 mod standalone;
@@ -101,12 +105,13 @@ where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
     async fn check(&self, key: &str, quota: &Quota, cost: u64) -> Result<Decision, Error> {
+        let started = Instant::now();
         let check = [Check { key, quota: *quota, cost }];
         let first = |group: MultiDecision| group.decisions.into_iter().next().ok_or_else(|| wire::unexpected(&[]));
         if self.module_first()
             && let Some(answer) = self.module_answer(self.module_check(&check).await)
         {
-            return first(answer?);
+            return self.acknowledged(started, answer.and_then(first), |d| d.allowed).await;
         }
         let algorithm = quota.algorithm();
         // One key without warm-up has a lean script; everything else runs the general one.
@@ -124,10 +129,11 @@ where
             }
             _ => self.check_script(&check, true).await.and_then(first),
         };
-        self.noting_failure(decision)
+        self.acknowledged(started, self.noting_failure(decision), |d| d.allowed).await
     }
 
     async fn check_all(&self, checks: &[Check<'_>]) -> Result<MultiDecision, Error> {
+        let started = Instant::now();
         if self.config.one_slot {
             let mut keys = checks.iter().map(|c| self.redis_key(c.key, c.quota.algorithm()));
             if let Some(first) = keys.next() {
@@ -140,9 +146,10 @@ where
         if self.module_first()
             && let Some(answer) = self.module_answer(self.module_check(checks).await)
         {
-            return answer;
+            return self.acknowledged(started, answer, |group| group.allowed).await;
         }
-        self.noting_failure(self.check_script(checks, true).await)
+        self.acknowledged(started, self.noting_failure(self.check_script(checks, true).await), |group| group.allowed)
+            .await
     }
 
     async fn inspect(&self, key: &str, quota: &Quota) -> Result<KeyState, Error> {

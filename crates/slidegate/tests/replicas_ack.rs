@@ -1,0 +1,104 @@
+//! `RedisBackend::with_replicas_ack` on a real master and replica, standalone (Lua engine and
+//! module) and under Sentinel: an admission is answered once the replica holds it — its
+//! sorted set on the replica counts it at the moment the caller hears of it — a denial needs no
+//! replica, and with the replica killed an admission is a backend failure
+//! (`Error::ReplicasAck`) that the failure policy answers, in time.
+
+use std::time::{Duration, Instant};
+
+use redis::aio::ConnectionLike;
+use slidegate::{Backend, Check, Error, FailurePolicy, Limiter, Quota, RedisBackend, RedisEngine};
+use slidegate_testkit::{RedisSentinel, RedisServer, SENTINEL_SERVICE};
+
+/// Five times the default deadline: the `WAIT`'s own timeout (10 ms, timed by Redis' event
+/// loop) is what must end it, not the call's deadline, on a machine busy enough to hold Redis
+/// off the CPU for tens of milliseconds.
+const DEADLINE: Duration = Duration::from_millis(250);
+
+/// What a call may take past the deadline: scheduling on a shared 2-core machine. Far less
+/// than a `WAIT` without a timeout would hold it (for ever), so a call that waited fails.
+const SLACK: Duration = Duration::from_millis(200);
+
+/// Waits (bounded) until `master` counts its replica as online: in sync, acknowledging.
+fn synced(master: &RedisServer) {
+    let started = Instant::now();
+    while !master.query::<String>(&["INFO", "replication"]).contains("state=online") {
+        assert!(started.elapsed() < Duration::from_secs(10), "the replica did not sync");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// What every setup must show, on `backend` (with `replicas_ack = 1`) over a master whose one
+/// replica is `replica`.
+async fn acknowledged_then_refused<C>(
+    name: &str,
+    backend: RedisBackend<C>,
+    master: &RedisServer,
+    replica: &mut RedisServer,
+) where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    synced(master);
+    // Redis times a blocked `WAIT` out on its event loop's next pass, up to 1 / hz later: at
+    // the default 10 Hz that is past the deadline, at 100 Hz within it.
+    let _: () = master.query(&["CONFIG", "SET", "hz", "100"]);
+    let backend = backend.with_timeout(DEADLINE).with_replicas_ack(1);
+    assert_eq!(backend.replicas_ack(), 1);
+    let quota = Quota::per_minute(3).expect("valid");
+    let redis_key = backend.redis_key("k", quota.algorithm());
+    for admitted in 1..=3 {
+        let d = backend.check("k", &quota, 1).await.expect("admitted");
+        assert!(d.allowed, "{name}: admission {admitted}");
+        // Acknowledged means applied on the replica: read there at once, the scripts' sorted set
+        // counts them all (the module's key, of its own type, is there).
+        let on_replica: u64 = match replica.query::<String>(&["TYPE", &redis_key]).as_str() {
+            "zset" => replica.query(&["ZCARD", &redis_key]),
+            "none" => 0,
+            _ => admitted,
+        };
+        assert_eq!(on_replica, admitted, "{name}: what the replica holds");
+    }
+    let group = [Check { key: "g", quota, cost: 1 }, Check { key: "h", quota, cost: 1 }];
+    assert!(backend.check_all(&group).await.expect("group admitted").allowed, "{name}: a group");
+    replica.kill();
+    // A denial records nothing a failover could lose: answered without the replica.
+    let d = backend.check("k", &quota, 1).await.expect("denied without a WAIT");
+    assert!(!d.allowed, "{name}: the key is spent");
+    // An admission is not acknowledged: a backend failure, in time, for the policy to answer.
+    let t = Instant::now();
+    let refused = backend.check("fresh", &quota, 1).await;
+    let took = t.elapsed();
+    assert!(took <= DEADLINE + SLACK, "{name}: took {took:?}");
+    assert!(
+        matches!(refused, Err(Error::ReplicasAck { wanted: 1, acked: 0 })),
+        "{name}: no replica acknowledged: {refused:?}"
+    );
+    assert!(refused.as_ref().is_err_and(Error::is_backend_failure), "{name}: a backend failure");
+    let refused = backend.check_all(&group.map(|c| Check { key: "other", ..c })[..1]).await;
+    assert!(matches!(refused, Err(Error::ReplicasAck { .. })), "{name}: a group too: {refused:?}");
+    let limiter = Limiter::new(backend).with_failure_policy(FailurePolicy::FailClosed);
+    let d = limiter.check("fresh-2", &quota).await.expect("the policy answers");
+    assert_eq!((d.allowed, d.degraded), (false, Some(FailurePolicy::FailClosed)), "{name}");
+    eprintln!("replicas_ack {name}: acknowledged with the replica, refused in {took:?} without it");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admissions_wait_for_the_replica_and_fail_without_it_standalone() {
+    for (engine, module) in [(RedisEngine::Lua, false), (RedisEngine::Module, true)] {
+        let start = |extra: &[&str]| {
+            if module { RedisServer::start_with_module(extra) } else { RedisServer::start_with(extra) }
+        };
+        let master = start(&[]);
+        let mut replica = start(&["--replicaof", "127.0.0.1", &master.port().to_string()]);
+        let backend = RedisBackend::connect(&master.url()).await.expect("connect").with_engine(engine);
+        acknowledged_then_refused(&format!("standalone, {engine:?}"), backend, &master, &mut replica).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admissions_wait_for_the_replica_and_fail_without_it_under_sentinel() {
+    let mut setup = RedisSentinel::start();
+    let url = setup.sentinel_url();
+    let backend = RedisBackend::connect_sentinel(&[url.as_str()], SENTINEL_SERVICE).await.expect("connect");
+    acknowledged_then_refused("sentinel", backend, &setup.master, &mut setup.replica).await;
+}
