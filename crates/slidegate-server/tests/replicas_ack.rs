@@ -40,7 +40,16 @@ async fn replicas_ack_from_the_file_a_flag_or_the_environment_makes_a_lost_repli
         let mut args = vec!["--config", rules.arg()];
         args.extend_from_slice(flags);
         let server = Slidegate::serve_with_env(&args, env);
-        assert_eq!(admit(&server, "a").await, (json!(false), json!(true)), "{name}: decided by Redis");
+        // The replica alive: decided by Redis. On a loaded machine one WAIT can miss its 10 ms,
+        // so a few fresh keys are tried.
+        let mut alive = Vec::new();
+        for key in ["a1", "a2", "a3", "a4", "a5"] {
+            alive.push(admit(&server, key).await);
+            if alive.last() == Some(&(json!(false), json!(true))) {
+                break;
+            }
+        }
+        assert_eq!(alive.last(), Some(&(json!(false), json!(true))), "{name}: decided by Redis: {alive:?}");
         replica.kill();
         let expected = if waits { (json!(true), json!(false)) } else { (json!(false), json!(true)) };
         assert_eq!(admit(&server, "b").await, expected, "{name}: with the replica gone");

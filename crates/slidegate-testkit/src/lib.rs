@@ -211,15 +211,26 @@ impl Drop for RedisServer {
     }
 }
 
-/// A port of 127.0.0.1 that was free a moment ago.
+/// A port of 127.0.0.1 that was free a moment ago, and that this process was not given before:
+/// the OS may hand a port just released out again, and two servers a test starts (a process's
+/// HTTP and gRPC listeners) must not be told the same one.
 ///
 /// # Panics
-/// When the OS has no free port to give.
+/// When the OS has no free port to give, or only ports given before (1,000 tries).
 pub fn free_port() -> u16 {
-    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
+    static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    let mut given = GIVEN.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    for _ in 0..1_000 {
+        let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a free loopback port");
+        if given.insert(port) {
+            return port;
+        }
+    }
+    panic!("no loopback port this process was not given before, in 1,000 tries");
 }
 
 /// A local Redis Cluster of real processes: `masters` masters with `replicas` replicas each,
