@@ -14,7 +14,6 @@
 //! address is believed).
 
 mod caller;
-mod proxies;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -24,10 +23,11 @@ use axum::extract::rejection::PathRejection;
 use axum::extract::{ConnectInfo, Path, Request, State};
 use axum::http::{HeaderName, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
-pub use caller::{
-    Caller, CallerError, Described, KeyPart, MAX_KEY_PARTS, MAX_METHOD_LEN, MAX_METHODS, MAX_PATH_PREFIX,
+pub use caller::Described;
+pub use crate::config::{
+    Caller, CallerError, ClientHeader, ForwardAuthConfig, KeyPart, MAX_KEY_PARTS, MAX_METHOD_LEN, MAX_METHODS,
+    MAX_PATH_PREFIX, MAX_TRUSTED_PROXIES,
 };
-pub use proxies::{ClientHeader, ForwardAuthConfig, MAX_TRUSTED_PROXIES};
 use serde_json::json;
 
 use crate::api::{ApiError, Route, decide_one, route, rule_named};
