@@ -12,15 +12,13 @@ use tracing::{info, warn};
 
 use crate::admin::AdminToken;
 use crate::backend::AnyBackend;
-use crate::config::{BackendConfig, Config, ConfigError, INLINE_RULE, Rules};
+use crate::config::{BackendConfig, Config, ConfigError, ForwardAuthConfig, INLINE_RULE, Rules, UiConfig};
 use crate::envoy::{EnvoyConfig, EnvoyConfigError, EnvoyOptions};
-use crate::forward_auth::ForwardAuthConfig;
 use crate::inline::InlineConfig;
 use crate::metrics::{self, DecisionCounters, Timed};
 use crate::overrides::Overrides;
 use crate::shared_rules::{self, Shared, StoreError};
 use crate::stats::{Stats, Traffic};
-use crate::ui::UiConfig;
 
 /// What a reload may change: the rules, the admin token and the inline bounds. The backend and
 /// the HTTP listener's limits are fixed at start.

@@ -11,11 +11,16 @@
 //! `server`, `inline` and `forward_auth` (those tables), `value` (checks several tables share).
 
 mod algorithm;
+mod caller;
 mod envoy;
+mod envoy_options;
 mod forward_auth;
+mod http_limits;
 mod inline;
+mod proxies;
 mod rule;
 mod server;
+mod shared;
 mod ui;
 mod value;
 
@@ -28,25 +33,29 @@ use slidegate::{FailurePolicy, RedisEngine, TlsFiles};
 use toml::Spanned;
 
 pub use algorithm::{AlgorithmError, AlgorithmField, AlgorithmSpec, DEFAULT_COLD_FRACTION};
+pub use caller::{Caller, CallerError, KeyPart, MAX_KEY_PARTS, MAX_METHOD_LEN, MAX_METHODS, MAX_PATH_PREFIX};
+pub use http_limits::{
+    DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_REQUEST_TIMEOUT, HttpLimit, HttpLimits, InvalidHttpLimit,
+    MAX_CONNECTIONS, TIMEOUT_RANGE,
+};
+pub use envoy_options::{DEFAULT_NEAR_LIMIT_RATIO, EnvoyOptions, HeaderStyle, ResponseHeaders};
 use envoy::envoy_options;
 use forward_auth::ForwardAuthSpec;
 use inline::InlineSpec;
+pub use proxies::{ClientHeader, ForwardAuthConfig, MAX_TRUSTED_PROXIES};
 use rule::RuleSpec;
 pub use rule::{MAX_RULES, Rule, Rules};
+pub use server::ListenerTlsFiles;
 use server::ServerSpec;
+pub use shared::{DEFAULT_MAX_OVERRIDES, MAX_DOCUMENT_BYTES, MAX_OVERRIDES_CAP, local_only};
+pub use ui::UiConfig;
 use ui::UiSpec;
 use value::{LocalShare, PolicyFields, failure_policy};
 pub use value::{check_redis_url, parse_duration};
 
-use crate::envoy::EnvoyOptions;
 use crate::file::FileError;
-use crate::forward_auth::ForwardAuthConfig;
-use crate::http::HttpLimits;
 use crate::inline::InlineConfig;
-use crate::tls::ListenerTlsFiles;
 // A rules file is bounded as a pushed one is: both are the rules every instance parses.
-use crate::shared_rules::MAX_DOCUMENT_BYTES;
-use crate::ui::UiConfig;
 
 /// The per-call backend deadline when the file does not set one.
 pub const DEFAULT_TIMEOUT: Duration = slidegate::redis::DEFAULT_TIMEOUT;
@@ -160,7 +169,7 @@ pub struct Config {
     /// push` instead of this file's ([`crate::shared_rules`]).
     pub rules_from_redis: bool,
     /// The most per-key overrides this instance holds and accepts (`max_overrides`, default
-    /// [`crate::overrides::DEFAULT_MAX_OVERRIDES`]).
+    /// [`DEFAULT_MAX_OVERRIDES`]).
     pub max_overrides: usize,
 }
 
@@ -179,7 +188,7 @@ impl Default for Config {
             envoy_config: None,
             envoy: EnvoyOptions::default(),
             rules_from_redis: false,
-            max_overrides: crate::overrides::DEFAULT_MAX_OVERRIDES,
+            max_overrides: DEFAULT_MAX_OVERRIDES,
         }
     }
 }
@@ -391,7 +400,7 @@ impl FileSpec {
 /// its own.
 fn rules_from_redis(setting: Option<&Spanned<bool>>, rules: &Rules, inline: &InlineConfig) -> Result<bool, Invalid> {
     match setting {
-        Some(s) if *s.get_ref() && !crate::shared_rules::local_only(rules, inline) => {
+        Some(s) if *s.get_ref() && !local_only(rules, inline) => {
             let message = "the rules come from Redis: remove [[rules]] and [inline] from this file";
             Err(Invalid::new("rules_from_redis", s.span(), message))
         }
@@ -399,9 +408,8 @@ fn rules_from_redis(setting: Option<&Spanned<bool>>, rules: &Rules, inline: &Inl
     }
 }
 
-/// `max_overrides`, within `1..=`[`MAX_OVERRIDES_CAP`](crate::overrides::MAX_OVERRIDES_CAP).
+/// `max_overrides`, within `1..=`[`MAX_OVERRIDES_CAP`].
 fn max_overrides(n: Option<&Spanned<usize>>) -> Result<usize, Invalid> {
-    use crate::overrides::{DEFAULT_MAX_OVERRIDES, MAX_OVERRIDES_CAP};
     match n {
         None => Ok(DEFAULT_MAX_OVERRIDES),
         Some(n) if (1..=MAX_OVERRIDES_CAP).contains(n.get_ref()) => Ok(*n.get_ref()),
@@ -782,7 +790,7 @@ envoy_response_dynamic_metadata = true
 "#;
         let e = Config::parse(text, "rules.toml").expect("valid").envoy;
         assert!(e.headers.enabled && e.merge_domains && e.shadow_mode && e.quota_mode && e.dynamic_metadata);
-        assert_eq!(e.headers.style, crate::envoy::HeaderStyle::Ietf);
+        assert_eq!(e.headers.style, HeaderStyle::Ietf);
         assert_eq!(
             (e.headers.limit.as_str(), e.headers.reset.as_str(), e.near_limit_ratio),
             ("X-RL-Limit", "X-RL-Reset", 0.9)

@@ -19,6 +19,7 @@ use tokio_rustls::TlsAcceptor;
 
 use slidegate::redis::{pem_certificates, pem_private_key};
 
+pub use crate::config::ListenerTlsFiles;
 use crate::file;
 
 pub mod watch;
@@ -26,34 +27,6 @@ pub mod watch;
 /// The largest certificate, key or CA file read: Redis' TLS files' bound
 /// ([`slidegate::redis::MAX_PEM_BYTES`]), which a CA bundle of a few hundred certificates is well under.
 pub const MAX_PEM_BYTES: usize = slidegate::redis::MAX_PEM_BYTES as usize;
-
-/// The listeners' TLS files as given; no certificate: plaintext listeners.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ListenerTlsFiles {
-    /// The certificate chain served (PEM).
-    pub cert: Option<PathBuf>,
-    /// Its private key (PEM).
-    pub key: Option<PathBuf>,
-    /// The CA certificates (PEM) a client's certificate must chain to; none: no client
-    /// certificate asked for.
-    pub client_ca: Option<PathBuf>,
-}
-
-impl ListenerTlsFiles {
-    /// Checks that the files given make a set-up: a certificate with its key, a client CA only
-    /// beside them. The message names the settings by their `[server]` fields.
-    pub fn check(&self) -> Result<(), String> {
-        match (&self.cert, &self.key, &self.client_ca) {
-            (Some(_), None, _) => Err("tls_cert needs tls_key, the certificate's private key".to_owned()),
-            (None, Some(_), _) => Err("tls_key needs tls_cert, the certificate it is the key of".to_owned()),
-            (None, None, Some(_)) => {
-                Err("tls_client_ca needs tls_cert and tls_key: it asks clients of a TLS listener for certificates"
-                    .to_owned())
-            }
-            _ => Ok(()),
-        }
-    }
-}
 
 /// A listener TLS file that cannot be used: which one, and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -4,7 +4,7 @@
 use std::ops::Range;
 
 use super::{FileSpec, Invalid};
-use crate::envoy::{EnvoyOptions, HeaderStyle};
+use super::{EnvoyOptions, HeaderStyle};
 
 /// The file's `envoy_*` settings over the defaults.
 pub(super) fn envoy_options(file: &FileSpec) -> Result<EnvoyOptions, Invalid> {

@@ -5,7 +5,7 @@ use slidegate::client_ip::TrustedProxies;
 use toml::Spanned;
 
 use super::Invalid;
-use crate::forward_auth::{ClientHeader, ForwardAuthConfig, MAX_TRUSTED_PROXIES};
+use super::{ClientHeader, ForwardAuthConfig, MAX_TRUSTED_PROXIES};
 
 /// `[forward_auth]` as written.
 #[derive(Deserialize, Default)]

@@ -10,7 +10,7 @@ use toml::Spanned;
 
 use super::value::{LocalShare, PolicyFields, check_name, failure_policy};
 use super::{AlgorithmField, AlgorithmSpec, Invalid, parse_duration};
-use crate::forward_auth::{Caller, CallerError};
+use super::{Caller, CallerError};
 
 /// The most rules a rules file (or a pushed document) may have. Each rule costs an instance
 /// about 40 KB whatever its traffic — its dashboard series ([`crate::stats::series`]) and

@@ -1,14 +1,14 @@
 //! The `[server]` table: the listeners' deadlines and connection cap, and their TLS files.
 
 use std::ops::Range;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Deserialize;
 use toml::Spanned;
 
 use super::{Invalid, parse_duration};
-use crate::http::{HttpLimit, HttpLimits};
-use crate::tls::ListenerTlsFiles;
+use super::{HttpLimit, HttpLimits};
 
 /// `[server]` as written.
 #[derive(Deserialize, Default)]
@@ -74,5 +74,33 @@ impl ServerSpec {
             Invalid::new("server", given.map_or(0..0, Spanned::span), m)
         })?;
         Ok(files)
+    }
+}
+
+/// The listeners' TLS files as given; no certificate: plaintext listeners.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListenerTlsFiles {
+    /// The certificate chain served (PEM).
+    pub cert: Option<PathBuf>,
+    /// Its private key (PEM).
+    pub key: Option<PathBuf>,
+    /// The CA certificates (PEM) a client's certificate must chain to; none: no client
+    /// certificate asked for.
+    pub client_ca: Option<PathBuf>,
+}
+
+impl ListenerTlsFiles {
+    /// Checks that the files given make a set-up: a certificate with its key, a client CA only
+    /// beside them. The message names the settings by their `[server]` fields.
+    pub fn check(&self) -> Result<(), String> {
+        match (&self.cert, &self.key, &self.client_ca) {
+            (Some(_), None, _) => Err("tls_cert needs tls_key, the certificate's private key".to_owned()),
+            (None, Some(_), _) => Err("tls_key needs tls_cert, the certificate it is the key of".to_owned()),
+            (None, None, Some(_)) => {
+                Err("tls_client_ca needs tls_cert and tls_key: it asks clients of a TLS listener for certificates"
+                    .to_owned())
+            }
+            _ => Ok(()),
+        }
     }
 }

@@ -5,7 +5,21 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::Invalid;
-use crate::ui::UiConfig;
+
+/// The `[ui]` table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UiConfig {
+    /// Whether `/ui` and `/v1/stats` are served and traffic is recorded (default true).
+    pub enabled: bool,
+    /// Whether `/v1/stats` needs `Authorization: Bearer <admin_token>` (default false).
+    pub require_token: bool,
+}
+
+impl Default for UiConfig {
+    fn default() -> Self {
+        Self { enabled: true, require_token: false }
+    }
+}
 
 /// `[ui]` as written.
 #[derive(Deserialize, Default)]

@@ -7,7 +7,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, 
 
 use slidegate::headers::{RateLimitHeaders, ceil_secs};
 
-use super::options::{HeaderStyle, ResponseHeaders};
+use crate::config::{HeaderStyle, ResponseHeaders};
 
 /// A decided descriptor as the headers see it.
 #[derive(Debug)]

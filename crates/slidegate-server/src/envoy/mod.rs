@@ -6,7 +6,6 @@
 //!   written, [`wildcard`] matches `*` values.
 //! - [`service`]: the gRPC service — a request's descriptors matched, decided (`decide`) and
 //!   answered, with [`headers`] and dynamic [`metadata`].
-//! - [`options`]: the settings (upstream's environment variables).
 //! - [`stats`]: the per-descriptor counters under upstream's Prometheus names.
 //! - [`bounds`], [`key`]: what a request may size, and the backend key of a descriptor.
 //! - `traffic`: decided descriptors in the dashboard's traffic.
@@ -17,7 +16,6 @@ mod decide;
 pub mod headers;
 pub mod key;
 pub mod metadata;
-pub mod options;
 mod position;
 pub mod service;
 mod spec;
@@ -28,7 +26,7 @@ pub mod wildcard;
 pub use bounds::{MAX_DESCRIPTORS, MAX_ENTRIES, MAX_REQUEST_BYTES};
 pub use config::{EnvoyConfig, EnvoyConfigError, MAX_FILE_BYTES, MAX_FILES};
 pub use key::descriptor_key;
-pub use options::{EnvoyOptions, HeaderStyle};
+pub use crate::config::{EnvoyOptions, HeaderStyle, ResponseHeaders};
 pub use position::Position;
 pub use service::EnvoyRateLimit;
 pub use spec::MAX_FLOW_NESTING;

@@ -9,12 +9,12 @@
 //!   since nginx turns any answer but a 2xx, 401 or 403 into a 500 (its documented
 //!   configuration maps the 403 to a 429).
 //!
-//! Here: the routes and the answer. Beside it: `caller` (what a rule counts a request as, and
-//! which requests it applies to), `proxies` (`[forward_auth]`: whose word on the client's
-//! address is believed).
+//! Here: the routes and the answer. Beside it: `caller` (the request a question describes).
+//! The settings are configuration's: what a rule counts a request as and which requests it
+//! applies to (`config/caller.rs`), whose word on the client's address is believed
+//! (`[forward_auth]`, `config/proxies.rs`).
 
 mod caller;
-mod proxies;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -25,10 +25,11 @@ use axum::extract::{ConnectInfo, Path, Request, State};
 use axum::http::header::CONTENT_TYPE;
 use axum::http::{HeaderName, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
-pub use caller::{
-    Caller, CallerError, Described, KeyPart, MAX_KEY_PARTS, MAX_METHOD_LEN, MAX_METHODS, MAX_PATH_PREFIX,
+pub use caller::Described;
+pub use crate::config::{
+    Caller, CallerError, ClientHeader, ForwardAuthConfig, KeyPart, MAX_KEY_PARTS, MAX_METHOD_LEN, MAX_METHODS,
+    MAX_PATH_PREFIX, MAX_TRUSTED_PROXIES,
 };
-pub use proxies::{ClientHeader, ForwardAuthConfig, MAX_TRUSTED_PROXIES};
 
 use crate::api::{ApiError, Route, decide_one, route, rule_named};
 use crate::app::App;

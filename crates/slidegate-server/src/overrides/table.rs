@@ -9,14 +9,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use slidegate::Quota;
 
 use super::Override;
-
-/// Overrides an instance holds unless `max_overrides` says otherwise: each costs a few hundred
-/// bytes in every instance (BENCHMARKS.md), and on Redis every instance loads them all when it
-/// starts or comes back.
-pub const DEFAULT_MAX_OVERRIDES: usize = 100_000;
-
-/// The largest `max_overrides` accepted.
-pub const MAX_OVERRIDES_CAP: usize = 1_000_000;
+pub use crate::config::{DEFAULT_MAX_OVERRIDES, MAX_OVERRIDES_CAP};
 
 /// The table is full: a new key would exceed `max`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]

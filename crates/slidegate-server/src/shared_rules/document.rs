@@ -9,12 +9,8 @@ use serde::de::IgnoredAny;
 use toml::Spanned;
 
 use super::StoredRules;
-use crate::config::{Config, ConfigError, Rules, line_column};
-use crate::inline::InlineConfig;
-
-/// The largest rules document pushed or read back: every instance parses it on every push.
-/// A thousand rules with tiers fit in a tenth of it.
-pub const MAX_DOCUMENT_BYTES: usize = 1024 * 1024;
+use crate::config::{Config, ConfigError, line_column};
+pub use crate::config::{MAX_DOCUMENT_BYTES, local_only};
 
 /// A rules file that `slidegate rules push` refuses.
 #[derive(Debug, thiserror::Error)]
@@ -45,11 +41,6 @@ pub enum PushError {
         /// The setting.
         field: String,
     },
-}
-
-/// Whether a configuration leaves the rules to Redis: no rules, and `[inline]` as by default.
-pub fn local_only(rules: &Rules, inline: &InlineConfig) -> bool {
-    rules.is_empty() && *inline == InlineConfig::default()
 }
 
 /// `config` (the file at `path`), refused when the rules come from Redis (`from_redis`) and

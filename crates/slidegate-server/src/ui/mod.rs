@@ -22,20 +22,7 @@ use crate::app::{App, Live};
 
 pub use report::MAX_LISTED;
 
-/// The `[ui]` table.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct UiConfig {
-    /// Whether `/ui` and `/v1/stats` are served and traffic is recorded (default true).
-    pub enabled: bool,
-    /// Whether `/v1/stats` needs `Authorization: Bearer <admin_token>` (default false).
-    pub require_token: bool,
-}
-
-impl Default for UiConfig {
-    fn default() -> Self {
-        Self { enabled: true, require_token: false }
-    }
-}
+pub use crate::config::UiConfig;
 
 const PAGE: &str = include_str!("page.html");
 const SCRIPT: &str = include_str!("app.js");
