@@ -34,13 +34,13 @@ use toml::Spanned;
 
 pub use algorithm::{AlgorithmError, AlgorithmField, AlgorithmSpec, DEFAULT_COLD_FRACTION};
 pub use caller::{Caller, CallerError, KeyPart, MAX_KEY_PARTS, MAX_METHOD_LEN, MAX_METHODS, MAX_PATH_PREFIX};
-pub use http_limits::{
-    DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_REQUEST_TIMEOUT, HttpLimit, HttpLimits, InvalidHttpLimit,
-    MAX_CONNECTIONS, TIMEOUT_RANGE,
-};
-pub use envoy_options::{DEFAULT_NEAR_LIMIT_RATIO, EnvoyOptions, HeaderStyle, ResponseHeaders};
 use envoy::envoy_options;
+pub use envoy_options::{DEFAULT_NEAR_LIMIT_RATIO, EnvoyOptions, HeaderStyle, ResponseHeaders};
 use forward_auth::ForwardAuthSpec;
+pub use http_limits::{
+    DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_REQUEST_TIMEOUT, HttpLimit, HttpLimits,
+    InvalidHttpLimit, MAX_CONNECTIONS, TIMEOUT_RANGE,
+};
 use inline::InlineSpec;
 pub use proxies::{ClientHeader, ForwardAuthConfig, MAX_TRUSTED_PROXIES};
 use rule::RuleSpec;

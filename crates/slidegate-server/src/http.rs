@@ -42,8 +42,8 @@ use tracing::{error, warn};
 
 use crate::api::{Answer, Routes};
 pub use crate::config::{
-    DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_REQUEST_TIMEOUT, HttpLimit, HttpLimits, InvalidHttpLimit,
-    MAX_CONNECTIONS, TIMEOUT_RANGE,
+    DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_REQUEST_TIMEOUT, HttpLimit, HttpLimits,
+    InvalidHttpLimit, MAX_CONNECTIONS, TIMEOUT_RANGE,
 };
 use crate::metrics;
 use crate::tls::ListenerTls;

@@ -12,7 +12,19 @@ const LAYERS: &[(&str, bool, &[&str])] = &[
     (
         "base",
         false,
-        &["admin", "file", "inline", "log_buckets", "logging", "metrics", "mutate", "openapi", "redact", "request_id", "trace"],
+        &[
+            "admin",
+            "file",
+            "inline",
+            "log_buckets",
+            "logging",
+            "metrics",
+            "mutate",
+            "openapi",
+            "redact",
+            "request_id",
+            "trace",
+        ],
     ),
     ("configuration", false, &["config"]),
     ("models", false, &["backend", "envoy", "overrides", "stats"]),
@@ -50,13 +62,16 @@ const MAX_CODE_LINES: usize = 500;
 /// Files still over [`MAX_CODE_LINES`], to be split.
 const KNOWN_LONG: &[&str] = &["api.rs", "config.rs", "envoy/config.rs"];
 
+/// Each top-level module and the top-level modules it imports.
+type Graph = BTreeMap<String, BTreeSet<String>>;
+
 fn src() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
 }
 
 fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
+    for entry in std::fs::read_dir(dir).expect("src/ readable") {
+        let path = entry.expect("a directory entry").path();
         if path.is_dir() {
             sources(&path, out);
         } else if path.extension().is_some_and(|e| e == "rs") {
@@ -130,15 +145,15 @@ fn first_segment(path: &str) -> String {
 }
 
 /// Each top-level module and the modules it imports; and each file's lines before its tests.
-fn read_crate() -> (BTreeMap<String, BTreeSet<String>>, Vec<(String, usize)>) {
+fn read_crate() -> (Graph, Vec<(String, usize)>) {
     let mut files = Vec::new();
     sources(&src(), &mut files);
-    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut graph = Graph::new();
     let mut lengths = Vec::new();
     for file in files {
-        let relative = file.strip_prefix(src()).unwrap().to_owned();
-        let text = std::fs::read_to_string(&file).unwrap();
-        let name = relative.to_str().unwrap().replace('\\', "/");
+        let relative = file.strip_prefix(src()).expect("under src/").to_owned();
+        let text = std::fs::read_to_string(&file).expect("a source file");
+        let name = relative.to_str().expect("a UTF-8 path").replace('\\', "/");
         lengths.push((name, text.lines().take_while(|l| !l.starts_with("#[cfg(test)]")).count()));
         let Some(module) = module_of(&relative) else { continue };
         let imports = graph.entry(module.clone()).or_default();
@@ -152,7 +167,7 @@ fn layer_of(module: &str) -> Option<(usize, bool)> {
 }
 
 /// The arrows that break the rule of layers.
-fn upward(graph: &BTreeMap<String, BTreeSet<String>>) -> BTreeSet<(String, String)> {
+fn upward(graph: &Graph) -> BTreeSet<(String, String)> {
     let mut out = BTreeSet::new();
     for (from, imports) in graph {
         let (a, apart) = layer_of(from).unwrap_or_else(|| panic!("module {from} is in no layer of LAYERS"));
@@ -167,13 +182,8 @@ fn upward(graph: &BTreeMap<String, BTreeSet<String>>) -> BTreeSet<(String, Strin
 }
 
 /// A circle of `graph`, when it has one.
-fn circle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
-    fn visit(
-        node: &str,
-        graph: &BTreeMap<String, BTreeSet<String>>,
-        path: &mut Vec<String>,
-        done: &mut BTreeSet<String>,
-    ) -> Option<Vec<String>> {
+fn circle(graph: &Graph) -> Option<Vec<String>> {
+    fn visit(node: &str, graph: &Graph, path: &mut Vec<String>, done: &mut BTreeSet<String>) -> Option<Vec<String>> {
         if let Some(at) = path.iter().position(|n| n == node) {
             let mut found = path[at..].to_vec();
             found.push(node.to_owned());
@@ -228,7 +238,8 @@ fn every_module_is_in_a_layer_and_the_table_is_the_docs() {
     let listed: BTreeSet<&str> = LAYERS.iter().flat_map(|(_, _, m)| m.iter().copied()).collect();
     let modules: BTreeSet<&str> = graph.keys().map(String::as_str).collect();
     assert_eq!(listed, modules, "LAYERS lists exactly the crate's top-level modules");
-    let doc = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/architecture.md")).unwrap();
+    let doc = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/architecture.md"))
+        .expect("docs/architecture.md");
     let table: Vec<(String, Vec<String>)> = doc
         .lines()
         .filter_map(|line| {

@@ -17,9 +17,12 @@ async fn admit(server: &Slidegate, key: &str) -> (serde_json::Value, serde_json:
     (v["degraded"].clone(), v["allowed"].clone())
 }
 
+/// A way to ask for it: name, `[backend]` line, flags, environment; and whether it is asked.
+type Case = (&'static str, &'static str, &'static [&'static str], &'static [(&'static str, &'static str)], bool);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicas_ack_from_the_file_a_flag_or_the_environment_makes_a_lost_replica_a_failure() {
-    let cases: [(&str, &str, &[&str], &[(&str, &str)], bool); 4] = [
+    let cases: [Case; 4] = [
         ("file", "replicas_ack = 1\n", &[], &[], true),
         ("flag", "", &["--redis-replicas-ack", "1"], &[], true),
         ("environment", "", &[], &[("SLIDEGATE_REDIS_REPLICAS_ACK", "1")], true),

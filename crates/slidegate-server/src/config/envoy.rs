@@ -3,8 +3,8 @@
 
 use std::ops::Range;
 
-use super::{FileSpec, Invalid};
 use super::{EnvoyOptions, HeaderStyle};
+use super::{FileSpec, Invalid};
 
 /// The file's `envoy_*` settings over the defaults.
 pub(super) fn envoy_options(file: &FileSpec) -> Result<EnvoyOptions, Invalid> {

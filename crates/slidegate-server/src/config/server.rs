@@ -7,8 +7,8 @@ use std::time::Duration;
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::{Invalid, parse_duration};
 use super::{HttpLimit, HttpLimits};
+use super::{Invalid, parse_duration};
 
 /// `[server]` as written.
 #[derive(Deserialize, Default)]

@@ -23,10 +23,10 @@ pub mod stats;
 mod traffic;
 pub mod wildcard;
 
+pub use crate::config::{EnvoyOptions, HeaderStyle, ResponseHeaders};
 pub use bounds::{MAX_DESCRIPTORS, MAX_ENTRIES, MAX_REQUEST_BYTES};
 pub use config::{EnvoyConfig, EnvoyConfigError, MAX_FILE_BYTES, MAX_FILES};
 pub use key::descriptor_key;
-pub use crate::config::{EnvoyOptions, HeaderStyle, ResponseHeaders};
 pub use position::Position;
 pub use service::EnvoyRateLimit;
 pub use spec::MAX_FLOW_NESTING;

@@ -9,7 +9,8 @@
 //!   since nginx turns any answer but a 2xx, 401 or 403 into a 500 (its documented
 //!   configuration maps the 403 to a 429).
 //!
-//! Here: the routes and the answer. Beside it: `caller` (the request a question describes).
+//! Here: the routes and the answer. Beside it: `caller` (the request a question describes, and
+//! a rule's key and matches applied to it).
 //! The settings are configuration's: what a rule counts a request as and which requests it
 //! applies to (`config/caller.rs`), whose word on the client's address is believed
 //! (`[forward_auth]`, `config/proxies.rs`).
@@ -19,6 +20,10 @@ mod caller;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+pub use crate::config::{
+    Caller, CallerError, ClientHeader, ForwardAuthConfig, KeyPart, MAX_KEY_PARTS, MAX_METHOD_LEN, MAX_METHODS,
+    MAX_PATH_PREFIX, MAX_TRUSTED_PROXIES,
+};
 use axum::body::Body;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{ConnectInfo, Path, Request, State};
@@ -26,10 +31,6 @@ use axum::http::header::CONTENT_TYPE;
 use axum::http::{HeaderName, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 pub use caller::Described;
-pub use crate::config::{
-    Caller, CallerError, ClientHeader, ForwardAuthConfig, KeyPart, MAX_KEY_PARTS, MAX_METHOD_LEN, MAX_METHODS,
-    MAX_PATH_PREFIX, MAX_TRUSTED_PROXIES,
-};
 
 use crate::api::{ApiError, Route, decide_one, route, rule_named};
 use crate::app::App;
