@@ -62,7 +62,7 @@ pub struct ServeOptions {
     #[arg(long, env = "SLIDEGATE_REDIS_ENGINE")]
     pub redis_engine: Option<slidegate::RedisEngine>,
     /// Answer each admission only once this many replicas acknowledged it (`WAIT`; `[backend]
-    /// replicas_ack`, 0: none): fewer within 10 ms is a backend failure the policy answers.
+    /// replicas_ack`, 0: none): fewer within half the deadline is a backend failure the policy answers.
     #[arg(long, env = "SLIDEGATE_REDIS_REPLICAS_ACK", value_name = "N")]
     pub redis_replicas_ack: Option<u32>,
     /// Serve HTTPS — and gRPC over TLS, with --grpc — with this certificate chain (PEM), served

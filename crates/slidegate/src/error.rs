@@ -113,9 +113,9 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
-    /// Fewer replicas than asked acknowledged an admission within
-    /// [`crate::redis::REPLICAS_ACK_TIMEOUT`] ([`crate::RedisBackend::with_replicas_ack`]): the
-    /// admission is recorded on the master only, and a failover could lose it.
+    /// Fewer replicas than asked acknowledged an admission in time: within half of what was
+    /// left of the call's deadline ([`crate::RedisBackend::with_replicas_ack`]). The admission
+    /// is recorded on the master only, and a failover could lose it.
     #[cfg(feature = "redis")]
     #[error("{acked} of the {wanted} replicas asked for acknowledged the admission in time")]
     ReplicasAck {

@@ -10,7 +10,7 @@ use redis::aio::ConnectionLike;
 use slidegate::{Backend, Check, Error, FailurePolicy, Limiter, Quota, RedisBackend, RedisEngine};
 use slidegate_testkit::{RedisSentinel, RedisServer, SENTINEL_SERVICE};
 
-/// Five times the default deadline: the `WAIT`'s own timeout (10 ms, timed by Redis' event
+/// Five times the default deadline: the `WAIT`'s own timeout (half of it, timed by Redis' event
 /// loop) is what must end it, not the call's deadline, on a machine busy enough to hold Redis
 /// off the CPU for tens of milliseconds.
 const DEADLINE: Duration = Duration::from_millis(250);
@@ -18,15 +18,6 @@ const DEADLINE: Duration = Duration::from_millis(250);
 /// What a call may take past the deadline: scheduling on a shared 2-core machine. Far less
 /// than a `WAIT` without a timeout would hold it (for ever), so a call that waited fails.
 const SLACK: Duration = Duration::from_millis(200);
-
-/// Waits (bounded) until `master` counts its replica as online: in sync, acknowledging.
-fn synced(master: &RedisServer) {
-    let started = Instant::now();
-    while !master.query::<String>(&["INFO", "replication"]).contains("state=online") {
-        assert!(started.elapsed() < Duration::from_secs(10), "the replica did not sync");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
 
 /// What every setup must show, on `backend` (with `replicas_ack = 1`) over a master whose one
 /// replica is `replica`.
@@ -38,9 +29,9 @@ async fn acknowledged_then_refused<C>(
 ) where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
-    synced(master);
+    master.wait_for_replicas(1);
     // Redis times a blocked `WAIT` out on its event loop's next pass, up to 1 / hz later: at
-    // the default 10 Hz that is past the deadline, at 100 Hz within it.
+    // 100 Hz within the deadline's other half.
     let _: () = master.query(&["CONFIG", "SET", "hz", "100"]);
     let backend = backend.with_timeout(DEADLINE).with_replicas_ack(1);
     assert_eq!(backend.replicas_ack(), 1);

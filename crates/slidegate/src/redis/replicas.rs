@@ -11,36 +11,35 @@
 //! Cluster may promote one that had not acknowledged yet.
 //!
 //! While a `WAIT` waits, Redis serves nothing else of that connection: every call pipelined
-//! behind it waits too. So its timeout is short ([`REPLICAS_ACK_TIMEOUT`], never more than the
-//! call's deadline), and a `WAIT` that comes back with fewer than `N` acknowledgements is a
-//! backend failure ([`Error::ReplicasAck`]): the failure policy answers the caller and the
-//! circuit breaker counts it, so a lost replica opens the circuit instead of holding every call
-//! behind one `WAIT` after another. The admission itself stays recorded on the master: the key
-//! is charged for a request its caller saw answered by the policy, an error towards fewer
-//! admissions, never more. On a Cluster, redis-rs sends `WAIT` to every master and keeps the
-//! smallest count, so each admission waits for the slowest master's replicas.
+//! behind it waits too. Its timeout is half of what is left of the call's deadline: an
+//! admission and its `WAIT` take one deadline at most, the bound the operator set for any call,
+//! and the other half is Redis' margin, which times a blocked `WAIT` out on its event loop's
+//! next pass, up to `1 / hz` late (10 ms at `hz 100`; at the default `hz 10`, 100 ms, past a
+//! 50 ms deadline). A replica that acknowledges within that half counts, so one held up for a
+//! moment (its own fork, a busy machine) fails nothing; one that does not is a backend
+//! failure, [`Error::ReplicasAck`] (or [`Error::Timeout`] when Redis answers past the
+//! deadline): the failure policy answers the caller and the circuit breaker counts it, so a
+//! lost replica opens the circuit instead of holding every call behind one `WAIT` after
+//! another. The admission itself stays recorded on the master: the key is charged for a
+//! request its caller saw answered by the policy, an error towards fewer admissions, never
+//! more. On a Cluster, redis-rs sends `WAIT` to every master and keeps the smallest count, so
+//! each admission waits for the slowest master's replicas.
 //!
 //! A denial writes nothing a failover could lose, and is answered without a `WAIT`.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use redis::aio::ConnectionLike;
 
 use super::RedisBackend;
 use crate::Error;
 
-/// The longest one `WAIT` waits for its replicas (capped by the call's deadline): how long a
-/// missing replica holds the connection, and so every call behind the `WAIT`, before the
-/// admission fails with [`Error::ReplicasAck`]. A replica on the same network acknowledges in
-/// well under a millisecond.
-pub const REPLICAS_ACK_TIMEOUT: Duration = Duration::from_millis(10);
-
 impl<C> RedisBackend<C>
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
     /// Answers each admission only once `replicas` replicas acknowledged it (`WAIT replicas
-    /// timeout`, at most [`REPLICAS_ACK_TIMEOUT`]); fewer within the timeout fails the call with
+    /// timeout`, half of what is left of the call's deadline); fewer fails the call with
     /// [`Error::ReplicasAck`], a backend failure the failure policy answers. `0`, the default,
     /// sends no `WAIT`. What it guarantees on a shared connection, and what it costs: see the
     /// module's documentation in `replicas.rs`.
@@ -69,11 +68,11 @@ where
         match answer {
             Ok(decision) if wanted > 0 && admitted(&decision) => {
                 let deadline = self.config.timeout;
-                // Whole milliseconds, at least one: `WAIT n 0` would wait for ever.
-                let timeout = REPLICAS_ACK_TIMEOUT.min(deadline).as_millis().max(1);
-                let mut cmd = redis::cmd("WAIT");
-                cmd.arg(wanted).arg(u64::try_from(timeout).unwrap_or(u64::MAX));
                 let left = deadline.saturating_sub(started.elapsed());
+                // Whole milliseconds, at least one: `WAIT n 0` would wait for ever.
+                let timeout = u64::try_from((left / 2).as_millis().max(1)).unwrap_or(u64::MAX);
+                let mut cmd = redis::cmd("WAIT");
+                cmd.arg(wanted).arg(timeout);
                 let acked: u64 =
                     tokio::time::timeout(left, self.query(&cmd)).await.map_err(|_| Error::Timeout(deadline))??;
                 if acked < u64::from(wanted) {
