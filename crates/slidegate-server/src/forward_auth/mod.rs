@@ -24,15 +24,14 @@ pub use crate::config::{
     Caller, CallerError, ClientHeader, ForwardAuthConfig, KeyPart, MAX_KEY_PARTS, MAX_METHOD_LEN, MAX_METHODS,
     MAX_PATH_PREFIX, MAX_TRUSTED_PROXIES,
 };
-use axum::body::Body;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{ConnectInfo, Path, Request, State};
-use axum::http::header::CONTENT_TYPE;
 use axum::http::{HeaderName, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 pub use caller::Described;
+use slidegate::{Decision, Quota};
 
-use crate::api::{ApiError, Route, decide_one, route, rule_named};
+use crate::api::{ApiError, Route, decide_one, decision_answer, route, rule_named};
 use crate::app::App;
 
 /// The route of Traefik, Caddy and HAProxy.
@@ -59,24 +58,22 @@ enum Dialect {
 }
 
 impl Dialect {
-    /// `response` (a decision, `allowed` or not) as this dialect's proxy reads it. A proxy that
-    /// lets a request through reads the status and the headers of the answer only, and nginx's
-    /// subrequest reads nothing more of a denial either: their answers have no body. A proxy
-    /// closes its connection to slidegate after an answer whose body it has not read (nginx's
-    /// upstream `keepalive` would keep nothing, Caddy's pool neither), and every question would
-    /// cost a connection — and a socket in TIME-WAIT. A denial for the other proxies keeps
+    /// `decision` as this dialect's proxy reads it. A proxy that lets a request through reads
+    /// the status and the headers of the answer only, and nginx's subrequest reads nothing more
+    /// of a denial either: their answers have no body, and none is written. A proxy closes its
+    /// connection to slidegate after an answer whose body it has not read (nginx's upstream
+    /// `keepalive` would keep nothing, Caddy's pool neither), and every question would cost a
+    /// connection — and a socket in TIME-WAIT. A denial for the other proxies keeps
     /// `/v1/check`'s JSON, which they hand to the client.
-    fn shaped(self, mut response: Response, allowed: bool) -> Response {
-        match (self, allowed) {
-            (Self::ForwardAuth, false) => {
-                *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
-                return response;
-            }
-            (Self::AuthRequest, false) => *response.status_mut() = StatusCode::FORBIDDEN,
-            (_, true) => {}
+    fn answer(self, app: &App, rule: &str, quota: &Quota, decision: &Decision) -> Response {
+        let (json, denied) = match self {
+            Self::ForwardAuth => (!decision.allowed, StatusCode::TOO_MANY_REQUESTS),
+            Self::AuthRequest => (false, StatusCode::FORBIDDEN),
+        };
+        let mut response = decision_answer(app, rule, quota, decision, json);
+        if !decision.allowed {
+            *response.status_mut() = denied;
         }
-        response.headers_mut().remove(CONTENT_TYPE);
-        *response.body_mut() = Body::empty();
         response
     }
 }
@@ -122,6 +119,6 @@ async fn answer<const AUTH_REQUEST: bool>(
     slidegate::validate_key(&key)?;
     let key = slidegate::rule_key(&rule.name, &key);
     let quota = app.overrides.quota(&key, rule.quota);
-    let (decision, response) = decide_one(&app, &live, &rule.name, &key, &quota, cost).await?;
-    Ok(dialect.shaped(response, decision.allowed))
+    let decision = decide_one(&app, &live, &rule.name, &key, &quota, cost).await?;
+    Ok(dialect.answer(&app, &rule.name, &quota, &decision))
 }
