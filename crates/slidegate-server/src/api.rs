@@ -28,6 +28,7 @@ use tracing::Instrument;
 
 use crate::app::{App, Live};
 use crate::config::{AlgorithmSpec, INLINE_RULE, Rule, parse_duration};
+use crate::forward_auth::Direct;
 use crate::inline::InlineRefusal;
 use crate::metrics;
 use crate::overrides::{self, Source, Target};
@@ -44,8 +45,9 @@ pub const MAX_BODY: usize = 64 * 1024;
 /// The decision route.
 const CHECK: &str = "/v1/check";
 
-/// The service's routes over `app`, as the listener calls them: `POST /v1/check`, the route
-/// every decision takes, straight to its handler; everything else through [`router`]. Axum's
+/// The service's routes over `app`, as the listener calls them: `POST /v1/check` and the
+/// forward-auth questions ([`Direct`]), the routes decisions take, straight to their handlers;
+/// everything else through [`router`]. Axum's
 /// router costs a decision about a fifth of the service's work (the route lookup, a boxed
 /// clone of the route and a boxed future per layer, the request's extension map), spent to find
 /// the one route whose path and method are two comparisons.
@@ -53,6 +55,7 @@ const CHECK: &str = "/v1/check";
 pub struct Routes {
     router: Router,
     check: Arc<CheckRoute>,
+    forward_auth: Arc<Direct>,
 }
 
 /// `POST /v1/check` outside the router: the state and the latency histogram its handler would
@@ -69,7 +72,8 @@ impl Routes {
     /// The routes over `app`.
     pub fn new(app: Arc<App>) -> Self {
         let histogram = ::metrics::histogram!(metrics::HTTP_SECONDS, "route" => CHECK);
-        Self { router: router(Arc::clone(&app)), check: Arc::new(CheckRoute { app, histogram }) }
+        let forward_auth = Arc::new(Direct::new(Arc::clone(&app)));
+        Self { router: router(Arc::clone(&app)), check: Arc::new(CheckRoute { app, histogram }), forward_auth }
     }
 
     /// Answers `request`, which came from `peer`.
@@ -80,6 +84,10 @@ impl Routes {
             let span = crate::trace::decision(request.headers());
             let answer = Arc::clone(&self.check).answer(request.into_body());
             return Box::pin(crate::request_id::scope(given, answer).instrument(span));
+        }
+        if let Some((dialect, _)) = Direct::takes(request.method(), request.uri().path()) {
+            let answer = Arc::clone(&self.forward_auth).answer(dialect, peer, request);
+            return Box::pin(crate::request_id::scope(given, answer));
         }
         // The admin routes' audit trail names the client; decisions have no use for it.
         request.extensions_mut().insert(ConnectInfo(peer));
