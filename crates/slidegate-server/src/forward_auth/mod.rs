@@ -31,7 +31,7 @@ use axum::http::{HeaderMap, HeaderName, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 pub use caller::Described;
 use hyper::body::Incoming;
-use slidegate::{Decision, Quota};
+use slidegate::{Decision, Quota, RuleKey};
 
 use crate::api::{ApiError, Route, decide_one, decision_answer, route, rule_named};
 use crate::app::App;
@@ -175,10 +175,12 @@ async fn decide(
             ApiError::bad_request("invalid_cost", format!("{COST_HEADER} must be a whole number of permits"))
         })?,
     };
-    let mut key = String::new();
-    rule.caller.write_key(&request, &mut key)?;
-    slidegate::validate_key(&key)?;
-    let key = slidegate::rule_key(&rule.name, &key);
+    // Written in place after the rule's part: one allocation for the backend key.
+    let mut key = RuleKey::new(&rule.name, 45);
+    let start = key.key_mut().len();
+    rule.caller.write_key(&request, key.key_mut())?;
+    slidegate::validate_key(&key.key_mut()[start..])?;
+    let key = key.finish();
     let quota = app.overrides.quota(&key, rule.quota);
     let decision = decide_one(app, &live, &rule.name, &key, &quota, cost).await?;
     Ok(dialect.answer(app, &rule.name, &quota, &decision))
