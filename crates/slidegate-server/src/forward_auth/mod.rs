@@ -102,7 +102,7 @@ async fn answer<const AUTH_REQUEST: bool>(
 }
 
 /// Both routes outside axum's router, as `POST /v1/check` is (`api::Routes`): the router
-/// would cost a question about a third of its work (the route lookup and its boxed clone, the
+/// would cost a question about a quarter of its work (the route lookup and its boxed clone, the
 /// path's parameters decoded into the request's extension map), spent to find one of two paths.
 pub(crate) struct Direct {
     app: Arc<App>,
@@ -184,4 +184,25 @@ async fn decide(
     let quota = app.overrides.quota(&key, rule.quota);
     let decision = decide_one(app, &live, &rule.name, &key, &quota, cost).await?;
     Ok(dialect.answer(app, &rule.name, &quota, &decision))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn direct_takes_the_plain_questions_of_both_routes_and_leaves_the_rest_to_the_router() {
+        let rule = |route: &str| route.replace("{rule}", "api");
+        let dialect =
+            |method: &Method, path: &str| Direct::takes(method, path).map(|(d, r)| (format!("{d:?}"), r.to_owned()));
+        let path = rule(FORWARD_AUTH);
+        assert_eq!(dialect(&Method::GET, &path), Some(("ForwardAuth".into(), "api".into())));
+        let path = rule(AUTH_REQUEST);
+        assert_eq!(dialect(&Method::DELETE, &path), Some(("AuthRequest".into(), "api".into())));
+        assert_eq!(dialect(&Method::HEAD, &path), None, "answered as a GET by the router");
+        let router = ["/v1/auth-request/", "/v1/auth-request/%61pi", "/v1/auth-request/api/", "/v1/check"];
+        for path in router {
+            assert_eq!(dialect(&Method::GET, path), None, "{path}");
+        }
+    }
 }
