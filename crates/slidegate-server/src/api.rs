@@ -28,6 +28,7 @@ use tracing::Instrument;
 
 use crate::app::{App, Live};
 use crate::config::{AlgorithmSpec, INLINE_RULE, Rule, parse_duration};
+use crate::forward_auth::Direct;
 use crate::inline::InlineRefusal;
 use crate::metrics;
 use crate::overrides::{self, Source, Target};
@@ -44,8 +45,9 @@ pub const MAX_BODY: usize = 64 * 1024;
 /// The decision route.
 const CHECK: &str = "/v1/check";
 
-/// The service's routes over `app`, as the listener calls them: `POST /v1/check`, the route
-/// every decision takes, straight to its handler; everything else through [`router`]. Axum's
+/// The service's routes over `app`, as the listener calls them: `POST /v1/check` and the
+/// forward-auth questions ([`Direct`]), the routes decisions take, straight to their handlers;
+/// everything else through [`router`]. Axum's
 /// router costs a decision about a fifth of the service's work (the route lookup, a boxed
 /// clone of the route and a boxed future per layer, the request's extension map), spent to find
 /// the one route whose path and method are two comparisons.
@@ -53,6 +55,7 @@ const CHECK: &str = "/v1/check";
 pub struct Routes {
     router: Router,
     check: Arc<CheckRoute>,
+    forward_auth: Arc<Direct>,
 }
 
 /// `POST /v1/check` outside the router: the state and the latency histogram its handler would
@@ -69,7 +72,8 @@ impl Routes {
     /// The routes over `app`.
     pub fn new(app: Arc<App>) -> Self {
         let histogram = ::metrics::histogram!(metrics::HTTP_SECONDS, "route" => CHECK);
-        Self { router: router(Arc::clone(&app)), check: Arc::new(CheckRoute { app, histogram }) }
+        let forward_auth = Arc::new(Direct::new(Arc::clone(&app)));
+        Self { router: router(Arc::clone(&app)), check: Arc::new(CheckRoute { app, histogram }), forward_auth }
     }
 
     /// Answers `request`, which came from `peer`.
@@ -80,6 +84,10 @@ impl Routes {
             let span = crate::trace::decision(request.headers());
             let answer = Arc::clone(&self.check).answer(request.into_body());
             return Box::pin(crate::request_id::scope(given, answer).instrument(span));
+        }
+        if let Some((dialect, _)) = Direct::takes(request.method(), request.uri().path()) {
+            let answer = Arc::clone(&self.forward_auth).answer(dialect, peer, request);
+            return Box::pin(crate::request_id::scope(given, answer));
         }
         // The admin routes' audit trail names the client; decisions have no use for it.
         request.extensions_mut().insert(ConnectInfo(peer));
@@ -217,40 +225,53 @@ impl<S: tower_service::Service<Request>> tower_service::Service<Request> for Tim
     }
 }
 
-/// A JSON answer already written out (the decisions, by [`write_decision`]), with the RateLimit
-/// headers for `items`. Their values are appended to the body's buffer, which the body and each
-/// header value then share: one allocation for the whole answer, not one per value.
-fn json_response(mut body: String, items: &[(&str, &Quota, &Decision)], retry_after: Option<Duration>) -> Response {
+/// A decision's answer: the RateLimit headers for `items` (and `Retry-After` with
+/// `retry_after`), and `body`, the decisions already written out as JSON (by
+/// [`write_decision`]), or no body when `None`. The header values are appended to the body's
+/// buffer, which the body and each header value then share: one allocation for the whole
+/// answer, not one per value. The one place that builds these headers.
+fn decision_response(
+    body: Option<String>,
+    items: &[(&str, &Quota, &Decision)],
+    retry_after: Option<Duration>,
+) -> Response {
+    let json = body.is_some();
+    // The header values of one policy, ~80 bytes.
+    let mut body = body.unwrap_or_else(|| String::with_capacity(96));
     let body_len = body.len();
     let spans = rate_limit::write_values(&mut body, items, retry_after);
     let answer = Bytes::from(body);
     let value = |span| HeaderValue::from_maybe_shared(answer.slice(span)).ok();
     let spans = [Some(spans.policy), Some(spans.state), spans.retry_after];
-    let mut headers = DECISION_HEADS[usize::from(spans[2].is_some())].clone();
-    for (slot, span) in headers.values_mut().skip(1).zip(spans.into_iter().flatten()) {
+    let mut headers = DECISION_HEADS[usize::from(json)][usize::from(spans[2].is_some())].clone();
+    for (slot, span) in headers.values_mut().skip(usize::from(json)).zip(spans.into_iter().flatten()) {
         // `write_values` writes visible ASCII: always a valid value.
         *slot = value(span).unwrap_or(HeaderValue::from_static(""));
     }
-    let mut response = Response::new(Body::from(answer.slice(..body_len)));
+    let body = if json { Body::from(answer.slice(..body_len)) } else { Body::empty() };
+    let mut response = Response::new(body);
     *response.headers_mut() = headers;
     response
 }
 
-/// The head of a decision's answer, its values to be filled in: `content-type`, then
-/// `RateLimit-Policy` and `RateLimit`, then (the second head, for answers with a retry time)
-/// `Retry-After`. A copy of it costs an answer less than a new map with the same fields, whose
-/// every insert hashes its name and probes for its place.
-static DECISION_HEADS: LazyLock<[HeaderMap; 2]> = LazyLock::new(|| {
-    let head = |names: &[HeaderName]| {
+/// The heads of a decision's answer, their values to be filled in, by whether it has a JSON
+/// body (`content-type` first) and then by whether it has a retry time: `RateLimit-Policy` and
+/// `RateLimit`, then `Retry-After`. A copy of one costs an answer less than a new map with the
+/// same fields, whose every insert hashes its name and probes for its place.
+static DECISION_HEADS: LazyLock<[[HeaderMap; 2]; 2]> = LazyLock::new(|| {
+    let head = |json: bool, names: &[HeaderName]| {
         let mut head = HeaderMap::with_capacity(names.len() + 1);
-        head.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        if json {
+            head.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        }
         for name in names {
             head.insert(name, HeaderValue::from_static(""));
         }
         head
     };
     let (policy, state) = (HeaderName::from_static(rate_limit::POLICY), HeaderName::from_static(rate_limit::STATE));
-    [head(&[policy.clone(), state.clone()]), head(&[policy, state, header::RETRY_AFTER])]
+    let (plain, retry) = ([policy.clone(), state.clone()], [policy, state, header::RETRY_AFTER]);
+    [[head(false, &plain), head(false, &retry)], [head(true, &plain), head(true, &retry)]]
 });
 
 /// Appends one decision as the API answers it: `{"rule", "allowed", "limit", "remaining",
@@ -684,11 +705,12 @@ fn count(app: &App, live: &Live, rule: &str, key: &str, d: &Decision, started: q
 }
 
 async fn check_one(app: &App, live: &Live, r: Resolved<'_>) -> Result<Response, ApiError> {
-    decide_one(app, live, &r.policy, &r.key, &r.quota, r.cost).await.map(|(_, answer)| answer)
+    let d = decide_one(app, live, &r.policy, &r.key, &r.quota, r.cost).await?;
+    Ok(decision_answer(app, &r.policy, &r.quota, &d, true))
 }
 
-/// Decides `cost` permits of the backend key `key` under `rule`'s `quota`, counts the decision
-/// and answers it as `/v1/check` does: the decision's JSON and the RateLimit headers.
+/// Decides `cost` permits of the backend key `key` under `rule`'s `quota` and counts the
+/// decision; each surface then answers it as it does ([`decision_answer`]).
 pub(crate) async fn decide_one(
     app: &App,
     live: &Live,
@@ -696,21 +718,29 @@ pub(crate) async fn decide_one(
     key: &str,
     quota: &Quota,
     cost: u64,
-) -> Result<(Decision, Response), ApiError> {
+) -> Result<Decision, ApiError> {
     let started = app.now();
     let d = app.timed(app.limiter.check_cost(key, quota, cost)).await?;
     count(app, live, rule, key, &d, started);
-    let engine = app.limiter.backend().engine();
     if crate::trace::exporting() {
-        let algorithm = quota.algorithm().as_str();
+        let (algorithm, engine) = (quota.algorithm().as_str(), app.limiter.backend().engine());
         let degraded = d.degraded.is_some();
         crate::trace::record(&Decided { subject: ("rule", rule), algorithm, engine, allowed: d.allowed, degraded });
     }
-    // The decision (~190 bytes) and the header values after it (~80 bytes per policy).
-    let mut body = String::with_capacity(320);
-    write_decision(&mut body, rule, &d, engine);
-    let answer = json_response(body, &[(rule, quota, &d)], d.retry_after);
-    Ok((d, answer))
+    Ok(d)
+}
+
+/// One decision answered as `/v1/check` answers it: the RateLimit headers, and with `json` the
+/// decision's JSON as the body (else no body). The status is 200; a surface that denies with
+/// another sets its own.
+pub(crate) fn decision_answer(app: &App, rule: &str, quota: &Quota, d: &Decision, json: bool) -> Response {
+    let body = json.then(|| {
+        // The decision (~190 bytes) and the header values after it (~80 bytes per policy).
+        let mut body = String::with_capacity(320);
+        write_decision(&mut body, rule, d, app.limiter.backend().engine());
+        body
+    });
+    decision_response(body, &[(rule, quota, d)], d.retry_after)
 }
 
 async fn check_many(app: &App, live: &Live, resolved: &[Resolved<'_>]) -> Result<Response, ApiError> {
@@ -743,7 +773,7 @@ async fn check_many(app: &App, live: &Live, resolved: &[Resolved<'_>]) -> Result
         write_decision(&mut body, name, d, engine);
     }
     body.push_str("]}");
-    Ok(json_response(body, &items, group.retry_after()))
+    Ok(decision_response(Some(body), &items, group.retry_after()))
 }
 
 /// Writes a group's decision on its span: its rules and their algorithms, comma-separated.

@@ -84,6 +84,9 @@ pub async fn serve(
             refuse(stream, tls.is_none());
             continue;
         };
+        // An answer is one small write and its caller waits for it (a proxy's subrequest holds
+        // its client's request): no Nagle delay behind an unacknowledged segment.
+        let _ = stream.set_nodelay(true);
         let idle = Arc::new(IdleWatch::default());
         let service =
             RequestDeadline { routes: routes.clone(), limit: limits.request_timeout, peer, idle: Arc::clone(&idle) };

@@ -2,8 +2,9 @@
 //! forge their address in every forwarding header are admitted exactly `limit` times in all,
 //! each denial in its dialect (429 for Traefik, Caddy and HAProxy; 403 for nginx) with
 //! `Retry-After` and the RateLimit headers; behind a trusted proxy the forwarded client counts,
-//! IPv6 by its /64; rules' key parts, matches and costs; failure policies with Redis gone; the
-//! decisions in `/metrics` and on the dashboard.
+//! IPv6 by its /64; rules' key parts, matches and costs; each spelling of a question (`HEAD`, a
+//! rule's name percent-encoded) one route; failure policies with Redis gone; the decisions in
+//! `/metrics` and on the dashboard.
 
 mod support;
 
@@ -238,6 +239,39 @@ async fn key_parts_matches_and_costs_decide_which_limit_a_request_takes() {
     let unknown = ask(&client, &server, "/v1/auth-request/nope", &k2).await;
     assert_eq!((unknown.status, &unknown.body["error"]["code"]), (404, &json!("unknown_rule")));
     assert!(unknown.body["error"]["message"].as_str().is_some_and(|m| m.contains("\"nope\"")));
+}
+
+/// The listener answers a question itself, and leaves to the router what needs it (a `HEAD`,
+/// a rule's name percent-encoded): each spelling is one route, one limit and one answer, an
+/// allowed one the RateLimit headers without a body; paths of no rule are the router's 404s.
+#[tokio::test]
+async fn every_spelling_of_a_question_is_one_route_and_one_limit() {
+    let rules = RulesFile::new(RULES);
+    let server = Slidegate::serve(&["--config", rules.arg()]);
+    let client = Client::new();
+    let plain = ask(&client, &server, "/v1/auth-request/api", &[]).await;
+    let encoded = ask(&client, &server, "/v1/auth-request/%61pi", &[]).await;
+    for (answer, left) in [(&plain, 4), (&encoded, 3)] {
+        assert_eq!((answer.status, answer.remaining(), &answer.body), (200, Some(left), &Value::Null));
+        assert_eq!((answer.header("content-type"), answer.header("content-length")), (None, Some("0")));
+        assert_eq!(answer.header("ratelimit-policy"), Some("\"api\";q=5;w=60"));
+    }
+    let head = client.head(server.url("/v1/forward-auth/api")).send().await.expect("HEAD");
+    let state = head.headers().get("ratelimit").and_then(|v| v.to_str().ok()).map(str::to_owned);
+    assert_eq!(head.status().as_u16(), 200);
+    assert!(state.as_deref().is_some_and(|s| s.starts_with("\"api\";r=2;")), "{state:?}");
+    let unknown = ask(&client, &server, "/v1/forward-auth/nope", &[]).await;
+    assert_eq!((unknown.status, &unknown.body["error"]["code"]), (404, &json!("unknown_rule")));
+    for path in ["/v1/forward-auth/api/", "/v1/auth-request/", "/v1/auth-request/api/x"] {
+        let answer = ask(&client, &server, path, &[]).await;
+        assert_eq!((answer.status, &answer.body["error"]["code"]), (404, &json!("not_found")), "{path}");
+    }
+    let latency = |route: &str| format!("slidegate_http_request_seconds_count{{route=\"/v1/{route}/{{rule}}\"}}");
+    let counted = (
+        metric(&client, &server, &latency("auth-request")).await,
+        metric(&client, &server, &latency("forward-auth")).await,
+    );
+    assert_eq!(counted, (2.0, 2.0), "each question in its route's latency, whoever answered it");
 }
 
 #[tokio::test]

@@ -37,11 +37,17 @@ impl ClientHeader {
 
     /// The header's name.
     pub fn name(self) -> HeaderName {
-        HeaderName::from_static(match self {
-            Self::XForwardedFor => "x-forwarded-for",
-            Self::XRealIp => "x-real-ip",
-            Self::Forwarded => "forwarded",
-        })
+        // Constants: `from_static` at run time checks its text on every question.
+        const NAMES: [HeaderName; 3] = [
+            HeaderName::from_static("x-forwarded-for"),
+            HeaderName::from_static("x-real-ip"),
+            HeaderName::from_static("forwarded"),
+        ];
+        match self {
+            Self::XForwardedFor => NAMES[0].clone(),
+            Self::XRealIp => NAMES[1].clone(),
+            Self::Forwarded => NAMES[2].clone(),
+        }
     }
 
     fn syntax(self) -> HopSyntax {

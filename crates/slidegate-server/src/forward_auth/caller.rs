@@ -12,9 +12,11 @@ use crate::api::ApiError;
 use crate::config::{Caller, KeyPart};
 
 impl Caller {
-    /// Appends `request`'s key: its parts, each but the last escaped and followed by `|`. A
-    /// part the request lacks, or one longer than [`MAX_KEY_LEN`], is refused before it is copied.
+    /// Appends `request`'s key to `out` (which may hold a rule's part already): its parts, each
+    /// but the last escaped and followed by `|`. A part the request lacks, or one that makes the
+    /// key longer than [`MAX_KEY_LEN`], is refused before it is copied.
     pub fn write_key(&self, request: &Described<'_>, out: &mut String) -> Result<(), ApiError> {
+        let key_start = out.len();
         for (i, part) in self.key.iter().enumerate() {
             let start = out.len();
             let (value, named) = match part {
@@ -34,7 +36,7 @@ impl Caller {
             };
             if let Some(value) = value {
                 let value = value.ok_or_else(|| missing(named))?;
-                if out.len() + value.len() > MAX_KEY_LEN {
+                if out.len() - key_start + value.len() > MAX_KEY_LEN {
                     let message = format!("the key with {named} is over {MAX_KEY_LEN} bytes");
                     return Err(ApiError::bad_request("key_too_long", message));
                 }
