@@ -1,5 +1,5 @@
 //! OpenTelemetry traces from the real binary to a real OTLP receiver (gRPC and HTTP/protobuf):
-//! the caller's trace continued from HTTP and Envoy gRPC requests, one span per decision with
+//! the caller's trace continued from HTTP (checks and forward-auth questions) and Envoy gRPC requests, one span per decision with
 //! its attributes and the backend call a child span, on memory and on Redis; sampling, the
 //! flush at SIGTERM, and nothing at all without an endpoint.
 
@@ -74,6 +74,18 @@ async fn continues_traces(backend: Option<String>, engine: &str) {
     assert!(!check_with(&envoy.server, &[("traceparent", denied)]).await);
     let spans = receiver.trace("0af7651916cd43dd8448eb211c80319c", 2).await;
     assert_eq!(decision_and_backend(&spans, "b7ad6b7169203331").0.attribute("outcome"), Some("denied"));
+
+    // A proxy's forward-auth question, W3C traceparent (the rule's key: the client's address).
+    let (trace, parent) = ("5ce929d0e0e47364bf92f3577b34da6a", "a2fb4a1d1a96d312");
+    let question = reqwest::Client::new()
+        .get(envoy.server.url("/v1/forward-auth/api"))
+        .header("traceparent", traceparent(trace, parent, "01"))
+        .header("x-forwarded-method", "GET")
+        .header("x-forwarded-uri", "/");
+    assert_eq!(question.send().await.expect("answer").status(), 200);
+    let spans = receiver.trace(trace, 2).await;
+    let (decision, _) = decision_and_backend(&spans, parent);
+    assert_eq!((decision.attribute("rule"), decision.attribute("outcome")), (Some("api"), Some("allowed")));
 
     // Envoy gRPC, B3 single header in the metadata; then the multi headers.
     let mut asked = tonic::Request::new(request("edge", &[&[("user", "u")]], 1));

@@ -32,6 +32,7 @@ use axum::response::{IntoResponse, Response};
 pub use caller::Described;
 use hyper::body::Incoming;
 use slidegate::{Decision, Quota, RuleKey};
+use tracing::Instrument;
 
 use crate::api::{ApiError, Route, decide_one, decision_answer, route, rule_named};
 use crate::app::App;
@@ -182,7 +183,9 @@ async fn decide(
     slidegate::validate_key(&key.key_mut()[start..])?;
     let key = key.finish();
     let quota = app.overrides.quota(&key, rule.quota);
-    let decision = decide_one(app, &live, &rule.name, &key, &quota, cost).await?;
+    // A decision's span, continued from the trace the proxy's headers carry, as a check's is.
+    let span = crate::trace::decision(headers);
+    let decision = decide_one(app, &live, &rule.name, &key, &quota, cost).instrument(span).await?;
     Ok(dialect.answer(app, &rule.name, &quota, &decision))
 }
 
