@@ -32,22 +32,22 @@
 local key = KEYS[1]
 local now_s = ARGV[5]
 local server_time = not now_s or now_s == ''
-local now
 if server_time then
+  -- Seconds and the microseconds' first three of six digits: now in ms, as the string an
+  -- admission writes, with no arithmetic to format back.
   local t = redis.call('TIME')
-  now = t[1] * 1000 + math.floor(t[2] / 1000)
-else
-  now = tonumber(now_s)
+  now_s = t[1] .. string.sub('00000' .. t[2], -6, -4)
 end
-local window, limit, cost = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+-- `s + 0` parses once where tonumber(s) parses twice (lua_isnumber, then lua_tonumber).
+local now, window, limit, cost = now_s + 0, ARGV[2] + 0, ARGV[3] + 0, ARGV[4] + 0
 local edge = now - window
 local fmt, match, ENTRY = string.format, string.match, '^c(%d+):%a(%d+):(%d+):(%d+):'
 
 local newest = redis.call('ZRANGE', key, '-1', '-1')[1]
-local nt, nw, ncum, nseq
+local nt_s, nseq, ncum
 if newest then
-  nt, nseq, nw, ncum = match(newest, ENTRY)
-  if not nt then
+  nt_s, nseq, ncum = match(newest, '^c(%d+):%a(%d+):%d+:(%d+):')
+  if not nt_s then
     -- Per-permit members, live ones grouped by time (a warm-up marker '0:<ms>', scored -inf,
     -- goes with the expired; this script serves quotas without warm-up).
     local members = redis.call('ZRANGE', key, fmt('(%d', edge), '+inf', 'BYSCORE')
@@ -72,15 +72,16 @@ if newest then
     end
     newest = redis.call('ZRANGE', key, '-1', '-1')[1]
     if newest then
-      nt, nseq, nw, ncum = match(newest, ENTRY)
+      nt_s, nseq, ncum = match(newest, '^c(%d+):%a(%d+):%d+:(%d+):')
     end
   end
 end
 
 -- The live entries: their permits, the oldest one's fields, and the expired entries before it.
-local live, lt, lw, lcum, lseq, oseq, marker = 0, nil, nil, nil, nil, nil, 0
+-- Fields stay strings until a number is needed: each parse is a strtod of ~500 instructions.
+local live, expired, nt, lt, lw, lcum, lseq, oseq, marker = 0, 0, nil, nil, nil, nil, nil, nil, 0
 if newest then
-  nt, nw, ncum, nseq = tonumber(nt), tonumber(nw), tonumber(ncum), tonumber(nseq)
+  nt, ncum = nt_s + 0, ncum + 0
   local o = redis.call('ZRANGE', key, '0', '0')[1]
   local ot, s, ow, ocum = match(o, ENTRY)
   if not ot then
@@ -88,35 +89,41 @@ if newest then
     o = redis.call('ZRANGE', key, '(-inf', '+inf', 'BYSCORE', 'LIMIT', 0, 1)[1]
     ot, s, ow, ocum = match(o, ENTRY)
   end
-  oseq = tonumber(s)
+  oseq = s
   if nt > edge then
-    if tonumber(ot) > edge then
-      lt, lw, lcum, lseq = tonumber(ot), tonumber(ow), tonumber(ocum), oseq
+    ot = ot + 0
+    if ot > edge then
+      lt, lw, lcum, lseq = ot, ow + 0, ocum + 0, s
     else
       local l = redis.call('ZRANGE', key, fmt('(%d', edge), '+inf', 'BYSCORE', 'LIMIT', 0, 1)[1]
       lt, lseq, lw, lcum = match(l, ENTRY)
-      lt, lw, lcum, lseq = tonumber(lt), tonumber(lw), tonumber(lcum), tonumber(lseq)
+      lt, lw, lcum = lt + 0, lw + 0, lcum + 0
     end
     live = ncum - lcum + lw
   else
     lseq = nseq + 1
   end
+  if lseq ~= oseq then
+    expired = lseq - oseq
+  end
+  expired = expired + marker
 end
 
 if live + cost > limit then
   -- The permits that must leave first: the oldest entries up to the one at seq `hi` hold them.
   local need, base = live + cost - limit, lcum - lw
+  lseq, oseq = lseq + 0, oseq + 0
   local lo, hi = lseq, lseq
   local bt = lt
   if lw < need then
-    hi = nseq
+    hi = nseq + 0
     bt = nt
     while hi - lo > 1 do
       local mid = math.floor((lo + hi) / 2)
       local r = fmt('%d', marker + mid - oseq)
       local mt, _, _, mcum = match(redis.call('ZRANGE', key, r, r)[1], ENTRY)
-      if tonumber(mcum) - base >= need then
-        hi, bt = mid, tonumber(mt)
+      if mcum - base >= need then
+        hi, bt = mid, mt + 0
       else
         lo = mid
       end
@@ -129,26 +136,34 @@ if live + cost > limit then
   return {math.max(limit - live, 0), reset, retry, lt + window - now}
 end
 
-local expired = 0
-if oseq then
-  expired = lseq - oseq + marker
-end
 if expired > 0 then
   redis.call('ZREMRANGEBYRANK', key, '0', fmt('%d', math.min(expired, 256) - 1))
 end
-local at, cum, seq = now, cost, 1
+-- The entry's time: now, or the newest one's when it is later (the clamp above); its weight is
+-- ARGV[4] as the caller wrote it (a decimal integer).
+local at, at_s, cum, seq_s = now, now_s, cost, '1'
 if newest then
-  at, cum, seq = math.max(now, nt), ncum + cost, nseq + 1
+  cum, seq_s = ncum + cost, fmt('%d', nseq + 1)
+  if nt > now then
+    at, at_s = nt, nt_s
+  end
 end
-local at_s, seq_s = fmt('%d', at), fmt('%d', seq)
-redis.call('ZADD', key, at_s, fmt('c%s:%s%s:%d:%d:%s', at_s, string.char(96 + #seq_s), seq_s, cost, cum, ARGV[1]))
+redis.call('ZADD', key, at_s, 'c' .. at_s .. ':' .. string.char(96 + #seq_s) .. seq_s .. ':' .. ARGV[4] .. ':'
+  .. fmt('%d', cum) .. ':' .. ARGV[1])
 -- Expiry as in sliding_log.lua (a minute of slack on the caller's clock), counted from the
 -- entry's time, which a clamp may have put after now.
-local ttl = window + at - now
-if not server_time then
-  ttl = ttl + 60000
+if server_time and at == now then
+  redis.call('PEXPIRE', key, ARGV[2])
+else
+  local ttl = window + at - now
+  if not server_time then
+    ttl = ttl + 60000
+  end
+  redis.call('PEXPIRE', key, fmt('%d', ttl))
 end
-redis.call('PEXPIRE', key, fmt('%d', ttl))
 -- When remaining next grows: when the oldest live entry leaves (the new one's time is no
 -- earlier than now; as in sliding_log.lua, no later than a window from now).
-return (limit - live - cost) * (window + 1) + math.min(lt or now, now) + window - now
+if not lt or lt > now then
+  lt = now
+end
+return (limit - live - cost) * (window + 1) + lt + window - now
