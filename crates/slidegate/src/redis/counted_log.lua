@@ -2,12 +2,18 @@
 -- quota whose limit is above 256 (sliding_log.lua keeps one member per permit for the others).
 --
 -- KEYS[1]  the key's sorted set: score = admission time (ms); member =
---          'c<time ms>:<n><seq>:<weight>:<cum>:<id>', one per admission: seq = its place
---          (consecutive), after a letter n (a = 1, b = 2, ...) giving its digits, so that members
---          of one millisecond sort by seq; weight = its permits; cum = the key's permits admitted
---          up to and including it. The leading 'c' is where sliding_log.lua, reading a time
---          from the first digits, finds none, and so tells a counted key at no cost.
--- ARGV[1]  id: unique per call across all clients (the client's random id + a counter)
+--          'c<time ms>:<n><seq>:<weight>:<cum>:<tail>', one per admission: seq = its place
+--          (consecutive, so it makes the member unique), after a letter n (a = 1, b = 2, ...)
+--          giving its digits, so that members of one millisecond sort by seq; weight = its
+--          permits; cum = the key's permits admitted up to and including it. The leading 'c' is
+--          where sliding_log.lua, reading a time from the first digits, finds none, and so tells
+--          a counted key at no cost. The tail is what the next call needs, '<e>.<d>.<live>'
+--          (hexadecimal): the key expires e ms after this entry's time (0: unknown); the oldest
+--          live entry, first in the set (no expired one left before it), is d ms older than
+--          this one; `live` permits were in the window with this one's. Or an id (check.lua's
+--          entries, converted ones, and this script's when expired entries are left).
+-- ARGV[1]  id: unique per call across all clients (the client's random id + a counter): the
+--          tail of an entry that can have none
 -- ARGV[2]  window in ms
 -- ARGV[3]  limit, ARGV[4] cost (1 <= cost <= limit <= MAX_LOG_LIMIT, checked by the caller)
 -- ARGV[5]  now in ms; absent or "" for Redis' own TIME (see sliding_log.lua)
@@ -18,9 +24,11 @@
 -- (tens of thousands per call) would do work, and hold Redis' one thread, in proportion to its
 -- permits. Here an admission writes one member whatever its cost, and a decision reads the
 -- newest and the oldest live entry: live permits = cum(newest) - cum(oldest live) + weight(oldest
--- live). Every call's work is a fixed number of O(log n) calls, plus, for a denial of cost > 1,
--- a binary search by rank for the entry whose leaving makes room (at most ~17 reads at
--- MAX_LOG_LIMIT entries), plus, once per key, the conversion of per-permit members.
+-- live), or, when the newest's tail says its oldest live entry is still live, its `live` (the
+-- oldest is then read by a denial only). Every call's work is a fixed number of O(log n)
+-- calls, plus, for a denial of cost > 1, a binary search by rank for the entry whose leaving
+-- makes room (at most ~17 reads at MAX_LOG_LIMIT entries), plus, once per key, the conversion
+-- of per-permit members.
 -- cum and seq only grow along the ranks because an entry is never stamped before the newest
 -- one: with the caller's clock (ARGV[5]) a time behind it is clamped to it, which only delays
 -- when the entry leaves (never admits more). Expired entries are a prefix of the set; an
@@ -29,6 +37,12 @@
 -- A key holding per-permit members (written by sliding_log.lua while the quota's limit was 256
 -- or less, or by an earlier release) is rewritten first, one counted entry per distinct time;
 -- sliding_log.lua, in turn, hands a counted key back here (it replies 'COUNTED').
+-- The tail spares an admission two of its five calls (each costs thousands of instructions):
+-- reading the oldest entry and setting the expiry. It stays true while its entry is the newest,
+-- since entries are added only after the newest (and then carry their own) and removed only
+-- as expired prefixes or with the key: the oldest live entry it names stays first until it
+-- expires, which its time (this entry's less d) tells. The expiry it names is the key's because
+-- every writer sets one and adds an entry, and only this script writes a tail with e > 0.
 local key = KEYS[1]
 local now_s = ARGV[5]
 local server_time = not now_s or now_s == ''
@@ -44,9 +58,12 @@ local edge = now - window
 local fmt, match, ENTRY = string.format, string.match, '^c(%d+):%a(%d+):(%d+):(%d+):'
 
 local newest = redis.call('ZRANGE', key, '-1', '-1')[1]
-local nt_s, nseq, ncum
+local nt_s, nseq, ncum, ne, nd, nl
 if newest then
-  nt_s, nseq, ncum = match(newest, '^c(%d+):%a(%d+):%d+:(%d+):')
+  nt_s, nseq, ncum, ne, nd, nl = match(newest, '^c(%d+):%a(%d+):%d+:(%d+):(%x+)%.(%x+)%.(%x+)$')
+  if not nt_s then
+    nt_s, nseq, ncum = match(newest, '^c(%d+):%a(%d+):%d+:(%d+):')
+  end
   if not nt_s then
     -- Per-permit members, live ones grouped by time (a warm-up marker '0:<ms>', scored -inf,
     -- goes with the expired; this script serves quotas without warm-up).
@@ -82,31 +99,43 @@ end
 local live, expired, nt, lt, lw, lcum, lseq, oseq, marker = 0, 0, nil, nil, nil, nil, nil, nil, 0
 if newest then
   nt, ncum = nt_s + 0, ncum + 0
-  local o = redis.call('ZRANGE', key, '0', '0')[1]
-  local ot, s, ow, ocum = match(o, ENTRY)
-  if not ot then
-    marker = 1
-    o = redis.call('ZRANGE', key, '(-inf', '+inf', 'BYSCORE', 'LIMIT', 0, 1)[1]
-    ot, s, ow, ocum = match(o, ENTRY)
-  end
-  oseq = s
-  if nt > edge then
-    ot = ot + 0
-    if ot > edge then
-      lt, lw, lcum, lseq = ot, ow + 0, ocum + 0, s
+  if nd then
+    -- The newest entry's tail: the oldest live entry then, the first in the set, is still live,
+    -- so every entry is, and an admission needs no more (a denial reads that entry below).
+    lt = nt - tonumber(nd, 16)
+    if lt > edge then
+      live = tonumber(nl, 16)
     else
-      local l = redis.call('ZRANGE', key, fmt('(%d', edge), '+inf', 'BYSCORE', 'LIMIT', 0, 1)[1]
-      lt, lseq, lw, lcum = match(l, ENTRY)
-      lt, lw, lcum = lt + 0, lw + 0, lcum + 0
+      lt = nil
     end
-    live = ncum - lcum + lw
-  else
-    lseq = nseq + 1
   end
-  if lseq ~= oseq then
-    expired = lseq - oseq
+  if not lt or live + cost > limit then
+    local o = redis.call('ZRANGE', key, '0', '0')[1]
+    local ot, s, ow, ocum = match(o, ENTRY)
+    if not ot then
+      marker = 1
+      o = redis.call('ZRANGE', key, '(-inf', '+inf', 'BYSCORE', 'LIMIT', 0, 1)[1]
+      ot, s, ow, ocum = match(o, ENTRY)
+    end
+    oseq = s
+    if nt > edge then
+      ot = ot + 0
+      if ot > edge then
+        lt, lw, lcum, lseq = ot, ow + 0, ocum + 0, s
+      else
+        local l = redis.call('ZRANGE', key, fmt('(%d', edge), '+inf', 'BYSCORE', 'LIMIT', 0, 1)[1]
+        lt, lseq, lw, lcum = match(l, ENTRY)
+        lt, lw, lcum = lt + 0, lw + 0, lcum + 0
+      end
+      live = ncum - lcum + lw
+    else
+      lseq = nseq + 1
+    end
+    if lseq ~= oseq then
+      expired = lseq - oseq
+    end
+    expired = expired + marker
   end
-  expired = expired + marker
 end
 
 if live + cost > limit then
@@ -148,18 +177,34 @@ if newest then
     at, at_s = nt, nt_s
   end
 end
-redis.call('ZADD', key, at_s, 'c' .. at_s .. ':' .. string.char(96 + #seq_s) .. seq_s .. ':' .. ARGV[4] .. ':'
-  .. fmt('%d', cum) .. ':' .. ARGV[1])
--- Expiry as in sliding_log.lua (a minute of slack on the caller's clock), counted from the
--- entry's time, which a clamp may have put after now.
-if server_time and at == now then
-  redis.call('PEXPIRE', key, ARGV[2])
-else
-  local ttl = window + at - now
-  if not server_time then
-    ttl = ttl + 60000
+-- Expiry, set once the entry is in (PEXPIRE on a missing key does nothing): on Redis' clock
+-- (TIME), a quarter window past when the entry leaves, so that the next admissions of that
+-- quarter find it set (the tail's e) and skip the call; on the caller's clock, from Redis' now,
+-- as in sliding_log.lua (a minute of slack), with e = 0 (unknown).
+local e, expire = 0, nil
+if server_time then
+  if ne then
+    e = nt + tonumber(ne, 16) - at
   end
-  redis.call('PEXPIRE', key, fmt('%d', ttl))
+  if e < window then
+    e = window + math.floor(window / 4)
+    expire = fmt('%d', at + e)
+  end
+end
+-- The tail (see the header) holds when no expired entry is left: the oldest live one is first.
+-- Its fields are hexadecimal: tonumber(s, 16) reads them with strtoul, several times cheaper
+-- than the strtod that reads a decimal.
+local rest
+if expired <= 256 then
+  rest = fmt('%d:%x.%x.%x', cum, e, at - (lt or at), live + cost)
+else
+  rest = fmt('%d:', cum) .. ARGV[1]
+end
+redis.call('ZADD', key, at_s, 'c' .. at_s .. ':' .. string.char(96 + #seq_s) .. seq_s .. ':' .. ARGV[4] .. ':' .. rest)
+if expire then
+  redis.call('PEXPIREAT', key, expire)
+elseif not server_time then
+  redis.call('PEXPIRE', key, fmt('%d', window + at - now + 60000))
 end
 -- When remaining next grows: when the oldest live entry leaves (the new one's time is no
 -- earlier than now; as in sliding_log.lua, no later than a window from now).
