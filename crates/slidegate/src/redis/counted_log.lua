@@ -101,7 +101,8 @@ if newest then
   nt, ncum = nt_s + 0, ncum + 0
   if nd then
     -- The newest entry's tail: the oldest live entry then, the first in the set, is still live,
-    -- so every entry is, and an admission needs no more (a denial reads that entry below).
+    -- so every entry is, and an admission needs no more (a denial reads the oldest all the same:
+    -- it needs its weight and seq).
     lt = nt - tonumber(nd, 16)
     if lt > edge then
       live = tonumber(nl, 16)
