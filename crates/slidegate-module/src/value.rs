@@ -126,7 +126,7 @@ pub(crate) fn read_lua_key(ctx: &Context, key: &RedisString, quota: &Quota) -> R
     match (key_type, algorithm) {
         (raw::KeyType::Empty, _) => Ok(None),
         (raw::KeyType::ZSet, Algorithm::SlidingLog) => {
-            // Members `<ms>:<id>` (one per permit) or `c<ms>:<n><seq>:<weight>:<cum>:<id>` (one
+            // Members `<ms>:<id>` (one per permit) or `c<ms>:<n><seq>:<weight>:<cum>:<id or tail>` (one
             // per admission of `weight` permits: counted_log.lua) scored by their time; under warm-up, `0:<start>`
             // scored -inf.
             let items = reply("ZRANGE", &[key.as_slice(), b"0", b"-1", b"WITHSCORES"])?;

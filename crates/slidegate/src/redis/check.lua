@@ -42,7 +42,7 @@ end
 local now = tonumber(now_s)
 local floor, ceil, max, min, fmt = math.floor, math.ceil, math.max, math.min, string.format
 local WRONGTYPE = 'WRONGTYPE the key does not hold a sliding window counter'
--- A counted entry: 'c<time ms>:<n><seq>:<weight>:<cum>:<id>' (see counted_log.lua).
+-- A counted entry: 'c<time ms>:<n><seq>:<weight>:<cum>:<id or tail>' (see counted_log.lua).
 local ENTRY = '^c(%d+):%a(%d+):(%d+):(%d+):'
 
 -- The effective limit: a warm-up ramps from cold/1000 of the limit to all of it over `period`
