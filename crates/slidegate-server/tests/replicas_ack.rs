@@ -41,7 +41,12 @@ async fn replicas_ack_from_the_file_a_flag_or_the_environment_makes_a_lost_repli
         args.extend_from_slice(flags);
         let server = Slidegate::serve_with_env(&args, env);
         // The replica alive: decided by Redis.
-        assert_eq!(admit(&server, "a").await, (json!(false), json!(true)), "{name}: decided by Redis");
+        assert_eq!(
+            admit(&server, "a").await,
+            (json!(false), json!(true)),
+            "{name}: decided by Redis: {}",
+            server.log_text()
+        );
         replica.kill();
         let expected = if waits { (json!(true), json!(false)) } else { (json!(false), json!(true)) };
         assert_eq!(admit(&server, "b").await, expected, "{name}: with the replica gone");

@@ -190,25 +190,27 @@ impl RedisServer {
         redis::Client::open(self.url()).and_then(|c| c.get_connection_with_timeout(Duration::from_secs(2)))
     }
 
-    /// Waits (bounded, 10 s) until `replicas` replicas acknowledge this master's writes: a
-    /// write and a `WAIT` on one connection, until the `WAIT` counts them. `INFO`'s
-    /// `state=online` is not enough: Redis shows a replica synced without a disk online before
-    /// it has acknowledged anything, and streams to it only after its first acknowledgement,
-    /// which may come a second later. Writes the key `slidegate-testkit:synced`.
+    /// Waits (bounded, 10 s) until `replicas` replicas acknowledge this master's writes for
+    /// good: a write and a `WAIT` on one connection, until the `WAIT` counts them, and again
+    /// more than a second later. `INFO`'s `state=online` is not enough, nor is one
+    /// acknowledgement: Redis shows a replica synced without a disk online before it streams to
+    /// it, and may start streaming only on the replica's next `REPLCONF ACK`, which may come with
+    /// its once-a-second cron. Writes the key `slidegate-testkit:synced`.
     ///
     /// # Panics
     /// When the replicas do not acknowledge within 10 s.
     pub fn wait_for_replicas(&self, replicas: usize) {
         let started = Instant::now();
         let mut conn = self.conn();
-        loop {
-            let _: () = redis::cmd("SET").arg("slidegate-testkit:synced").arg(1).query(&mut conn).expect("SET");
-            let acked: usize = redis::cmd("WAIT").arg(replicas).arg(100).query(&mut conn).expect("WAIT");
-            if acked >= replicas {
-                return;
-            }
+        let acknowledged = |conn: &mut redis::Connection| {
+            let _: () = redis::cmd("SET").arg("slidegate-testkit:synced").arg(1).query(conn).expect("SET");
+            let acked: usize = redis::cmd("WAIT").arg(replicas).arg(100).query(conn).expect("WAIT");
             assert!(started.elapsed() < Duration::from_secs(10), "{acked} of {replicas} replicas acknowledged");
-        }
+            acked >= replicas
+        };
+        while !acknowledged(&mut conn) {}
+        std::thread::sleep(Duration::from_millis(1100));
+        while !acknowledged(&mut conn) {}
     }
 
     /// Runs one command on a new connection and returns its reply.
