@@ -46,11 +46,11 @@ pub const MAX_BODY: usize = 64 * 1024;
 const CHECK: &str = "/v1/check";
 
 /// The service's routes over `app`, as the listener calls them: `POST /v1/check` and the
-/// forward-auth questions ([`Direct`]), the routes decisions take, straight to their handlers;
-/// everything else through [`router`]. Axum's
-/// router costs a decision about a fifth of the service's work (the route lookup, a boxed
-/// clone of the route and a boxed future per layer, the request's extension map), spent to find
-/// the one route whose path and method are two comparisons.
+/// forward-auth questions (`forward_auth::Direct`), the routes decisions take, straight to
+/// their handlers; everything else through [`router`]. Axum's router costs a decision about a
+/// fifth of the service's work (the route lookup, a boxed clone of the route and a boxed future
+/// per layer, the request's extension map), spent to find the one route whose path and method
+/// are two comparisons.
 #[derive(Clone)]
 pub struct Routes {
     router: Router,
