@@ -389,12 +389,8 @@ impl From<slidegate::Error> for ApiError {
         use slidegate::Error as E;
         match e.class() {
             ErrorClass::BackendFailure => {
-                let (kind, code) = if matches!(e, E::Timeout(_)) {
-                    ("timeout", "backend_timeout")
-                } else {
-                    ("error", "backend_unavailable")
-                };
-                ::metrics::counter!(metrics::BACKEND_ERRORS, "kind" => kind).increment(1);
+                let code = if matches!(e, E::Timeout(_)) { "backend_timeout" } else { "backend_unavailable" };
+                ::metrics::counter!(metrics::BACKEND_ERRORS, "kind" => metrics::failure_kind(&e)).increment(1);
                 return Self::backend(StatusCode::SERVICE_UNAVAILABLE, code, &e);
             }
             ErrorClass::Caller => {}

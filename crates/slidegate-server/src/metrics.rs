@@ -38,6 +38,23 @@ pub const RELOADS: &str = "slidegate_config_reloads_total";
 pub const FILES_REFUSED: &str = "slidegate_config_files_refused_total";
 /// Decisions a failure policy made because the backend could not, by rule and policy.
 pub const DEGRADED: &str = "slidegate_degraded_decisions_total";
+/// The causes of the decisions a failure policy made, by `kind` ([`failure_kind`]).
+pub const POLICY_ANSWERS: &str = "slidegate_policy_answers_total";
+
+/// The `kind` label of a backend failure: `timeout` (the deadline passed), `circuit_open`
+/// (the breaker kept the backend from being called), `replicas_ack` (fewer replicas than
+/// `replicas_ack` acknowledged an admission), `error` (anything else: a refused or lost
+/// connection, a Redis that cannot serve).
+pub fn failure_kind(error: &slidegate::Error) -> &'static str {
+    use slidegate::Error as E;
+    match error {
+        E::Timeout(_) => "timeout",
+        E::CircuitOpen => "circuit_open",
+        E::ReplicasAck { .. } => "replicas_ack",
+        _ => "error",
+    }
+}
+
 /// 1 while the backend's circuit breaker is open (the backend is not being called).
 pub const CIRCUIT_OPEN: &str = "slidegate_circuit_open";
 /// Envoy descriptor hits, by `domain`, `key1` and `key2` (the exporter's labels of

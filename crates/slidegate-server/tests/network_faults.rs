@@ -146,6 +146,11 @@ async fn faults_are_answered_in_time_by_the_policy_and_healed_keys_get_their_own
             let what = format!("{name}, {fault_name}");
             // Checks of the spent key `a`, each a denial if Redis ever answers it.
             let connections = redis.accepted();
+            // What the policy's answers are counted as: a reset fails a call at once, the
+            // others make it miss its deadline.
+            let kind = if matches!(fault, Fault::Reset) { "error" } else { "timeout" };
+            let cause = format!("slidegate_policy_answers_total{{kind=\"{kind}\"}}");
+            let answered_before = metric(&client, &e.server, &cause).await;
             redis.set(fault);
             let started = Instant::now();
             let mut slowest = Duration::ZERO;
@@ -170,6 +175,8 @@ async fn faults_are_answered_in_time_by_the_policy_and_healed_keys_get_their_own
             eprintln!("network fault binary, {what}: answered in {slowest:?} at most, circuit open {open}");
             assert!(slowest <= DEADLINE + SLACK, "{what}: slowest {slowest:?}");
             assert_eq!(open, 1.0, "{what}: the circuit opened");
+            let answered = metric(&client, &e.server, &cause).await;
+            assert!(answered > answered_before, "{what}: the policy's answers counted under {cause}");
             tokio::time::sleep(hold.saturating_sub(started.elapsed())).await;
             redis.set(Fault::Pass);
 

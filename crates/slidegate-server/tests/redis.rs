@@ -177,6 +177,10 @@ local_share = 0.25
     let page = client.get(server.url("/metrics")).send().await.expect("metrics").text().await.expect("text");
     assert!(page.contains("slidegate_circuit_open 1"), "{page}");
     assert!(page.contains(r#"slidegate_degraded_decisions_total{rule="closed",policy="fail_closed"} 1"#), "{page}");
+    // Why the policies answered: five failed calls (the lost connection) opened the circuit,
+    // which kept the sixth from Redis.
+    assert!(page.contains(r#"slidegate_policy_answers_total{kind="error"} 5"#), "{page}");
+    assert!(page.contains(r#"slidegate_policy_answers_total{kind="circuit_open"} 1"#), "{page}");
     assert_eq!(client.get(server.url("/healthz")).send().await.expect("healthz").status(), 200, "the process is up");
 }
 

@@ -51,6 +51,17 @@ pub struct Limiter<B = MemoryBackend> {
     backend: B,
     guard: Option<Arc<Guard>>,
     near_cache: Option<Arc<NearCache>>,
+    observer: Option<FailureObserver>,
+}
+
+/// What [`Limiter::with_failure_observer`] calls.
+#[derive(Clone)]
+struct FailureObserver(Arc<dyn Fn(&Error) + Send + Sync>);
+
+impl std::fmt::Debug for FailureObserver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FailureObserver")
+    }
 }
 
 /// Failure handling: the default policy, the breaker, and the local limiter of `Local`.
@@ -73,7 +84,25 @@ impl<B: Backend> Limiter<B> {
     /// A limiter over `backend`. Backend errors are returned as they are until a failure policy
     /// or a circuit breaker is set.
     pub fn new(backend: B) -> Self {
-        Self { backend, guard: None, near_cache: None }
+        Self { backend, guard: None, near_cache: None, observer: None }
+    }
+
+    /// Calls `observe` with the cause of each decision a failure policy makes instead of the
+    /// backend: the backend's failure, or [`Error::CircuitOpen`] while the breaker keeps the
+    /// backend from being called. The caller sees a decision ([`Decision::degraded`]); an
+    /// operator needs to know why (a counter by kind, a log line). Called on the deciding
+    /// task, so it must be quick.
+    #[must_use]
+    pub fn with_failure_observer(mut self, observe: impl Fn(&Error) + Send + Sync + 'static) -> Self {
+        self.observer = Some(FailureObserver(Arc::new(observe)));
+        self
+    }
+
+    /// Tells the failure observer of `error` when a policy answers for it.
+    fn observe(&self, policy: Option<FailurePolicy>, error: &Error) {
+        if let (Some(_), Some(observer)) = (policy, &self.observer) {
+            (observer.0)(error);
+        }
     }
 
     /// Answers with `policy` — for every quota that has none of its own
@@ -148,6 +177,7 @@ impl<B: Backend> Limiter<B> {
         };
         let policy = quota.failure_policy().or(guard.policy);
         if !guard.breaker.allow() {
+            self.observe(policy, &Error::CircuitOpen);
             return guard.single(policy, key, quota, cost, Error::CircuitOpen);
         }
         match self.backend.check(key, quota, cost).await {
@@ -158,6 +188,7 @@ impl<B: Backend> Limiter<B> {
             }
             Err(e) if e.is_backend_failure() => {
                 guard.breaker.failed();
+                self.observe(policy, &e);
                 guard.single(policy, key, quota, cost, e)
             }
             Err(e) => {
@@ -193,6 +224,7 @@ impl<B: Backend> Limiter<B> {
         // One policy answers for the group: the strictest of its checks'.
         let policy = strictest(checks.iter().filter_map(|c| c.quota.failure_policy().or(guard.policy)));
         if !guard.breaker.allow() {
+            self.observe(policy, &Error::CircuitOpen);
             return guard.group(policy, checks, Error::CircuitOpen);
         }
         match self.backend.check_all(checks).await {
@@ -202,6 +234,7 @@ impl<B: Backend> Limiter<B> {
             }
             Err(e) if e.is_backend_failure() => {
                 guard.breaker.failed();
+                self.observe(policy, &e);
                 guard.group(policy, checks, e)
             }
             Err(e) => {
