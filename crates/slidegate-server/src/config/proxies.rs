@@ -37,16 +37,11 @@ impl ClientHeader {
 
     /// The header's name.
     pub fn name(self) -> HeaderName {
-        // Constants: `from_static` at run time checks its text on every question.
-        const NAMES: [HeaderName; 3] = [
-            HeaderName::from_static("x-forwarded-for"),
-            HeaderName::from_static("x-real-ip"),
-            HeaderName::from_static("forwarded"),
-        ];
+        // Evaluated at compile time: `from_static` at run time checks its text on every question.
         match self {
-            Self::XForwardedFor => NAMES[0].clone(),
-            Self::XRealIp => NAMES[1].clone(),
-            Self::Forwarded => NAMES[2].clone(),
+            Self::XForwardedFor => const { HeaderName::from_static("x-forwarded-for") },
+            Self::XRealIp => const { HeaderName::from_static("x-real-ip") },
+            Self::Forwarded => const { HeaderName::from_static("forwarded") },
         }
     }
 

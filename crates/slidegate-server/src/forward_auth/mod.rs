@@ -176,7 +176,8 @@ async fn decide(
             ApiError::bad_request("invalid_cost", format!("{COST_HEADER} must be a whole number of permits"))
         })?,
     };
-    // Written in place after the rule's part: one allocation for the backend key.
+    // Written in place after the rule's part: one allocation for the backend key, sized for the
+    // longest address text (45 bytes, an IPv4-mapped IPv6 address).
     let mut key = RuleKey::new(&rule.name, 45);
     let start = key.key_mut().len();
     rule.caller.write_key(&request, key.key_mut())?;
