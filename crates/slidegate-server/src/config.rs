@@ -55,6 +55,7 @@ pub use value::{check_redis_url, parse_duration};
 
 use crate::file::FileError;
 use crate::inline::InlineConfig;
+use crate::trace::export::OtlpOptions;
 // A rules file is bounded as a pushed one is: both are the rules every instance parses.
 
 /// The per-call backend deadline when the file does not set one.
@@ -151,6 +152,8 @@ pub struct Config {
     /// `[server]`'s `tls_cert`, `tls_key` and `tls_client_ca`: TLS on the HTTP and gRPC
     /// listeners.
     pub tls: ListenerTlsFiles,
+    /// `[server]`'s `otlp_*` fields: where traces go, read once at start (flags win).
+    pub tracing: OtlpOptions,
     /// The `[inline]` table: whether inline checks are served, and their bounds.
     pub inline: InlineConfig,
     /// The `[ui]` table: whether the dashboard and `/v1/stats` are served, and to whom.
@@ -180,6 +183,7 @@ impl Default for Config {
             backend: BackendConfig::default(),
             server: HttpLimits::default(),
             tls: ListenerTlsFiles::default(),
+            tracing: OtlpOptions::default(),
             inline: InlineConfig::default(),
             ui: UiConfig::default(),
             forward_auth: ForwardAuthConfig::default(),
@@ -365,6 +369,7 @@ impl FileSpec {
         let backend = self.backend.validate()?;
         let server = self.server.validate(backend.timeout, timeout_span)?;
         let tls = self.server.tls()?;
+        let tracing = self.server.tracing()?;
         let rules = Rules::from_specs(self.rules)?;
         let grpc = match self.grpc {
             Some(addr) => Some(
@@ -383,6 +388,7 @@ impl FileSpec {
             backend,
             server,
             tls,
+            tracing,
             inline,
             ui,
             forward_auth,

@@ -19,7 +19,7 @@ use slidegate_server::logging::LogOptions;
 use slidegate_server::redact::redact;
 use slidegate_server::server::{self, ServeOptions};
 use slidegate_server::shared_rules::cli::{self as rules, RulesArgs};
-use slidegate_server::trace::export::Exporter;
+use slidegate_server::trace::export::{Exporter, OtlpOptions};
 use slidegate_server::validate::{self, ValidateArgs};
 
 // The service allocates a few small buffers per request (JSON in and out, headers); mimalloc
@@ -164,7 +164,15 @@ fn main() -> ExitCode {
 /// Installs the logger, with `serve`'s trace exporter when its flags ask for one.
 fn start_logging(cli: &Cli) -> Result<Option<Exporter>, String> {
     let exporter = match &cli.command {
-        Command::Serve(options) => options.otlp.install()?,
+        Command::Serve(options) => {
+            // The exporter feeds the logger, so it starts before `serve` reads its rules file:
+            // the file's tracing fields are read here, once.
+            let file = match &options.config {
+                Some(path) => Config::load(path).map_err(|e| redact(&e.to_string()).into_owned())?.tracing,
+                None => OtlpOptions::default(),
+            };
+            options.otlp.clone().or(&file).install()?
+        }
         _ => None,
     };
     cli.log.init(exporter.as_ref().map(Exporter::tracer))?;

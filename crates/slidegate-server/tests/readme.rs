@@ -172,6 +172,14 @@ fn the_operations_rules_file_loads_with_its_documented_policies() {
     assert_eq!(policy("search"), Some(FailurePolicy::LocalAuto { fallback_permille: 250 }));
 }
 
+#[test]
+fn the_documented_tracing_fields_load() {
+    let text = block(&doc("docs/operations.md"), "The rules file's `[server]` fields are read once", "toml");
+    let config = Config::parse(&text, "tracing.toml").expect("the documented table loads");
+    assert_eq!(config.tracing.otlp_endpoint.as_deref(), Some("http://127.0.0.1:4318/v1/traces"));
+    assert_eq!(config.tracing.otlp_sampling_ratio, Some(0.1));
+}
+
 /// The port of an Envoy `cluster`'s endpoint, checked to be the one the `serve` command's
 /// `--grpc` binds.
 fn cluster_port(cluster: &serde_yaml_ng::Value, serve: &[String]) -> u64 {

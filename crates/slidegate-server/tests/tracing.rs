@@ -196,6 +196,62 @@ async fn a_collector_that_never_answers_does_not_delay_decisions() {
     drop(silent);
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn the_rules_files_server_fields_export_and_flags_win_over_them() {
+    let receiver = Receiver::http().await;
+    let url = format!("{}/v1/traces", receiver.url());
+    let file = |ratio: &str| {
+        RulesFile::new(&format!(
+            "[server]\notlp_endpoint = \"{url}\"\notlp_protocol = \"http\"\notlp_sampling_ratio = {ratio}\n\n{RULE}"
+        ))
+    };
+    // The file's endpoint, protocol and ratio: a new trace is exported at ratio 1.
+    let rules = file("1.0");
+    let server = Slidegate::serve(&["--config", rules.arg()]);
+    check_with(&server, &[]).await;
+    terminate(server);
+    assert!(receiver.spans().iter().any(|s| s.name == "slidegate.decision"), "exported from the file's settings");
+    // The flag's ratio wins over the file's: nothing new is exported at ratio 0.
+    let before = receiver.spans().len();
+    let server = Slidegate::serve(&["--config", rules.arg(), "--otlp-sampling-ratio", "0"]);
+    check_with(&server, &[]).await;
+    terminate(server);
+    assert_eq!(receiver.spans().len(), before, "--otlp-sampling-ratio 0 over the file's 1.0");
+    // The file's ratio 0 holds without the flag.
+    let zero = file("0.0");
+    let server = Slidegate::serve(&["--config", zero.arg()]);
+    check_with(&server, &[]).await;
+    terminate(server);
+    assert_eq!(receiver.spans().len(), before, "the file's otlp_sampling_ratio = 0.0");
+}
+
+#[test]
+fn unusable_tracing_fields_are_refused_with_their_place() {
+    for (table, says) in [
+        (
+            "otlp_endpoint = \"https://collector:4317\"\n",
+            ":2:17: server.otlp_endpoint: \"https://collector:4317\": give http://",
+        ),
+        (
+            "otlp_endpoint = \"http://127.0.0.1:4317\"\notlp_sampling_ratio = 2.0\n",
+            ":3:23: server.otlp_sampling_ratio: must be between",
+        ),
+        ("otlp_protocol = \"http\"\n", ":2:17: server.otlp_protocol: give the OTLP endpoint"),
+        ("otlp_protocol = \"udp\"\n", ":2:17: unknown variant `udp`, expected `grpc` or `http`"),
+    ] {
+        let rules = RulesFile::new(&format!("[server]\n{table}\n{RULE}"));
+        for command in
+            [&["serve", "--http", "127.0.0.1:0", "--config", rules.arg()][..], &["validate", "--config", rules.arg()]]
+        {
+            let out = support::run(command);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert_ne!(out.status.code(), Some(0), "{table:?} {command:?}: {stderr}");
+            assert!(stderr.contains(says) || stdout.contains(says), "{table:?} {command:?}: {stdout} {stderr}");
+        }
+    }
+}
+
 #[test]
 fn unusable_tracing_flags_are_refused_with_their_names() {
     for (args, says) in [
@@ -205,10 +261,10 @@ fn unusable_tracing_flags_are_refused_with_their_names() {
         ),
         (
             &["--otlp-endpoint", "https://collector:4317"],
-            "--otlp-endpoint \"https://collector:4317\": give http://host:port",
+            "--otlp-endpoint: \"https://collector:4317\": give http://host:port",
         ),
-        (&["--otlp-endpoint", "not a url"], "--otlp-endpoint \"not a url\""),
-        (&["--otlp-protocol", "http"], "--otlp-protocol: give --otlp-endpoint too"),
+        (&["--otlp-endpoint", "not a url"], "--otlp-endpoint: \"not a url\""),
+        (&["--otlp-protocol", "http"], "--otlp-protocol: give the OTLP endpoint (otlp_endpoint) too"),
     ] {
         let mut all = vec!["serve", "--http", "127.0.0.1:0"];
         all.extend_from_slice(args);

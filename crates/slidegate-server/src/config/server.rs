@@ -9,6 +9,7 @@ use toml::Spanned;
 
 use super::{HttpLimit, HttpLimits};
 use super::{Invalid, parse_duration};
+use crate::trace::export::{OtlpOptions, OtlpProtocol};
 
 /// `[server]` as written.
 #[derive(Deserialize, Default)]
@@ -20,6 +21,9 @@ pub(super) struct ServerSpec {
     tls_cert: Option<Spanned<String>>,
     tls_key: Option<Spanned<String>>,
     tls_client_ca: Option<Spanned<String>>,
+    otlp_endpoint: Option<Spanned<String>>,
+    otlp_protocol: Option<Spanned<OtlpProtocol>>,
+    otlp_sampling_ratio: Option<Spanned<f64>>,
 }
 
 impl ServerSpec {
@@ -74,6 +78,27 @@ impl ServerSpec {
             Invalid::new("server", given.map_or(0..0, Spanned::span), m)
         })?;
         Ok(files)
+    }
+}
+
+impl ServerSpec {
+    /// The tracing fields (`otlp_endpoint`, `otlp_protocol`, `otlp_sampling_ratio`), checked
+    /// as their flags are.
+    pub(super) fn tracing(&self) -> Result<OtlpOptions, Invalid> {
+        let tracing = OtlpOptions {
+            otlp_endpoint: self.otlp_endpoint.as_ref().map(|s| s.get_ref().clone()),
+            otlp_protocol: self.otlp_protocol.as_ref().map(|s| *s.get_ref()),
+            otlp_sampling_ratio: self.otlp_sampling_ratio.as_ref().map(|s| *s.get_ref()),
+        };
+        tracing.checked().map_err(|e| {
+            let span = match e.field {
+                "otlp_endpoint" => self.otlp_endpoint.as_ref().map(Spanned::span),
+                "otlp_protocol" => self.otlp_protocol.as_ref().map(Spanned::span),
+                _ => self.otlp_sampling_ratio.as_ref().map(Spanned::span),
+            };
+            Invalid::new(format!("server.{}", e.field), span.unwrap_or(0..0), e.message)
+        })?;
+        Ok(tracing)
     }
 }
 

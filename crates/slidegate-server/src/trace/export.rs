@@ -23,7 +23,8 @@ const EXPORT_DELAY: Duration = Duration::from_secs(1);
 pub const FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How spans travel to the collector.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum OtlpProtocol {
     /// OTLP over gRPC (`http://collector:4317`).
     Grpc,
@@ -31,21 +32,39 @@ pub enum OtlpProtocol {
     Http,
 }
 
-/// The tracing flags of `slidegate serve`.
-#[derive(Debug, Clone, clap::Args)]
+/// The tracing settings of `slidegate serve`: its `--otlp-*` flags, or the rules file's
+/// `[server]` fields of the same names, read once at start.
+#[derive(Debug, Clone, Default, PartialEq, clap::Args)]
 pub struct OtlpOptions {
     /// Export a span per decision over OTLP to this collector: `http://host:4317` (gRPC) or
-    /// `http://host:4318/v1/traces` (HTTP/protobuf). Without it nothing is traced.
+    /// `http://host:4318/v1/traces` (HTTP/protobuf). Without it nothing is traced
+    /// (`[server] otlp_endpoint`).
     #[arg(long, env = "SLIDEGATE_OTLP_ENDPOINT", value_name = "URL", help_heading = "Tracing")]
     pub otlp_endpoint: Option<String>,
     /// `grpc` or `http` (HTTP/protobuf); default `http` when the endpoint's path ends in
-    /// `/v1/traces`, `grpc` otherwise.
+    /// `/v1/traces`, `grpc` otherwise (`[server] otlp_protocol`).
     #[arg(long, env = "SLIDEGATE_OTLP_PROTOCOL", value_enum, help_heading = "Tracing")]
     pub otlp_protocol: Option<OtlpProtocol>,
-    /// The share of new traces exported, 0.0 to 1.0; a request continuing a trace follows its
-    /// parent's sampling decision instead.
-    #[arg(long, env = "SLIDEGATE_OTLP_SAMPLING_RATIO", default_value_t = 1.0, help_heading = "Tracing")]
-    pub otlp_sampling_ratio: f64,
+    /// The share of new traces exported, 0.0 to 1.0 (default 1.0); a request continuing a
+    /// trace follows its parent's sampling decision instead (`[server] otlp_sampling_ratio`).
+    #[arg(long, env = "SLIDEGATE_OTLP_SAMPLING_RATIO", help_heading = "Tracing")]
+    pub otlp_sampling_ratio: Option<f64>,
+}
+
+/// A tracing setting that cannot be used: its name (a `[server]` field; the flag is the same
+/// with dashes) and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadSetting {
+    /// `otlp_endpoint`, `otlp_protocol` or `otlp_sampling_ratio`.
+    pub field: &'static str,
+    /// What is wrong with it.
+    pub message: String,
+}
+
+impl std::fmt::Display for BadSetting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "--{}: {}", self.field.replace('_', "-"), self.message)
+    }
 }
 
 /// The exporter, once installed: its tracer feeds the subscriber's layer.
@@ -54,33 +73,52 @@ pub struct Exporter {
 }
 
 impl OtlpOptions {
-    /// The flags checked: the endpoint's URL and protocol, when one is given.
-    fn checked(&self) -> Result<Option<(&str, OtlpProtocol)>, String> {
-        let ratio = self.otlp_sampling_ratio;
+    /// These settings, with each one `self` leaves unset taken from `file`.
+    #[must_use]
+    pub fn or(self, file: &OtlpOptions) -> OtlpOptions {
+        OtlpOptions {
+            otlp_endpoint: self.otlp_endpoint.or_else(|| file.otlp_endpoint.clone()),
+            otlp_protocol: self.otlp_protocol.or(file.otlp_protocol),
+            otlp_sampling_ratio: self.otlp_sampling_ratio.or(file.otlp_sampling_ratio),
+        }
+    }
+
+    /// The settings checked: the endpoint's URL and protocol, when one is given.
+    pub fn checked(&self) -> Result<Option<(&str, OtlpProtocol)>, BadSetting> {
+        let bad = |field, message: String| BadSetting { field, message };
+        let ratio = self.sampling_ratio();
         if !(0.0..=1.0).contains(&ratio) {
-            return Err(format!("--otlp-sampling-ratio: must be between 0.0 and 1.0, got {ratio}"));
+            return Err(bad("otlp_sampling_ratio", format!("must be between 0.0 and 1.0, got {ratio}")));
         }
         let Some(url) = self.otlp_endpoint.as_deref() else {
             return match self.otlp_protocol {
-                Some(_) => Err("--otlp-protocol: give --otlp-endpoint too".to_owned()),
+                Some(_) => Err(bad("otlp_protocol", "give the OTLP endpoint (otlp_endpoint) too".to_owned())),
                 None => Ok(None),
             };
         };
-        let uri: http::Uri = url.parse().map_err(|e| format!("--otlp-endpoint {url:?}: {e}"))?;
+        let uri: http::Uri = url.parse().map_err(|e| bad("otlp_endpoint", format!("{url:?}: {e}")))?;
         if uri.scheme_str() != Some("http") || uri.host().is_none() {
-            return Err(format!(
-                "--otlp-endpoint {url:?}: give http://host:port (the collector is reached without TLS: \
-                 run it, or an agent, beside slidegate)"
+            return Err(bad(
+                "otlp_endpoint",
+                format!(
+                    "{url:?}: give http://host:port (the collector is reached without TLS: run it, or an \
+                     agent, beside slidegate)"
+                ),
             ));
         }
         let by_path = if uri.path().ends_with("/v1/traces") { OtlpProtocol::Http } else { OtlpProtocol::Grpc };
         Ok(Some((url, self.otlp_protocol.unwrap_or(by_path))))
     }
 
+    /// The share of new traces exported.
+    fn sampling_ratio(&self) -> f64 {
+        self.otlp_sampling_ratio.unwrap_or(1.0)
+    }
+
     /// Starts the exporter the flags ask for, on the current Tokio runtime; `None` without an
     /// endpoint. An unusable flag is an error.
     pub fn install(&self) -> Result<Option<Exporter>, String> {
-        let Some((url, protocol)) = self.checked()? else { return Ok(None) };
+        let Some((url, protocol)) = self.checked().map_err(|e| e.to_string())? else { return Ok(None) };
         let builder = opentelemetry_otlp::SpanExporter::builder();
         let exporter = match protocol {
             OtlpProtocol::Grpc => builder.with_tonic().with_endpoint(url).with_timeout(EXPORT_TIMEOUT).build(),
@@ -98,7 +136,7 @@ impl OtlpOptions {
             .with_scheduled_delay(EXPORT_DELAY)
             .build();
         let processor = BatchSpanProcessor::builder(exporter, Tokio).with_batch_config(batches).build();
-        let sampler = Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(self.otlp_sampling_ratio)));
+        let sampler = Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(self.sampling_ratio())));
         let provider = SdkTracerProvider::builder()
             .with_span_processor(processor)
             .with_sampler(sampler)
