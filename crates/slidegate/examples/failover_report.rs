@@ -1,5 +1,5 @@
-//! The figures behind BENCHMARKS.md's "Failover": how many admissions a Redis Sentinel failover
-//! loses under load, so that a key at its limit admits them again.
+//! The figures behind BENCHMARKS.md's "Failover": how many admissions a Redis Sentinel or Redis
+//! Cluster failover loses under load, so that a key at its limit admits them again.
 //!
 //! Redis replicates asynchronously: an admission the master acknowledged may not have reached
 //! the replica when the master dies, and the promoted replica no longer holds it. Each round
@@ -7,19 +7,21 @@
 //! request answered while no master serves is a denial and admits nothing), kills the master
 //! with SIGKILL while admissions are flowing, keeps the load on until the key is at its limit on
 //! the promoted replica, and counts every admission acknowledged in the window: over `LIMIT` is
-//! what the failover lost and the key admitted again. The old master then comes back as the
-//! new one's replica (the Sentinel reconfigures it) for the next round.
+//! what the failover lost and the key admitted again; under it, admissions Redis recorded whose
+//! replies the kill lost. With a Sentinel, the old master then comes back as the new one's
+//! replica (the Sentinel reconfigures it) for the next round; with `--cluster`, each round has a
+//! cluster of its own (three masters, a replica each), whose master of the key's slot is killed.
 //!
-//! Starts its own redis-server processes (loopback; a master, a replica and a Sentinel).
+//! Starts its own redis-server processes (loopback).
 //!
-//!     cargo run --release -p slidegate --example failover_report --features redis [rounds]
+//!     cargo run --release -p slidegate --example failover_report --features redis [--cluster] [rounds]
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use slidegate::{FailurePolicy, Limiter, Quota, RedisBackend, RedisSentinelBackend};
-use slidegate_testkit::{RedisSentinel, RedisServer, SENTINEL_SERVICE};
+use slidegate::{Backend, FailurePolicy, Limiter, Quota, RedisBackend, key_slot};
+use slidegate_testkit::{RedisCluster, RedisSentinel, RedisServer, SENTINEL_SERVICE};
 
 /// The key's limit per minute: more than a round's load admits before the kill.
 const LIMIT: u64 = slidegate::MAX_LOG_LIMIT;
@@ -30,42 +32,83 @@ const BEFORE_KILL: Duration = Duration::from_millis(300);
 /// The most a round waits for the key to be at its limit again.
 const ROUND_DEADLINE: Duration = Duration::from_secs(30);
 
+/// Each call's deadline; a request past it is a denial (`fail_closed`).
+const DEADLINE: Duration = Duration::from_millis(50);
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let rounds: usize = std::env::args().nth(1).map_or(Ok(20), |n| n.parse())?;
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let cluster = args.iter().any(|a| a == "--cluster");
+    let rounds: usize = args.iter().find(|a| !a.starts_with("--")).map_or(Ok(20), |n| n.parse())?;
+    let ratios = if cluster { cluster_rounds(rounds).await? } else { sentinel_rounds(rounds).await? };
+    summarize(ratios);
+    Ok(())
+}
+
+/// `rounds` failovers of one Sentinel set-up: admitted ÷ limit of each.
+async fn sentinel_rounds(rounds: usize) -> Result<Vec<f64>, Box<dyn std::error::Error>> {
     let mut setup = RedisSentinel::start();
     let url = setup.sentinel_url();
-    let backend = RedisBackend::connect_sentinel(&[url.as_str()], SENTINEL_SERVICE)
-        .await?
-        .with_timeout(Duration::from_millis(50));
+    let backend = RedisBackend::connect_sentinel(&[url.as_str()], SENTINEL_SERVICE).await?.with_timeout(DEADLINE);
     let limiter = Arc::new(Limiter::new(backend).with_failure_policy(FailurePolicy::FailClosed));
-    let quota = Quota::per_minute(LIMIT)?;
     let mut ratios = Vec::new();
     for round in 0..rounds {
-        let admitted = round_admitted(&limiter, &quota, &format!("round-{round}"), || setup.master.kill()).await;
-        let ratio = admitted as f64 / LIMIT as f64;
-        println!("round {round:2}: {admitted} admitted in the window of a {LIMIT} limit: {ratio:.4}");
-        ratios.push(ratio);
+        let key = format!("round-{round}");
+        ratios.push(round_ratio(round, &limiter, &key, || setup.master.kill()).await);
         rejoin(&mut setup)?;
     }
+    Ok(ratios)
+}
+
+/// `rounds` failovers, each of a cluster of its own: admitted ÷ limit of each.
+async fn cluster_rounds(rounds: usize) -> Result<Vec<f64>, Box<dyn std::error::Error>> {
+    let mut ratios = Vec::new();
+    for round in 0..rounds {
+        let mut cluster = RedisCluster::start(3, 1);
+        let urls = cluster.urls();
+        let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+        let backend = RedisBackend::connect_cluster(&urls).await?.with_timeout(DEADLINE);
+        let limiter = Arc::new(Limiter::new(backend).with_failure_policy(FailurePolicy::FailClosed));
+        let key = format!("round-{round}");
+        let victim = cluster.master_of(key_slot(format!("slidegate:{key}"))).port();
+        ratios.push(round_ratio(round, &limiter, &key, || cluster.kill(victim)).await);
+    }
+    Ok(ratios)
+}
+
+/// One round on a fresh `key`: admitted ÷ limit, printed.
+async fn round_ratio<B: Backend + 'static>(
+    round: usize,
+    limiter: &Arc<Limiter<B>>,
+    key: &str,
+    kill: impl FnOnce(),
+) -> f64 {
+    let quota = Quota::per_minute(LIMIT).expect("a valid quota");
+    let admitted = round_admitted(limiter, &quota, key, kill).await;
+    let ratio = admitted as f64 / LIMIT as f64;
+    println!("round {round:2}: {admitted} admitted in the window of a {LIMIT} limit: {ratio:.4}");
+    ratio
+}
+
+fn summarize(mut ratios: Vec<f64>) {
     ratios.sort_by(f64::total_cmp);
     // Below 1: admissions Redis recorded whose replies the kill lost (their callers saw a denial).
     let lost: Vec<i64> = ratios.iter().map(|r| ((r - 1.0) * LIMIT as f64).round() as i64).collect();
     println!(
-        "{rounds} failovers: admitted ÷ limit median {:.4}, min {:.4}, max {:.4}; admitted over the limit: median {}, max {}",
+        "{} failovers: admitted ÷ limit median {:.4}, min {:.4}, max {:.4}; admitted over the limit: median {}, max {}",
+        ratios.len(),
         ratios[ratios.len() / 2],
         ratios[0],
         ratios[ratios.len() - 1],
         lost[lost.len() / 2].max(0),
         lost[lost.len() - 1].max(0)
     );
-    Ok(())
 }
 
 /// The admissions acknowledged on `key` from a load that `kill` interrupts after
 /// [`BEFORE_KILL`], counted until the key has been at its limit for a second.
-async fn round_admitted(
-    limiter: &Arc<Limiter<RedisSentinelBackend>>,
+async fn round_admitted<B: Backend + 'static>(
+    limiter: &Arc<Limiter<B>>,
     quota: &Quota,
     key: &str,
     kill: impl FnOnce(),

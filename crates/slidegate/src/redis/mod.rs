@@ -39,7 +39,7 @@ use std::time::Instant;
 
 use redis::aio::ConnectionLike;
 
-pub use cluster::RedisClusterBackend;
+pub use cluster::{CLUSTER_STALL_BEFORE_RENEWAL, RedisClusterBackend, RenewingClusterConnection};
 pub use config::{DEFAULT_PREFIX, DEFAULT_TIMEOUT};
 pub use engine::RedisEngine;
 pub use pipelined::{DEFAULT_MAX_QUEUED, MAX_IN_FLIGHT, PipelinedConnection};
