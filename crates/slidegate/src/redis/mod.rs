@@ -47,7 +47,9 @@ pub use redis::cluster_async::ClusterConnection;
 pub use sentinel::{RedisSentinelBackend, SentinelConnection};
 pub use tls::{MAX_PEM_BYTES, RedisTls, TlsFiles, pem_certificates, pem_private_key};
 
-use crate::{Algorithm, Backend, Check, Decision, Error, KeyState, KeyTimeline, MultiDecision, Quota};
+use crate::{
+    Algorithm, Backend, Charged, Check, Decision, Error, KeyState, KeyTimeline, MultiDecision, Quota, Refunded,
+};
 
 mod call;
 mod cluster;
@@ -149,6 +151,16 @@ where
         }
         self.acknowledged(started, self.noting_failure(self.check_script(checks, true).await), |group| group.allowed)
             .await
+    }
+
+    async fn charge(&self, key: &str, quota: &Quota, cost: u64) -> Result<Charged, Error> {
+        let _ = (key, quota, cost);
+        Err(Error::InvalidQuota("charge: not on Redis yet".into()))
+    }
+
+    async fn refund(&self, key: &str, quota: &Quota, cost: u64) -> Result<Refunded, Error> {
+        let _ = (key, quota, cost);
+        Err(Error::InvalidQuota("refund: not on Redis yet".into()))
     }
 
     async fn inspect(&self, key: &str, quota: &Quota) -> Result<KeyState, Error> {
