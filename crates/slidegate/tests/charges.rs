@@ -9,10 +9,32 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use slidegate::spec::Key;
 use slidegate::{
-    Algorithm, Backend, Charged, Decision, Limiter, MAX_CHARGE_FACTOR, ManualClock, MemoryBackend, Quota, Refunded,
+    Algorithm, Backend, Charged, Decision, FailurePolicy, Limiter, MAX_CHARGE_FACTOR, ManualClock, MemoryBackend,
+    Quota, RedisBackend, RedisEngine, Refunded,
 };
+use slidegate_testkit::RedisServer;
 
 const EPOCH_2026: u64 = 1_795_000_000_000;
+
+const ALL: [Algorithm; 4] = [
+    Algorithm::SlidingLog,
+    Algorithm::SlidingWindow { buckets: 10 },
+    Algorithm::FixedWindow,
+    Algorithm::Gcra { burst: None },
+];
+
+/// What the Lua engine charges and refunds (`charge.lua`): the others answer
+/// `Error::Unsupported`.
+const ON_LUA: [Algorithm; 2] = [Algorithm::FixedWindow, Algorithm::Gcra { burst: None }];
+
+fn on_lua(q: &Quota) -> bool {
+    matches!(q.algorithm(), Algorithm::FixedWindow | Algorithm::Gcra { .. }) && q.warm_up().is_none()
+}
+
+async fn lua(server: &RedisServer, clock: &ManualClock) -> Limiter<RedisBackend> {
+    let backend = RedisBackend::connect(&server.url()).await.expect("connect");
+    Limiter::new(backend.with_clock(clock.clone()).with_timeout(Duration::from_secs(5)).with_engine(RedisEngine::Lua))
+}
 
 /// What one step asks.
 #[derive(Debug, Clone, Copy)]
@@ -152,11 +174,11 @@ fn scenarios() -> impl Strategy<Value = Scenario> {
     })
 }
 
-fn run_property(cases: u32, agree: impl Fn(Scenario, u32)) {
+fn run_property(cases: u32, strategy: impl Strategy<Value = Scenario>, agree: impl Fn(Scenario, u32)) {
     let mut runner = TestRunner::new(Config { cases, failure_persistence: None, ..Config::default() });
     let case = std::sync::atomic::AtomicU32::new(0);
     runner
-        .run(&scenarios(), |s| {
+        .run(&strategy, |s| {
             agree(s, case.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
             Ok(())
         })
@@ -168,21 +190,57 @@ fn memory_charges_and_refunds_agree_with_the_spec() {
     let rt = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
     let clock = ManualClock::new(0);
     let memory = Limiter::new(MemoryBackend::with_clock(clock.clone()));
-    run_property(512, |s, n| {
+    run_property(512, scenarios(), |s, n| {
         let got = rt.block_on(s.run(&memory, &clock, &format!("prop{n}")));
         s.assert_agrees("memory", &got);
     });
 }
 
+#[test]
+fn lua_charges_and_refunds_agree_with_the_spec() {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let (server, clock) = (RedisServer::start(), ManualClock::new(0));
+    let redis = rt.block_on(lua(&server, &clock));
+    run_property(256, scenarios().prop_filter("served by charge.lua", |s| on_lua(&s.quota)), |s, n| {
+        let got = rt.block_on(s.run(&redis, &clock, &format!("prop{n}")));
+        s.assert_agrees("redis (Lua)", &got);
+    });
+}
+
+#[tokio::test]
+async fn lua_estimate_charge_refund() {
+    let (server, clock) = (RedisServer::start(), ManualClock::new(0));
+    estimate_charge_refund(&lua(&server, &clock).await, &clock, "tokens", &ON_LUA).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn lua_concurrent_charges_sum_exactly() {
+    let server = RedisServer::start();
+    let backend = RedisBackend::connect(&server.url()).await.expect("connect").with_engine(RedisEngine::Lua);
+    concurrent_charges_sum_exactly(Limiter::new(backend), "many", &ON_LUA).await;
+}
+
+#[tokio::test]
+async fn what_lua_does_not_charge_yet_is_a_typed_error_that_changes_nothing() {
+    let (server, clock) = (RedisServer::start(), ManualClock::new(0));
+    let redis = lua(&server, &clock).await;
+    for algorithm in [Algorithm::SlidingLog, Algorithm::SlidingWindow { buckets: 10 }] {
+        let q = quota(10, 60_000, algorithm);
+        assert!(matches!(redis.charge("k", &q, 3).await, Err(slidegate::Error::Unsupported(_))), "{algorithm}");
+        assert!(matches!(redis.refund("k", &q, 3).await, Err(slidegate::Error::Unsupported(_))), "{algorithm}");
+        assert_eq!(redis.inspect("k", &q).await.expect("inspect").count, 0, "{algorithm}");
+    }
+}
+
 /// The tokens-per-minute shape on every algorithm: an estimate checked, the rest charged over
 /// the limit, an over-estimate refunded; a charge past twice the limit is clamped.
-async fn estimate_charge_refund<B: Backend>(limiter: &Limiter<B>, clock: &ManualClock, key: &str) {
-    for algorithm in [
-        Algorithm::SlidingLog,
-        Algorithm::SlidingWindow { buckets: 10 },
-        Algorithm::FixedWindow,
-        Algorithm::Gcra { burst: None },
-    ] {
+async fn estimate_charge_refund<B: Backend>(
+    limiter: &Limiter<B>,
+    clock: &ManualClock,
+    key: &str,
+    algorithms: &[Algorithm],
+) {
+    for &algorithm in algorithms {
         clock.set_ms(EPOCH_2026 - EPOCH_2026 % 60_000);
         let q = quota(1_000, 60_000, algorithm);
         let key = format!("{key}:{algorithm}");
@@ -216,17 +274,16 @@ async fn estimate_charge_refund<B: Backend>(limiter: &Limiter<B>, clock: &Manual
 #[tokio::test]
 async fn memory_estimate_charge_refund() {
     let clock = ManualClock::new(0);
-    estimate_charge_refund(&Limiter::new(MemoryBackend::with_clock(clock.clone())), &clock, "tokens").await;
+    estimate_charge_refund(&Limiter::new(MemoryBackend::with_clock(clock.clone())), &clock, "tokens", &ALL).await;
 }
 
 /// 64 tasks charging one key at once: the key holds exactly what they charged.
-async fn concurrent_charges_sum_exactly<B: Backend + Clone + 'static>(limiter: Limiter<B>, key: &str) {
-    for algorithm in [
-        Algorithm::SlidingLog,
-        Algorithm::SlidingWindow { buckets: 10 },
-        Algorithm::FixedWindow,
-        Algorithm::Gcra { burst: None },
-    ] {
+async fn concurrent_charges_sum_exactly<B: Backend + Clone + 'static>(
+    limiter: Limiter<B>,
+    key: &str,
+    algorithms: &[Algorithm],
+) {
+    for &algorithm in algorithms {
         // A long window: nothing leaves while the tasks run. 64 × 10 × (1..=5) ≤ 3,200 of 2,000.
         let q = quota(2_000, 3_600_000, algorithm);
         let key = format!("{key}:{algorithm}");
@@ -262,7 +319,7 @@ async fn concurrent_charges_sum_exactly<B: Backend + Clone + 'static>(limiter: L
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn memory_concurrent_charges_sum_exactly() {
-    concurrent_charges_sum_exactly(Limiter::in_memory(), "many").await;
+    concurrent_charges_sum_exactly(Limiter::in_memory(), "many", &ALL).await;
 }
 
 #[tokio::test]
@@ -289,4 +346,31 @@ async fn invalid_charges_and_refunds_are_refused_as_checks_are() {
     assert!(matches!(limiter.charge("k", &q, 11).await, Err(slidegate::Error::InvalidCost { cost: 11, max: 10 })));
     assert!(matches!(limiter.refund("", &q, 1).await, Err(slidegate::Error::EmptyKey)));
     assert!(matches!(limiter.refund("k", &q, 11).await, Err(slidegate::Error::InvalidCost { .. })));
+}
+
+/// A failure policy answers a charge the backend could not record: a local one records it on
+/// the local limiter, `FailOpen` records nothing; without a policy, the error.
+#[tokio::test]
+async fn a_failing_backend_degrades_charges_and_refunds_by_the_policy() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let backend =
+        || async { RedisBackend::connect(&url).await.expect("connect").with_timeout(Duration::from_millis(200)) };
+    let (strict, open, local) = (
+        Limiter::new(backend().await),
+        Limiter::new(backend().await).with_failure_policy(FailurePolicy::FailOpen),
+        Limiter::new(backend().await).with_failure_policy(FailurePolicy::local(0.5).expect("share")),
+    );
+    drop(server);
+    let q = quota(10, 60_000, Algorithm::FixedWindow);
+    let e = strict.charge("k", &q, 3).await.expect_err("no policy");
+    assert!(e.is_backend_failure(), "{e:?}");
+    assert!(strict.refund("k", &q, 3).await.expect_err("no policy").is_backend_failure());
+    let c = open.charge("k", &q, 3).await.expect("fail open");
+    assert_eq!((c.recorded, c.decision.allowed, c.decision.degraded), (0, true, Some(FailurePolicy::FailOpen)));
+    let c = local.charge("k", &q, 7).await.expect("local");
+    assert_eq!((c.recorded, c.decision.allowed, c.decision.limit), (7, false, 5), "half the limit, here");
+    assert!(c.decision.degraded.is_some());
+    let r = local.refund("k", &q, 3).await.expect("local");
+    assert_eq!((r.refunded, r.decision.remaining), (3, 1));
 }

@@ -101,6 +101,29 @@ impl<C> std::fmt::Debug for RedisBackend<C> {
     }
 }
 
+impl<C> RedisBackend<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    /// A charge or a refund by the Lua scripts, for the quotas they serve so far; the others
+    /// (and the module engine) answer [`Error::Unsupported`].
+    async fn charge_or_refund(
+        &self,
+        key: &str,
+        quota: &Quota,
+        cost: u64,
+        charge: bool,
+    ) -> Result<(Decision, u64), Error> {
+        let what = if charge { "charge" } else { "refund" };
+        if self.engine() == RedisEngine::Module {
+            return Err(Error::Unsupported(format!("{what} on the Redis module engine")));
+        }
+        self.charge_script(key, quota, cost, charge)
+            .await?
+            .ok_or_else(|| Error::Unsupported(format!("{what} of a {} quota on Redis", quota.algorithm())))
+    }
+}
+
 impl<C> Backend for RedisBackend<C>
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
@@ -154,13 +177,17 @@ where
     }
 
     async fn charge(&self, key: &str, quota: &Quota, cost: u64) -> Result<Charged, Error> {
-        let _ = (key, quota, cost);
-        Err(Error::InvalidQuota("charge: not on Redis yet".into()))
+        let started = Instant::now();
+        let answer = self.charge_or_refund(key, quota, cost, true).await;
+        let charged = answer.map(|(decision, recorded)| Charged::new(decision, cost, recorded));
+        self.acknowledged(started, self.noting_failure(charged), |c| c.recorded > 0).await
     }
 
     async fn refund(&self, key: &str, quota: &Quota, cost: u64) -> Result<Refunded, Error> {
-        let _ = (key, quota, cost);
-        Err(Error::InvalidQuota("refund: not on Redis yet".into()))
+        let started = Instant::now();
+        let answer = self.charge_or_refund(key, quota, cost, false).await;
+        let refunded = answer.map(|(decision, refunded)| Refunded::new(decision, refunded));
+        self.acknowledged(started, self.noting_failure(refunded), |r| r.refunded > 0).await
     }
 
     async fn inspect(&self, key: &str, quota: &Quota) -> Result<KeyState, Error> {
