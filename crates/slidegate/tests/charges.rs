@@ -1,7 +1,9 @@
 //! Charges and refunds ([`Limiter::charge`], [`Limiter::refund`]) mixed with checks, on every
 //! algorithm: each engine answers what the specification does (`slidegate::spec`, "Charges and
 //! refunds") — the standing decision, what was recorded, what was given back — and concurrent
-//! charges sum exactly.
+//! charges sum exactly: memory, the Lua scripts (`charge.lua`: fixed windows and GCRAs without
+//! warm-up), slidegate's module (`SLIDEGATE.CHARGE`, `SLIDEGATE.REFUND`: everything), and a
+//! Redis Cluster on each.
 
 use std::time::Duration;
 
@@ -12,7 +14,7 @@ use slidegate::{
     Algorithm, Backend, Charged, Decision, FailurePolicy, Limiter, MAX_CHARGE_FACTOR, ManualClock, MemoryBackend,
     Quota, RedisBackend, RedisEngine, Refunded,
 };
-use slidegate_testkit::RedisServer;
+use slidegate_testkit::{RedisCluster, RedisServer};
 
 const EPOCH_2026: u64 = 1_795_000_000_000;
 
@@ -32,8 +34,12 @@ fn on_lua(q: &Quota) -> bool {
 }
 
 async fn lua(server: &RedisServer, clock: &ManualClock) -> Limiter<RedisBackend> {
+    on_engine(server, clock, RedisEngine::Lua).await
+}
+
+async fn on_engine(server: &RedisServer, clock: &ManualClock, engine: RedisEngine) -> Limiter<RedisBackend> {
     let backend = RedisBackend::connect(&server.url()).await.expect("connect");
-    Limiter::new(backend.with_clock(clock.clone()).with_timeout(Duration::from_secs(5)).with_engine(RedisEngine::Lua))
+    Limiter::new(backend.with_clock(clock.clone()).with_timeout(Duration::from_secs(5)).with_engine(engine))
 }
 
 /// What one step asks.
@@ -218,6 +224,61 @@ async fn lua_concurrent_charges_sum_exactly() {
     let server = RedisServer::start();
     let backend = RedisBackend::connect(&server.url()).await.expect("connect").with_engine(RedisEngine::Lua);
     concurrent_charges_sum_exactly(Limiter::new(backend), "many", &ON_LUA).await;
+}
+
+#[test]
+fn module_charges_and_refunds_agree_with_the_spec() {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let (server, clock) = (RedisServer::start_with_module(&[]), ManualClock::new(0));
+    let module = rt.block_on(on_engine(&server, &clock, RedisEngine::Module));
+    let lua = rt.block_on(lua(&server, &clock));
+    run_property(256, scenarios(), |s, n| {
+        let got = rt.block_on(s.run(&module, &clock, &format!("prop{n}")));
+        s.assert_agrees("redis (module)", &got);
+        // What the scripts started, the module carries on: a key they wrote is converted.
+        if on_lua(&s.quota) {
+            let (key, half) = (format!("handover{n}"), s.steps.len() / 2);
+            let (first, second) = s.steps.split_at(half);
+            let mut got = rt.block_on(Scenario { steps: first.to_vec(), ..s.clone() }.run(&lua, &clock, &key));
+            got.extend(rt.block_on(Scenario { steps: second.to_vec(), ..s.clone() }.run(&module, &clock, &key)));
+            s.assert_agrees("Lua then the module", &got);
+        }
+    });
+}
+
+#[tokio::test]
+async fn module_estimate_charge_refund() {
+    let (server, clock) = (RedisServer::start_with_module(&[]), ManualClock::new(0));
+    estimate_charge_refund(&on_engine(&server, &clock, RedisEngine::Module).await, &clock, "tokens", &ALL).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn module_concurrent_charges_sum_exactly() {
+    let server = RedisServer::start_with_module(&[]);
+    let backend = RedisBackend::connect(&server.url()).await.expect("connect").with_engine(RedisEngine::Module);
+    concurrent_charges_sum_exactly(Limiter::new(backend), "many", &ALL).await;
+}
+
+/// On a Cluster the scripts and the module take the key as `KEYS[1]` / their first argument:
+/// each call goes to the key's master. Keys spread over three masters sum exactly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn charges_and_refunds_on_a_cluster_reach_each_keys_master() {
+    for (cluster, engine, algorithms) in [
+        (RedisCluster::start(3, 0), RedisEngine::Lua, &ON_LUA[..]),
+        (RedisCluster::start_with_module(3, 0), RedisEngine::Module, &ALL[..]),
+    ] {
+        let urls = cluster.urls();
+        let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+        let backend = RedisBackend::connect_cluster(&urls).await.expect("connect").with_engine(engine);
+        let limiter = Limiter::new(backend.with_timeout(Duration::from_secs(2)));
+        let keys: Vec<String> = (0..12).map(|i| format!("user{i}")).collect();
+        let slots: std::collections::HashSet<_> =
+            keys.iter().map(|k| cluster.master_of(slidegate::key_slot(k)).port()).collect();
+        assert!(slots.len() > 1, "keys on several masters");
+        for key in &keys {
+            concurrent_charges_sum_exactly(limiter.clone(), key, algorithms).await;
+        }
+    }
 }
 
 #[tokio::test]

@@ -105,8 +105,9 @@ impl<C> RedisBackend<C>
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
-    /// A charge or a refund by the Lua scripts, for the quotas they serve so far; the others
-    /// (and the module engine) answer [`Error::Unsupported`].
+    /// A charge or a refund by the module when the server has it, as a check chooses
+    /// ([`RedisEngine`]), or else by the Lua scripts for the quotas they serve (fixed windows
+    /// and GCRAs without warm-up; the others answer [`Error::Unsupported`]).
     async fn charge_or_refund(
         &self,
         key: &str,
@@ -114,13 +115,15 @@ where
         cost: u64,
         charge: bool,
     ) -> Result<(Decision, u64), Error> {
-        let what = if charge { "charge" } else { "refund" };
-        if self.engine() == RedisEngine::Module {
-            return Err(Error::Unsupported(format!("{what} on the Redis module engine")));
+        if self.module_first()
+            && let Some(answer) = self.module_answer(self.module_charge(key, quota, cost, charge).await)
+        {
+            return answer;
         }
-        self.charge_script(key, quota, cost, charge)
-            .await?
-            .ok_or_else(|| Error::Unsupported(format!("{what} of a {} quota on Redis", quota.algorithm())))
+        let what = if charge { "charge" } else { "refund" };
+        self.charge_script(key, quota, cost, charge).await?.ok_or_else(|| {
+            Error::Unsupported(format!("{what} of a {} quota on Redis without slidegate's module", quota.algorithm()))
+        })
     }
 }
 
