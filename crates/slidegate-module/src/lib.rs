@@ -8,6 +8,8 @@
 //!
 //! SLIDEGATE.CHECK key algorithm limit window_ms cost [options] [AND key algorithm ...] [NOW ms]
 //! SLIDEGATE.INSPECT key [algorithm limit window_ms [options]] [NOW ms] [TIMES n]
+//! SLIDEGATE.CHARGE key algorithm limit window_ms cost [options] [NOW ms]
+//! SLIDEGATE.REFUND key algorithm limit window_ms cost [options] [NOW ms]
 //! SLIDEGATE.RESTORE key payload
 //! ```
 //!
@@ -22,6 +24,11 @@
 //!   window_ms` from the key's last quota, or from the one given; with `TIMES n`, then the
 //!   times of a sliding log's newest `n` admissions in the window, oldest first, as an array
 //!   (empty for the other algorithms).
+//! - `CHARGE` records `cost` permits whatever the key holds, clamped at
+//!   [`slidegate::MAX_CHARGE_FACTOR`] times the limit; `REFUND` gives back up to `cost` of its
+//!   most recent admissions ([`slidegate::spec`], "Charges and refunds"). Both answer the key's
+//!   standing after them as one check of `CHECK` does (`within, remaining, reset_after_ms,
+//!   retry_after_ms, limit, next_permit_after_ms`), then the permits recorded or given back.
 //! - `RESTORE` sets a key from the payload an AOF rewrite emitted for it.
 //!
 //! Time is the server's clock (`RedisModule_Milliseconds`, the wall clock `TIME` gives Lua)
@@ -214,6 +221,78 @@ fn inspect(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         RedisValue::Array(value.counter.admissions(now, &quota, n).into_iter().map(|t| int(clamp(t))).collect())
     });
     Ok(RedisValue::Array(head.into_iter().chain(quota_reply(&quota)).chain(times).collect()))
+}
+
+/// `SLIDEGATE.CHARGE`: records a cost whatever the key holds.
+#[allow(clippy::needless_pass_by_value, reason = "the signature redis-module calls")]
+fn charge(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    charge_or_refund(ctx, &args, "SLIDEGATE.CHARGE", true)
+}
+
+/// `SLIDEGATE.REFUND`: gives back up to a cost of the key's most recent admissions.
+#[allow(clippy::needless_pass_by_value, reason = "the signature redis-module calls")]
+fn refund(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    charge_or_refund(ctx, &args, "SLIDEGATE.REFUND", false)
+}
+
+/// A charge or a refund of one key: its quota and cost parsed (and bounded) as one check of
+/// `CHECK`, the change made by the library's own [`Counter`], replicated with the time it used.
+fn charge_or_refund(ctx: &Context, args: &[RedisString], command: &str, charge: bool) -> RedisResult {
+    let checks = args::parse_checks(args)?;
+    let ([at], [spec]) = (checks.keys.as_slice(), checks.specs.as_slice()) else {
+        return Err(Error::Syntax("one key per charge or refund".into()).into());
+    };
+    let now = checks.now.unwrap_or_else(server_now);
+    let key = ctx.open_key_writable(&args[*at]);
+    let mut slot = slot(ctx, &key, &args[*at], spec)?;
+    let value = slot.value();
+    let (decision, permits) = if charge {
+        let c = value.counter.charge(now, &spec.quota, spec.cost);
+        (c.decision, c.recorded)
+    } else {
+        let r = value.counter.refund(now, &spec.quota, spec.cost);
+        (r.decision, r.refunded)
+    };
+    value.quota = spec.quota;
+    let expires_at = value.counter.expires_at(&spec.quota);
+    let slack = if checks.now.is_some() { CALLER_CLOCK_SLACK_MS } else { 0 };
+    // Dropping expired admissions is a change too: every call that found a key is replicated.
+    let changed = match slot {
+        Slot::Made { value, converted } if permits > 0 || converted => {
+            if converted {
+                key.delete()?;
+            }
+            key.set_value(&SLIDEGATE_TYPE, value)?;
+            set_expiry(&key, expires_at, now, slack)?;
+            true
+        }
+        Slot::Made { .. } => false,
+        Slot::Stored(_) => {
+            set_expiry(&key, expires_at, now, slack)?;
+            true
+        }
+    };
+    if changed {
+        match checks.now {
+            Some(_) => ctx.replicate_verbatim(),
+            None => {
+                let now = now.to_string();
+                let mut with_now: Vec<&[u8]> = args[1..].iter().map(RedisString::as_slice).collect();
+                with_now.extend([b"NOW".as_slice(), now.as_bytes()]);
+                ctx.replicate(command, with_now.as_slice());
+            }
+        }
+    }
+    let standing = [
+        i64::from(decision.allowed),
+        clamp(decision.remaining),
+        millis(decision.reset_after),
+        decision.retry_after.map_or(-1, millis),
+        clamp(decision.limit),
+        millis(decision.next_permit_after),
+        clamp(permits),
+    ];
+    Ok(RedisValue::Array(standing.into_iter().map(int).collect()))
 }
 
 /// `SLIDEGATE.RESTORE`: sets a key from the payload an AOF rewrite emitted for it.
@@ -429,7 +508,7 @@ fn millis(d: std::time::Duration) -> i64 {
 /// tests, outside Redis, keep the system's.
 #[allow(missing_docs)]
 mod entry {
-    use super::{SLIDEGATE_TYPE, check_command, inspect, raw, redis_module, restore};
+    use super::{SLIDEGATE_TYPE, charge, check_command, inspect, raw, redis_module, refund, restore};
     use redis_module::{Context, RedisString, Status};
 
     #[cfg(not(test))]
@@ -446,6 +525,8 @@ mod entry {
         commands: [
             ["slidegate.inspect", inspect, "readonly", 1, 1, 1, ""],
             ["slidegate.restore", restore, "write deny-oom", 1, 1, 1, ""],
+            ["slidegate.charge", charge, "write deny-oom", 1, 1, 1, ""],
+            ["slidegate.refund", refund, "write deny-oom", 1, 1, 1, ""],
         ],
     }
 

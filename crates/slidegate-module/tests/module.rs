@@ -1,6 +1,7 @@
 //! The module inside real redis-server processes (`--loadmodule`): bad input never hurts the
 //! server (fuzzed), the Lua scripts' keys are taken over, and the native type survives RDB
-//! round trips, `DUMP`/`RESTORE` and `COPY`, AOF rewrites, replication and expiry. Decisions
+//! round trips, `DUMP`/`RESTORE` and `COPY`, AOF rewrites, replication and expiry, with checks,
+//! charges and refunds. Decisions
 //! themselves are checked against the specification in `crates/slidegate/tests/conformance.rs`.
 
 use std::time::{Duration, Instant};
@@ -61,6 +62,14 @@ fn bad_input_is_an_error_reply_and_the_server_lives_on() {
         (&["SLIDEGATE.CHECK", "foreign", "sliding_log", "5", "1000", "1"], "WRONGTYPE"),
         (&["SLIDEGATE.CHECK", "hash", "gcra", "5", "1000", "1"], "WRONGTYPE"),
         (&["SLIDEGATE.CHECK", "log", "gcra", "5", "1000", "1"], "WRONGTYPE the key counts by sliding_log"),
+        (&["SLIDEGATE.CHARGE", "k", "sliding_log", "5", "1000", "6"], "ERR cost must be between 1 and 5"),
+        (
+            &["SLIDEGATE.CHARGE", "k", "sliding_log", "5", "1000", "1", "AND", "j", "gcra", "5", "1000", "1"],
+            "ERR one key",
+        ),
+        (&["SLIDEGATE.REFUND", "k", "sliding_log", "5", "1000", "0"], "ERR cost must be"),
+        (&["SLIDEGATE.CHARGE", "string", "sliding_log", "5", "1000", "1"], "WRONGTYPE"),
+        (&["SLIDEGATE.REFUND", "log", "gcra", "5", "1000", "1"], "WRONGTYPE the key counts by sliding_log"),
         (&["SLIDEGATE.INSPECT"], "ERR wrong number of arguments"),
         (&["SLIDEGATE.INSPECT", "string"], "WRONGTYPE"),
         (&["SLIDEGATE.INSPECT", "k", "sliding_log"], "ERR missing limit"),
@@ -177,7 +186,13 @@ fn fuzzed_commands_never_hurt_the_server() {
     let server = RedisServer::start_with_module(&[]);
     let c = std::cell::RefCell::new(server.conn());
     run(&mut c.borrow_mut(), &["SET", "string", "x"]).expect("set");
-    let commands = prop::sample::select(vec!["SLIDEGATE.CHECK", "SLIDEGATE.INSPECT", "SLIDEGATE.RESTORE"]);
+    let commands = prop::sample::select(vec![
+        "SLIDEGATE.CHECK",
+        "SLIDEGATE.INSPECT",
+        "SLIDEGATE.RESTORE",
+        "SLIDEGATE.CHARGE",
+        "SLIDEGATE.REFUND",
+    ]);
     let mut runner = TestRunner::new(Config { cases: 2_000, failure_persistence: None, ..Config::default() });
     runner
         .run(&(commands, prop::collection::vec(argument(), 0..20)), |(command, args)| {
@@ -188,6 +203,9 @@ fn fuzzed_commands_never_hurt_the_server() {
             match cmd.query::<Value>(&mut *c.borrow_mut()) {
                 Ok(Value::Array(reply)) if command == "SLIDEGATE.CHECK" => {
                     prop_assert!(reply.len() % 6 == 1, "{reply:?}");
+                }
+                Ok(Value::Array(reply)) if command != "SLIDEGATE.INSPECT" => {
+                    prop_assert!(reply.len() == 7, "{reply:?}");
                 }
                 Ok(_) => {}
                 // An error reply is fine; a dropped connection or an unreadable reply is not.
@@ -273,7 +291,13 @@ fn traffic(c: &mut Connection) {
             ("gcra", &["gcra", "10", "60000", "BURST", "4"][..]),
         ] {
             let cost = (1 + i % 2).to_string();
-            let mut args = vec!["SLIDEGATE.CHECK", key, quota[0], quota[1], quota[2], &cost];
+            // Charges and refunds now and then: they replicate, and replay from the AOF, too.
+            let command = match i % 10 {
+                3 => "SLIDEGATE.CHARGE",
+                7 => "SLIDEGATE.REFUND",
+                _ => "SLIDEGATE.CHECK",
+            };
+            let mut args = vec![command, key, quota[0], quota[1], quota[2], &cost];
             args.extend_from_slice(&quota[3..]);
             ints(c, &args);
         }

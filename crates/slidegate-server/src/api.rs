@@ -35,6 +35,8 @@ use crate::overrides::{self, Source, Target};
 use crate::redact::redact;
 use crate::trace::Decided;
 
+mod charge;
+
 /// The most admission times `GET /v1/keys/{rule}/{key}` lists (a sliding log's newest): enough
 /// to draw any window, and a bound on the answer (about 15 bytes each).
 pub const INSPECT_ADMISSIONS: usize = 1_000;
@@ -156,6 +158,8 @@ where
 pub fn routes() -> Vec<Route> {
     let api = [
         route(Method::POST, CHECK, check),
+        route(Method::POST, "/v1/charge", charge::charge),
+        route(Method::POST, "/v1/refund", charge::refund),
         route(Method::GET, "/v1/rules", rules),
         route(Method::GET, "/v1/keys/{rule}/{key}", inspect_key),
         route(Method::DELETE, "/v1/keys/{rule}/{key}", reset_key),

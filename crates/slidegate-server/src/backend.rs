@@ -1,8 +1,8 @@
 //! The backend chosen at start: the embedded memory backend, Redis, or a Redis Cluster.
 
 use slidegate::{
-    Backend, Check, Decision, Error, KeyState, KeyTimeline, Limiter, MemoryBackend, MultiDecision, Quota, RedisBackend,
-    RedisClusterBackend, RedisSentinelBackend, RedisTls,
+    Backend, Charged, Check, Decision, Error, KeyState, KeyTimeline, Limiter, MemoryBackend, MultiDecision, Quota,
+    RedisBackend, RedisClusterBackend, RedisSentinelBackend, RedisTls, Refunded,
 };
 
 use crate::config::BackendConfig;
@@ -131,6 +131,24 @@ impl Backend for AnyBackend {
             Self::Redis(b) => Box::pin(b.check_all(checks)).await,
             Self::Cluster(b) => Box::pin(b.check_all(checks)).await,
             Self::Sentinel(b) => Box::pin(b.check_all(checks)).await,
+        }
+    }
+
+    async fn charge(&self, key: &str, quota: &Quota, cost: u64) -> Result<Charged, Error> {
+        match self {
+            Self::Memory(b) => b.charge(key, quota, cost).await,
+            Self::Redis(b) => Box::pin(b.charge(key, quota, cost)).await,
+            Self::Cluster(b) => Box::pin(b.charge(key, quota, cost)).await,
+            Self::Sentinel(b) => Box::pin(b.charge(key, quota, cost)).await,
+        }
+    }
+
+    async fn refund(&self, key: &str, quota: &Quota, cost: u64) -> Result<Refunded, Error> {
+        match self {
+            Self::Memory(b) => b.refund(key, quota, cost).await,
+            Self::Redis(b) => Box::pin(b.refund(key, quota, cost)).await,
+            Self::Cluster(b) => Box::pin(b.refund(key, quota, cost)).await,
+            Self::Sentinel(b) => Box::pin(b.refund(key, quota, cost)).await,
         }
     }
 

@@ -287,6 +287,33 @@ async fn every_endpoint_answers_as_the_openapi_document_says() {
         let answer = call(&server, "POST", "/v1/check", Some(body), None).await;
         spec.hold(check, Some(&serde_json::from_str(body).unwrap_or(Value::Null)), &answer);
     }
+    // Charges and refunds: one, a group, past the limit, and the mistakes a check has.
+    let settle = [At::Operation("/v1/charge", "post"), At::Operation("/v1/refund", "post")];
+    for (at, path) in settle.iter().zip(["/v1/charge", "/v1/refund"]) {
+        for body in [
+            r#"{"rule":"api","key":"s","cost":3}"#,
+            r#"{"rule":"sms","key":"s"}"#,
+            r#"{"rule":"sms","key":"s"}"#,
+            r#"{"checks":[{"rule":"api","key":"s","tier":"vip"},{"key":"s","limit":5,"window":"10s","cost":2}]}"#,
+            r#"{"rule":"sms","key":"s","cost":2}"#,
+            r#"{"rule":"nope","key":"s"}"#,
+        ] {
+            let answer = call(&server, "POST", path, Some(body), None).await;
+            spec.hold(*at, Some(&serde_json::from_str(body).expect("JSON")), &answer);
+        }
+        spec.hold(
+            *at,
+            None,
+            &call(&server, "POST", path, Some(&format!(r#"{{"rule":"sms","key":"{}"}}"#, "x".repeat(70_000))), None)
+                .await,
+        );
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 40\r\n\r\n{{\"rule\""
+        );
+        let base = server.base.clone();
+        let slow = tokio::task::spawn_blocking(move || raw(&base, head.as_bytes()));
+        spec.hold(*at, None, &slow.await.expect("raw"));
+    }
     let denied = call(&server, "POST", "/v1/check", Some(r#"{"rule":"sms","key":"a"}"#), None).await;
     assert_eq!((denied.status, denied.header("retry-after").is_some()), (200, true), "{denied:?}");
     let large = format!(r#"{{"rule":"sms","key":"{}"}}"#, "x".repeat(70_000));
@@ -451,14 +478,26 @@ async fn every_endpoint_answers_as_the_openapi_document_says() {
     spec.hold(one, None, &call(&server, "PUT", "/v1/overrides/api/r2", Some(r#"{"limit":5}"#), Some("t")).await);
     let inline = r#"{"key":"b","limit":5,"window":"10s"}"#;
     spec.hold(check, None, &call(&server, "POST", "/v1/check", Some(inline), None).await);
+    for at in settle {
+        let At::Operation(path, _) = at else { unreachable!("operations") };
+        spec.hold(at, None, &call(&server, "POST", path, Some(inline), None).await);
+    }
     let _: String = redis.query(&["SET", "slidegate:sms:{wrong}", "a string"]);
     spec.hold(check, None, &call(&server, "POST", "/v1/check", Some(r#"{"rule":"sms","key":"wrong"}"#), None).await);
+    for at in settle {
+        let At::Operation(path, _) = at else { unreachable!("operations") };
+        spec.hold(at, None, &call(&server, "POST", path, Some(r#"{"rule":"sms","key":"wrong"}"#), None).await);
+    }
     // The forward-auth routes count this client's address, which holds a string now.
     let _: String = redis.query(&["SET", "slidegate:sms:{127.0.0.1}", "a string"]);
     for ((path, _), method) in FORWARD_ROUTES.iter().flat_map(|r| FORWARD_METHODS.map(|m| (r, m))) {
         spec.hold(At::Operation(path, method), None, &forward(&server, method, path, "sms", &[]).await);
     }
     redis.kill();
+    for at in settle {
+        let At::Operation(path, _) = at else { unreachable!("operations") };
+        spec.hold(at, None, &call(&server, "POST", path, Some(r#"{"rule":"sms","key":"gone"}"#), None).await);
+    }
     spec.hold(At::Operation("/readyz", "get"), None, &call(&server, "GET", "/readyz", None, None).await);
     for method in ["get", "delete"] {
         let answer = call(&server, &method.to_uppercase(), "/v1/keys/sms/a", None, Some("t")).await;

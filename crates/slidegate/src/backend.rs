@@ -2,7 +2,7 @@
 
 use std::future::Future;
 
-use crate::{Decision, Error, KeyState, KeyTimeline, MultiDecision, Quota};
+use crate::{Charged, Decision, Error, KeyState, KeyTimeline, MultiDecision, Quota, Refunded};
 
 /// One limit of an atomic multi-limit check: `cost` permits of `quota` for `key`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,6 +48,15 @@ pub trait Backend: Send + Sync {
     /// Decides several checks at once, all or nothing: when any does not fit, nothing is
     /// recorded anywhere. Checks name distinct keys.
     fn check_all(&self, checks: &[Check<'_>]) -> impl Future<Output = Result<MultiDecision, Error>> + Send;
+
+    /// Records `cost` permits of `quota` for `key` now whatever the key holds, never denied,
+    /// clamped where the key would hold more than [`crate::MAX_CHARGE_FACTOR`] times its limit;
+    /// answers the key's standing after it ([`crate::spec`], "Charges and refunds").
+    fn charge(&self, key: &str, quota: &Quota, cost: u64) -> impl Future<Output = Result<Charged, Error>> + Send;
+
+    /// Gives back up to `cost` of the most recent admissions of `key` under `quota`; answers
+    /// what it gave back and the key's standing after it ([`crate::spec`], "Charges and refunds").
+    fn refund(&self, key: &str, quota: &Quota, cost: u64) -> impl Future<Output = Result<Refunded, Error>> + Send;
 
     /// Reads the state of `key` under `quota` without changing it.
     fn inspect(&self, key: &str, quota: &Quota) -> impl Future<Output = Result<KeyState, Error>> + Send;

@@ -131,3 +131,48 @@ pub struct KeyState {
     /// How long until the window holds no admission of this key.
     pub reset_after: Duration,
 }
+
+/// The answer to a charge ([`crate::Limiter::charge`]): permits spent whatever the key's
+/// state, as a cost known only after the work (a response's tokens) must be.
+///
+/// A charge is never denied. [`Charged::decision`] is the key's standing after it
+/// ([`crate::spec`], "Charges and refunds"): `allowed` while the key is within its limit
+/// (`remaining` left), `false` once it is over it, with `retry_after` until one permit fits
+/// again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Charged {
+    /// The key's standing after the charge.
+    pub decision: Decision,
+    /// Permits recorded: the cost, or less when the key would hold more than
+    /// [`crate::MAX_CHARGE_FACTOR`] times its limit (then [`Charged::clamped`] is set).
+    pub recorded: u64,
+    /// Whether fewer permits than asked were recorded, at the bound.
+    pub clamped: bool,
+}
+
+impl Charged {
+    /// A charge of `cost` that recorded `recorded` permits and left the key at `decision`.
+    pub fn new(decision: Decision, cost: u64, recorded: u64) -> Self {
+        Self { decision, recorded, clamped: recorded < cost }
+    }
+}
+
+/// The answer to a refund ([`crate::Limiter::refund`]): permits given back from the key's most
+/// recent admissions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Refunded {
+    /// The key's standing after the refund, as for [`Charged::decision`].
+    pub decision: Decision,
+    /// Permits given back: at most the cost asked, fewer when the key held fewer that a refund
+    /// can give back ([`crate::spec`], "Charges and refunds").
+    pub refunded: u64,
+}
+
+impl Refunded {
+    /// A refund that gave back `refunded` permits and left the key at `decision`.
+    pub fn new(decision: Decision, refunded: u64) -> Self {
+        Self { decision, refunded }
+    }
+}

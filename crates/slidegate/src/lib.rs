@@ -72,12 +72,12 @@ pub mod state;
 
 pub use backend::{Backend, Check};
 pub use clock::{Clock, ManualClock, MonotonicClock, SystemClock};
-pub use decision::{Decision, KeyState, KeyTimeline, MultiDecision};
+pub use decision::{Charged, Decision, KeyState, KeyTimeline, MultiDecision, Refunded};
 pub use error::{Error, ErrorClass};
 pub use key::{RuleKey, hash_tag, rule_key};
 pub use limiter::{Limiter, MAX_CHECKS, MAX_KEY_LEN, MAX_TIMELINE, validate_key};
 pub use memory::MemoryBackend;
-pub use quota::{Algorithm, MAX_LIMIT, MAX_LOG_LIMIT, MAX_WINDOW, Quota, WarmUp};
+pub use quota::{Algorithm, MAX_CHARGE_FACTOR, MAX_LIMIT, MAX_LOG_LIMIT, MAX_WINDOW, Quota, WarmUp};
 #[cfg(feature = "redis")]
 pub use redis::{
     PipelinedConnection, RedisBackend, RedisClusterBackend, RedisEngine, RedisSentinelBackend, RedisTls, TlsFiles,

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use crate::resilience::{CircuitBreaker, Fleet, NearCache, strictest};
 use crate::{
-    Backend, Check, Decision, Error, FailurePolicy, KeyState, KeyTimeline, MemoryBackend, MultiDecision, Quota,
+    Backend, Charged, Check, Decision, Error, FailurePolicy, KeyState, KeyTimeline, MemoryBackend, MultiDecision,
+    Quota, Refunded,
 };
 
 /// The most checks one multi-limit check may hold.
@@ -244,6 +245,98 @@ impl<B: Backend> Limiter<B> {
         }
     }
 
+    /// Records `cost` permits of `quota` for `key` whatever the key holds: a cost known only
+    /// after the work (a response's tokens, charged at its end), which an over-limit check
+    /// would refuse and so not count. Never denied; [`Charged::decision`] says whether the key
+    /// is now over its limit (`allowed == false`) and until when. Validated as a check is
+    /// (`1 <= cost <=` [`Quota::max_cost`]); a key never holds more than
+    /// [`crate::MAX_CHARGE_FACTOR`] times its limit, past which the charge is clamped
+    /// ([`Charged::clamped`]). Semantics per algorithm: [`crate::spec`], "Charges and refunds".
+    ///
+    /// A charge that leaves the key over its limit is remembered by the near-cache as a
+    /// denial. When the backend fails, the failure policy answers as for a check, with
+    /// [`Decision::degraded`] set: a local policy records the charge on this instance's local
+    /// limiter (`recorded` is what it recorded there), `FailOpen` and `FailClosed` record
+    /// nothing (`recorded == 0`); without a policy the error is returned.
+    ///
+    /// ```
+    /// use slidegate::{Limiter, Quota};
+    ///
+    /// # let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    /// # rt.block_on(async {
+    /// let limiter = Limiter::in_memory();
+    /// let tokens = Quota::per_minute(1_000)?;
+    /// assert!(limiter.check_cost("user", &tokens, 600).await?.allowed); // the estimate
+    /// let c = limiter.charge("user", &tokens, 700).await?; // the rest, at the stream's end
+    /// assert_eq!((c.recorded, c.decision.allowed), (700, false), "1,300 of 1,000: over");
+    /// let r = limiter.refund("user", &tokens, 400).await?; // an over-estimate given back
+    /// assert_eq!((r.refunded, r.decision.remaining), (400, 100));
+    /// # Ok::<(), slidegate::Error>(()) }).unwrap();
+    /// ```
+    pub async fn charge(&self, key: &str, quota: &Quota, cost: u64) -> Result<Charged, Error> {
+        validate_key(key)?;
+        quota.validate_cost(cost)?;
+        let charged = self
+            .behind_breaker(quota, self.backend.charge(key, quota, cost), |guard, policy, error| {
+                guard.charged(policy, key, quota, cost, error)
+            })
+            .await?;
+        self.remember(key, quota, 1, &charged.decision);
+        Ok(charged)
+    }
+
+    /// Gives back up to `cost` of `key`'s most recent admissions under `quota` (an estimate
+    /// admitted at a request's start that its end found too high): a sliding log's newest
+    /// entries, a window's current count, a GCRA's bucket — never below nothing
+    /// ([`Refunded::refunded`] says how many). Validated as a check is; forgets what the
+    /// near-cache remembers of the key. When the backend fails, the failure policy answers as
+    /// for [`Limiter::charge`] (`refunded == 0` unless a local policy gave back on its local
+    /// limiter).
+    pub async fn refund(&self, key: &str, quota: &Quota, cost: u64) -> Result<Refunded, Error> {
+        validate_key(key)?;
+        quota.validate_cost(cost)?;
+        let refunded = self
+            .behind_breaker(quota, self.backend.refund(key, quota, cost), |guard, policy, error| {
+                guard.refunded(policy, key, quota, cost, error)
+            })
+            .await;
+        if let Some(cache) = &self.near_cache {
+            cache.forget(key);
+        }
+        refunded
+    }
+
+    /// `call` to the backend behind the breaker, answered by `degrade` with `quota`'s failure
+    /// policy when the backend fails or the circuit is open, as a check is.
+    async fn behind_breaker<T>(
+        &self,
+        quota: &Quota,
+        call: impl Future<Output = Result<T, Error>>,
+        degrade: impl FnOnce(&Guard, Option<FailurePolicy>, Error) -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        let Some(guard) = &self.guard else { return call.await };
+        let policy = quota.failure_policy().or(guard.policy);
+        if !guard.breaker.allow() {
+            self.observe(policy, &Error::CircuitOpen);
+            return degrade(guard, policy, Error::CircuitOpen);
+        }
+        match call.await {
+            Ok(answer) => {
+                guard.breaker.succeeded();
+                Ok(answer)
+            }
+            Err(e) if e.is_backend_failure() => {
+                guard.breaker.failed();
+                self.observe(policy, &e);
+                degrade(guard, policy, e)
+            }
+            Err(e) => {
+                guard.breaker.settled();
+                Err(e)
+            }
+        }
+    }
+
     /// What `key` holds under `quota` now, without changing it.
     pub async fn inspect(&self, key: &str, quota: &Quota) -> Result<KeyState, Error> {
         validate_key(key)?;
@@ -308,6 +401,57 @@ impl Guard {
             }
         };
         Ok(d.degraded_by(policy))
+    }
+
+    /// A charge's answer by `policy` when the backend could not record it (`error`): a local
+    /// policy records it locally, the others record nothing.
+    fn charged(
+        &self,
+        policy: Option<FailurePolicy>,
+        key: &str,
+        quota: &Quota,
+        cost: u64,
+        error: Error,
+    ) -> Result<Charged, Error> {
+        let policy = policy.ok_or(error)?;
+        let mut charged = match policy {
+            FailurePolicy::Local { .. } | FailurePolicy::LocalAuto { .. } => {
+                self.local.charge_now(key, &self.local_quota(policy, quota), cost)
+            }
+            _ => Charged { decision: self.unknown(policy, quota), recorded: 0, clamped: false },
+        };
+        charged.decision = charged.decision.degraded_by(policy);
+        Ok(charged)
+    }
+
+    /// A refund's answer by `policy` when the backend could not give back (`error`), as for
+    /// [`Guard::charged`].
+    fn refunded(
+        &self,
+        policy: Option<FailurePolicy>,
+        key: &str,
+        quota: &Quota,
+        cost: u64,
+        error: Error,
+    ) -> Result<Refunded, Error> {
+        let policy = policy.ok_or(error)?;
+        let mut refunded = match policy {
+            FailurePolicy::Local { .. } | FailurePolicy::LocalAuto { .. } => {
+                self.local.refund_now(key, &self.local_quota(policy, quota), cost)
+            }
+            _ => Refunded::new(self.unknown(policy, quota), 0),
+        };
+        refunded.decision = refunded.decision.degraded_by(policy);
+        Ok(refunded)
+    }
+
+    /// The standing `FailOpen` or `FailClosed` answers for a key the backend could not read.
+    fn unknown(&self, policy: FailurePolicy, quota: &Quota) -> Decision {
+        let limit = quota.limit();
+        match policy {
+            FailurePolicy::FailClosed => Decision::denied(limit, 0, Duration::ZERO, self.breaker.open_for()),
+            _ => Decision::allowed(limit, limit, Duration::ZERO).with_next_permit_after(Duration::ZERO),
+        }
     }
 
     /// A group's answer by `policy` when the backend could not give it (`error`).

@@ -37,7 +37,9 @@ use hashbrown::hash_table::Entry as TableEntry;
 
 use crate::clock::{Clock, MonotonicClock};
 use crate::state::Counter;
-use crate::{Algorithm, Backend, Check, Decision, Error, KeyState, KeyTimeline, MultiDecision, Quota};
+use crate::{
+    Algorithm, Backend, Charged, Check, Decision, Error, KeyState, KeyTimeline, MultiDecision, Quota, Refunded,
+};
 
 /// A shard sweeps at the earliest after this many operations, however few keys it holds.
 const MIN_OPS_BETWEEN_SWEEPS: usize = 64;
@@ -50,7 +52,7 @@ const MIN_MS_BETWEEN_SWEEPS: u64 = 100;
 /// A key with a few admissions takes about 250 bytes (its table slot, its counter, its key when
 /// longer than 22 bytes, a small log: `tests/memory_bound.rs` measures 253 B per 52-byte key),
 /// so a full backend holds about a quarter of a gigabyte — a fraction of a server's memory —
-/// plus 1–2 bytes per admission each sliding log holds (at most its limit). A million distinct
+/// plus 1–2 bytes per admission each sliding log holds (at most its limit, twice that after charges). A million distinct
 /// keys live at once is more than one process's traffic meets in a window.
 pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
 
@@ -260,6 +262,40 @@ impl MemoryBackend {
         decision
     }
 
+    /// Records `cost` permits of `quota` for `key` whatever it holds, synchronously
+    /// ([`crate::Limiter::charge`]). A new key that finds its shard full of keys at their
+    /// limit is not admitted into the table (see [the module](self)): nothing is recorded, and
+    /// the answer is that refusal, clamped.
+    pub fn charge_now(&self, key: &str, quota: &Quota, cost: u64) -> Charged {
+        let now = self.inner.clock.now_ms();
+        let hash = self.hash(key);
+        let mut table = lock(&self.inner.shards[self.shard_index(hash)]);
+        table.count_op(now);
+        if table.keys.len() >= self.inner.keys_per_shard
+            && let Some(refusal) = table.refuse_new_key(now, self.inner.keys_per_shard, hash, key, quota)
+        {
+            return Charged::new(refusal, cost, 0);
+        }
+        let entry = table.get_or_insert(hash, key, quota.algorithm());
+        let charged = entry.counter.charge(now, quota, cost);
+        entry.expires_at = entry.counter.expires_at(quota);
+        entry.note(now, &charged.decision);
+        charged
+    }
+
+    /// Gives back up to `cost` of `key`'s most recent admissions under `quota`, synchronously
+    /// ([`crate::Limiter::refund`]). A key not held gives back nothing and is not created.
+    pub fn refund_now(&self, key: &str, quota: &Quota, cost: u64) -> Refunded {
+        self.with_key(key, quota.algorithm(), |entry, now| match entry {
+            Some(e) => {
+                let refunded = e.counter.refund(now, quota, cost);
+                e.expires_at = e.counter.expires_at(quota);
+                refunded
+            }
+            None => Refunded::new(Counter::new(quota.algorithm()).standing(now, quota), 0),
+        })
+    }
+
     /// Decides several checks all or nothing: the shards involved are locked in index order
     /// (so two multi-checks cannot deadlock), every check is evaluated, and only if all fit are
     /// they recorded. Keys must be distinct ([`crate::Limiter::check_all`] checks).
@@ -459,6 +495,14 @@ impl Backend for MemoryBackend {
 
     async fn check_all(&self, checks: &[Check<'_>]) -> Result<MultiDecision, Error> {
         Ok(self.check_all_now(checks))
+    }
+
+    async fn charge(&self, key: &str, quota: &Quota, cost: u64) -> Result<Charged, Error> {
+        Ok(self.charge_now(key, quota, cost))
+    }
+
+    async fn refund(&self, key: &str, quota: &Quota, cost: u64) -> Result<Refunded, Error> {
+        Ok(self.refund_now(key, quota, cost))
     }
 
     async fn inspect(&self, key: &str, quota: &Quota) -> Result<KeyState, Error> {

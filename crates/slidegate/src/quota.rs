@@ -15,6 +15,13 @@ pub const MAX_LIMIT: u64 = 1_000_000_000;
 /// the Redis module. Larger limits are what the sliding window counter is for.
 pub const MAX_LOG_LIMIT: u64 = 100_000;
 
+/// A charge ([`crate::Limiter::charge`]) fills a key to at most this many times its limit (a
+/// GCRA's bucket: its burst), and records less than its cost past that
+/// ([`crate::Charged::clamped`]). The bound keeps a sliding log within twice [`MAX_LOG_LIMIT`]
+/// entries and every engine's arithmetic exact; a key that full stays over its limit until at
+/// least a limit's worth has left it.
+pub const MAX_CHARGE_FACTOR: u64 = 2;
+
 /// The longest `window` a quota accepts: 366 days.
 pub const MAX_WINDOW: Duration = Duration::from_secs(366 * 24 * 3600);
 

@@ -81,10 +81,31 @@
 //!   1000)` ms, computed from the reported, whole-ms `reset_after` (so every engine gets it from
 //!   what it answers; at most 1 ms after the exact instant, never before). Zero when
 //!   `remaining >= L` (the bucket is empty).
+//!
+//! # Charges and refunds
+//!
+//! A **charge** records `cost` permits at `now` whatever the key holds (a cost known only after
+//! the work, such as a response's tokens): never denied. It records `min(cost, room)`, `room` the
+//! permits until the key holds [`crate::MAX_CHARGE_FACTOR`] (2) times the quota's limit `L₀`:
+//! `2·L₀ − live` for the sliding log, `2·L₀ − estimate` for the sliding window (into bucket `j`, as
+//! an admission), `2·L₀ − count(j)` for the fixed window, `floor((now + 2τ − base) / Tₑ)` for the
+//! GCRA (which then moves `tat` to `base + recorded · Tₑ`). Past the room the charge is *clamped*.
+//!
+//! A **refund** gives back up to `cost` of the key's most recent admissions: the sliding log
+//! drops its newest live entries; the sliding window takes from its fully counted buckets
+//! (`j−n+1 ..= j`), newest first, dropping a bucket it empties (the weighted bucket is not
+//! refunded: a permit there no longer weighs a whole one); the fixed window lowers `count(j)`; the
+//! GCRA moves `tat` back by `cost · Tₑ`, not before `now`, and reports `min(cost, ceil((tat −
+//! now) / Tₑ))`. It never goes below nothing: it reports what it gave back.
+//!
+//! Both answer the key's **standing** after them ([`Key::standing`]): when a check of no permit
+//! would be admitted (the key within its limit), an admission with that check's `limit` and
+//! `remaining`, the key's own `reset_after` and `next_permit_after`; otherwise (the key over its
+//! limit) the denial a check of one permit gets.
 
 use std::time::Duration;
 
-use crate::{Algorithm, Decision, MultiDecision, Quota};
+use crate::{Algorithm, Charged, Decision, MAX_CHARGE_FACTOR, MultiDecision, Quota, Refunded};
 
 /// The sliding window log of one key, as specified: one time per admitted permit.
 ///
@@ -136,6 +157,16 @@ impl SlidingLog {
             ms(blocking + window_ms - now),
         )
         .with_next_permit_after(next)
+    }
+
+    /// Drops up to `cost` of the newest admissions in the window at `now`; how many it dropped.
+    pub fn refund(&mut self, now: u64, window_ms: u64, cost: u64) -> u64 {
+        let mut live = self.live(now, window_ms);
+        let dropped = cost.min(live.len() as u64);
+        live.truncate(live.len() - usize::try_from(dropped).unwrap_or(usize::MAX));
+        self.admissions.retain(|&t| now >= t + window_ms);
+        self.admissions.extend(live);
+        dropped
     }
 
     /// Appends `cost` admissions at `now`.
@@ -291,6 +322,85 @@ impl Key {
             },
             State::Gcra(tat) => *tat = (*tat).max(now * 1000) + cost * (w * 1000 / limit),
         }
+    }
+
+    /// Records `cost` permits at `now` whatever the key holds, clamped at
+    /// [`crate::MAX_CHARGE_FACTOR`] times the limit (see [the module](self)); the key's standing
+    /// after it.
+    pub fn charge(&mut self, now: u64, quota: &Quota, cost: u64) -> Charged {
+        let recorded = cost.min(self.charge_room(now, quota));
+        if recorded > 0 {
+            self.record(now, quota, recorded);
+        }
+        Charged::new(self.standing(now, quota), cost, recorded)
+    }
+
+    /// The permits a charge at `now` may record before the key holds twice its limit.
+    fn charge_room(&self, now: u64, quota: &Quota) -> u64 {
+        let full = MAX_CHARGE_FACTOR * quota.limit();
+        let w = quota.window_ms();
+        match &self.state {
+            State::Log(log) => full.saturating_sub(log.live(now, w).len() as u64),
+            State::Window(counts) => {
+                let (n, b) = geometry(quota);
+                full.saturating_sub(window_estimate(counts, window_time(counts, now, n, b), n, b))
+            }
+            State::Fixed(last) => full.saturating_sub(last.filter(|&(i, _)| i == now / w).map_or(0, |(_, c)| c)),
+            &State::Gcra(tat) => {
+                let (now_us, te) = (now * 1000, w * 1000 / self.limit_at(now, quota));
+                let tau = quota.burst() * quota.emission_us();
+                (now_us + MAX_CHARGE_FACTOR * tau).saturating_sub(tat.max(now_us)) / te
+            }
+        }
+    }
+
+    /// Gives back up to `cost` of the key's most recent admissions at `now` (see
+    /// [the module](self)); what it gave back, and the key's standing after it.
+    pub fn refund(&mut self, now: u64, quota: &Quota, cost: u64) -> Refunded {
+        let te = quota.window_ms() * 1000 / self.limit_at(now, quota);
+        let w = quota.window_ms();
+        let refunded = match &mut self.state {
+            State::Log(log) => log.refund(now, w, cost),
+            State::Window(counts) => {
+                let (n, b) = geometry(quota);
+                let j = window_time(counts, now, n, b) / b;
+                let mut left = cost;
+                for (i, c) in counts.iter_mut().rev() {
+                    if *i <= j && *i + n > j {
+                        let taken = left.min(*c);
+                        (*c, left) = (*c - taken, left - taken);
+                    }
+                }
+                counts.retain(|&(_, c)| c > 0);
+                cost - left
+            }
+            State::Fixed(last) => match last {
+                Some((i, c)) if *i == now / w => {
+                    let taken = cost.min(*c);
+                    *c -= taken;
+                    taken
+                }
+                _ => 0,
+            },
+            State::Gcra(tat) => {
+                let ahead = tat.saturating_sub(now * 1000);
+                *tat = (*tat).saturating_sub(cost * te).max(now * 1000).min(*tat);
+                cost.min(ahead.div_ceil(te))
+            }
+        };
+        Refunded::new(self.standing(now, quota), refunded)
+    }
+
+    /// The key's standing at `now` (see [the module](self)): an admission of nothing while it is
+    /// within its limit, with its own `reset_after` and `next_permit_after`; the denial of one
+    /// permit once it is over it. What a charge and a refund answer.
+    pub fn standing(&self, now: u64, quota: &Quota) -> Decision {
+        let within = self.decide(now, quota, 0);
+        if !within.allowed {
+            return self.decide(now, quota, 1);
+        }
+        Decision::allowed(within.limit, within.remaining, self.reset_after(now, quota))
+            .with_next_permit_after(self.next_permit_after(now, quota))
     }
 
     /// Time until the key holds nothing.

@@ -30,7 +30,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use crate::{Algorithm, Decision, KeyState, Quota, spec};
+use crate::{Algorithm, Charged, Decision, KeyState, MAX_CHARGE_FACTOR, Quota, Refunded, spec};
 
 /// One key's state under one algorithm.
 ///
@@ -157,6 +157,47 @@ impl Counter {
         }
     }
 
+    /// Records `cost` permits at `now` whatever the key holds, clamped at
+    /// [`crate::MAX_CHARGE_FACTOR`] times the limit: [`crate::spec`], "Charges and refunds".
+    pub fn charge(&mut self, now: u64, quota: &Quota, cost: u64) -> Charged {
+        match &mut self.0 {
+            Inner::Log(log) => {
+                log.evaluate(now, quota, 0);
+                let recorded = cost.min((MAX_CHARGE_FACTOR * quota.limit()).saturating_sub(log.len));
+                if recorded > 0 {
+                    log.record(now, recorded);
+                }
+                Charged::new(log.standing(now, quota), cost, recorded)
+            }
+            Inner::Spec(key) => key.charge(now, quota, cost),
+        }
+    }
+
+    /// Gives back up to `cost` of the key's most recent admissions: [`crate::spec`], "Charges
+    /// and refunds".
+    pub fn refund(&mut self, now: u64, quota: &Quota, cost: u64) -> Refunded {
+        match &mut self.0 {
+            Inner::Log(log) => {
+                log.evaluate(now, quota, 0);
+                let refunded = cost.min(log.len);
+                log.pop(refunded);
+                Refunded::new(log.standing(now, quota), refunded)
+            }
+            Inner::Spec(key) => key.refund(now, quota, cost),
+        }
+    }
+
+    /// The key's standing at `now`, as a charge or a refund answers it ([`crate::spec::Key::standing`]).
+    pub fn standing(&mut self, now: u64, quota: &Quota) -> Decision {
+        match &mut self.0 {
+            Inner::Log(log) => {
+                log.evaluate(now, quota, 0);
+                log.standing(now, quota)
+            }
+            Inner::Spec(key) => key.standing(now, quota),
+        }
+    }
+
     /// When, at the earliest, the key holds nothing; forgetting it then changes no decision.
     #[inline]
     pub fn expires_at(&self, quota: &Quota) -> u64 {
@@ -277,6 +318,45 @@ impl Log {
             Some(_) => quota.limit_at(now.saturating_sub(self.warm_since)),
         };
         self.decide(now, limit, window, cost)
+    }
+
+    /// [`crate::spec::Key::standing`] of a log whose expired prefix is already gone.
+    fn standing(&mut self, now: u64, quota: &Quota) -> Decision {
+        let within = self.evaluate(now, quota, 0);
+        if !within.allowed {
+            return self.evaluate(now, quota, 1);
+        }
+        let window = quota.window_ms();
+        Decision::allowed(within.limit, within.remaining, self.reset_after(now, window))
+            .with_next_permit_after(self.next_permit_after(now, window))
+    }
+
+    /// Drops the `permits` newest admissions (at most all of them), reading their gaps from the
+    /// back: a refund's work is bounded by what it gives back.
+    fn pop(&mut self, permits: u64) {
+        if permits >= self.len {
+            self.gaps.clear();
+            (self.len, self.oldest, self.marks) = (0, u64::MAX, None);
+            return;
+        }
+        for _ in 0..permits {
+            // A gap's last byte is below 0x80 and the bytes before it are not: read it backwards.
+            let mut gap = 0;
+            if let Some(last) = self.gaps.pop_back() {
+                gap = u64::from(last);
+                while self.gaps.back().is_some_and(|&b| b >= 0x80) {
+                    let b = self.gaps.pop_back().unwrap_or_default();
+                    gap = (gap << 7) | u64::from(b & 0x7f);
+                }
+            }
+            self.newest -= gap;
+            self.len -= 1;
+        }
+        if let Some(m) = &mut self.marks {
+            while m.marks.back().is_some_and(|&(n, ..)| n >= m.dropped + self.len) {
+                m.marks.pop_back();
+            }
+        }
     }
 
     /// Drops the admissions at or before `edge`; the oldest is one of them.

@@ -120,7 +120,9 @@ fn no_backend_method_has_a_default_and_every_implementor_states_each() {
     let code = code_only(&fs::read_to_string(trait_file).expect("backend.rs"));
     let at = code.find("pub trait Backend").expect("the Backend trait");
     let methods = functions(block(&code, at));
-    assert!(methods.iter().any(|(m, _)| m == "check"), "{methods:?}");
+    for method in ["check", "charge", "refund"] {
+        assert!(methods.iter().any(|(m, _)| m == method), "{method} not found among {methods:?}");
+    }
     let defaults: Vec<&str> = methods.iter().filter(|(_, body)| *body).map(|(m, _)| m.as_str()).collect();
     assert!(defaults.is_empty(), "Backend methods with a default body, which a wrapper loses silently: {defaults:?}");
 

@@ -2,8 +2,9 @@
 //! `descriptors` (`key`, optional `value`, `rate_limit`, nested `descriptors`), with every field
 //! its loader takes (`unlimited`, `name`, `replaces`, `shadow_mode`, `quota_mode`,
 //! `detailed_metric`, `value_to_metric`, `share_threshold`, `metadata`) and every check it makes;
-//! wildcard values with a `*` anywhere. One extension: `rate_limit.algorithm` (default
-//! `sliding_log`, exact), which envoyproxy's own service would refuse.
+//! wildcard values with a `*` anywhere. Two extensions, which envoyproxy's own service would
+//! refuse: `rate_limit.algorithm` (default `sliding_log`, exact), and `charge_over_limit` on a
+//! descriptor or at a file's top (hits recorded even past the limit, for Envoy's stream-end calls).
 //!
 //! Reading a file is `envoy/spec.rs`; here the tree is built, checked, merged and searched.
 
@@ -173,6 +174,9 @@ pub struct Node {
     share_threshold: bool,
     /// Answered in the response's dynamic metadata when this limit passes.
     pub metadata: Option<Struct>,
+    /// Hits recorded whatever the key holds (`charge_over_limit`, here, above or at the file's
+    /// top): over its limit after them, the descriptor is `OVER_LIMIT`.
+    pub charge_over_limit: bool,
     /// The configured path (`<domain>.<key>_<value>.<key>…`), upstream's stats key.
     pub stat_key: String,
     /// Whether the stats key is built from the request (`detailed_metric`, or
@@ -247,6 +251,9 @@ pub struct Found<'a> {
 #[derive(Debug)]
 struct Domain {
     level: Level,
+    /// A file of the domain sets `charge_over_limit` at its top: the limits requests bring
+    /// are charged so too.
+    charge_over_limit: bool,
     overrides: Series,
     invalid: InvalidCounters,
 }
@@ -349,10 +356,13 @@ impl EnvoyConfig {
         }
         let domain = self.domains.entry(file.domain.clone()).or_insert_with_key(|name| Domain {
             level: Level::default(),
+            charge_over_limit: false,
             overrides: Series::default(),
             invalid: InvalidCounters::new(name),
         });
-        let built = build(&mut domain.level, file.descriptors, &file.domain, false, &mut warnings);
+        domain.charge_over_limit |= file.charge_over_limit;
+        let charge = file.charge_over_limit;
+        let built = build(&mut domain.level, file.descriptors, &file.domain, false, charge, &mut warnings);
         if built.is_err() && !merging {
             self.domains.remove(&file.domain);
         }
@@ -413,6 +423,11 @@ impl EnvoyConfig {
         if let Some(d) = self.domains.get(domain) {
             d.invalid.count(reason, n);
         }
+    }
+
+    /// Whether a file of `domain` sets `charge_over_limit` at its top.
+    pub fn charges_over_limit(&self, domain: &str) -> bool {
+        self.domains.get(domain).is_some_and(|d| d.charge_over_limit)
     }
 
     /// Whether `domain` is configured.
@@ -507,12 +522,14 @@ fn dynamic_stats_key(
 }
 
 /// Adds `specs` to `level`, the descriptors under `parent` (upstream's composite key, starting
-/// with the domain); `dynamic` when a level above has `value_to_metric`.
+/// with the domain); `dynamic` when a level above has `value_to_metric`, `charge` when one (or
+/// the file) has `charge_over_limit`.
 fn build(
     level: &mut Level,
     specs: Vec<DescriptorSpec>,
     parent: &str,
     dynamic: bool,
+    charge: bool,
     warnings: &mut Vec<String>,
 ) -> Result<(), Problem> {
     for d in specs {
@@ -543,7 +560,7 @@ fn build(
             }
             None => None,
         };
-        let dynamic_here = dynamic || d.value_to_metric;
+        let (dynamic_here, charge_here) = (dynamic || d.value_to_metric, charge || d.charge_over_limit);
         let mut node = Node {
             limit,
             shadow_mode: d.shadow_mode,
@@ -552,11 +569,12 @@ fn build(
             value_to_metric: d.value_to_metric,
             share_threshold: d.share_threshold,
             metadata: d.metadata,
+            charge_over_limit: charge_here,
             dynamic_stats: dynamic_here || d.detailed_metric,
             stat_key: stat_key.clone(),
             ..Node::default()
         };
-        build(&mut node.children, d.descriptors, &stat_key, dynamic_here, warnings)?;
+        build(&mut node.children, d.descriptors, &stat_key, dynamic_here, charge_here, warnings)?;
         if d.value.is_empty() {
             level.any.insert(d.key, node);
             continue;

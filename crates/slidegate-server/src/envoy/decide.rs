@@ -1,6 +1,7 @@
 //! Deciding a request's descriptors: all or nothing for the enforced ones (an over-limit request
-//! consumes nothing anywhere), each on its own in shadow mode, read only for `hits_addend: 0`;
-//! quota-mode descriptors that do not fit set aside while another quota still has room.
+//! consumes nothing anywhere), each on its own in shadow mode, read only for `hits_addend: 0`,
+//! charged whatever they hold under `charge_over_limit`; quota-mode descriptors that do not fit
+//! set aside while another quota still has room.
 
 use std::borrow::Cow;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -41,6 +42,8 @@ pub(super) struct Applied<'a> {
     pub shadow: bool,
     /// Over only when every quota-mode descriptor of the request is.
     pub quota: bool,
+    /// Hits recorded even past the limit (`charge_over_limit`).
+    pub charge: bool,
 }
 
 /// A descriptor of a request: decidable, or refused (then not decided, and answered `UNKNOWN`).
@@ -53,6 +56,10 @@ impl Item<'_> {
 
     pub(super) fn shadow(&self) -> bool {
         self.applied.as_ref().is_some_and(|a| a.shadow)
+    }
+
+    fn charges(&self) -> bool {
+        self.applied.as_ref().is_some_and(|a| a.charge)
     }
 }
 
@@ -115,7 +122,10 @@ impl EnvoyRateLimit {
     /// room (each pass charges nothing unless it admits, and sets at least one aside, so there
     /// are at most [`super::MAX_DESCRIPTORS`] passes). Shadow ones are decided each on its own,
     /// so that a shadow limit can never hold back an enforced one. Checks (`hits_addend: 0`)
-    /// read without charging. Refused descriptors are not decided and hold back nothing.
+    /// read without charging. Descriptors under `charge_over_limit` are charged first, each on
+    /// its own and whatever the others do (Envoy's stream-end calls report hits already spent);
+    /// one over its limit after its charge holds back the enforced ones. Refused descriptors are
+    /// not decided and hold back nothing.
     pub(super) async fn decide(&self, slots: &[Slot<'_>], global_quota: bool) -> Result<Vec<Outcome>, Status> {
         let mut outcomes: Vec<Option<Outcome>> = Vec::with_capacity(slots.len());
         let mut members: Vec<(usize, Check<'_>)> = Vec::new();
@@ -127,6 +137,7 @@ impl EnvoyRateLimit {
             let outcome = match (check_of(slot, &self.app.overrides), slot) {
                 (Err(outcome), _) => outcome,
                 (Ok(check), Ok(item)) if item.hits == 0 => self.standing(&check).await?,
+                (Ok(check), Ok(item)) if item.charges() => self.charge(&check).await?,
                 (Ok(check), _) if shadow => self.one(&check).await?,
                 (Ok(check), _) => {
                     members.push((outcomes.len(), check));
@@ -200,6 +211,13 @@ impl EnvoyRateLimit {
         decided.map(Outcome::decided).or_else(|e| own_problem(&e))
     }
 
+    /// Records a check's cost whatever its key holds: over its limit after it, the outcome is
+    /// over.
+    async fn charge(&self, c: &Check<'_>) -> Result<Outcome, Status> {
+        let charged = self.app.timed(self.app.limiter.charge(c.key, &c.quota, c.cost)).await;
+        charged.map(|charged| Outcome::decided(charged.decision)).or_else(|e| own_problem(&e))
+    }
+
     /// Where a check stands, read only, charging nothing: held when it would fit, denied (until
     /// the window empties, at the latest) when it would not.
     async fn standing(&self, c: &Check<'_>) -> Result<Outcome, Status> {
@@ -233,7 +251,7 @@ fn leaves_after(oldest_ms: u64, window_ms: u64) -> Duration {
 /// What a descriptor asks the backend (a check of one hit for `hits_addend: 0`; under its
 /// override, if it has one), or the outcome it has without asking: over its limit when its hits
 /// could never fit — over, not refused, since Envoy lets through a request whose descriptor is
-/// not decided.
+/// not decided — unless they are charged whatever they hold (the library bounds that charge).
 fn check_of<'s>(slot: &'s Slot<'_>, overrides: &Overrides) -> Result<Check<'s>, Outcome> {
     let item = slot.as_ref().map_err(|reason| Outcome::Invalid(*reason))?;
     let Some(limit) = item.limit() else { return Err(Outcome::NoLimit) };
@@ -241,7 +259,9 @@ fn check_of<'s>(slot: &'s Slot<'_>, overrides: &Overrides) -> Result<Check<'s>, 
         return Err(Outcome::Unlimited);
     }
     match limit.quota.map(|q| overrides.quota(&item.key, q)) {
-        Some(q) if item.hits <= q.max_cost() => Ok(Check::new(&item.key, q).with_cost(item.hits.max(1))),
+        Some(q) if item.hits <= q.max_cost() || item.charges() => {
+            Ok(Check::new(&item.key, q).with_cost(item.hits.max(1)))
+        }
         _ => Err(Outcome::Refused),
     }
 }

@@ -201,6 +201,7 @@ fn apply<'a>(
             label: Cow::Owned(stats_key),
             shadow: false,
             quota: options.quota_mode,
+            charge: config.charges_over_limit(domain),
         };
         return Ok((Some(applied), descriptor_key(domain, entries)));
     }
@@ -225,6 +226,7 @@ fn apply<'a>(
         label: found.limit.name.as_deref().map_or(Cow::Borrowed(node.stat_key.as_str()), Cow::Borrowed),
         shadow: node.shadow_mode,
         quota: node.quota_mode || options.quota_mode,
+        charge: node.charge_over_limit,
     };
     Ok((Some(applied), key))
 }

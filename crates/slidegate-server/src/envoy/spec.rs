@@ -11,8 +11,9 @@ use serde_yaml_ng::{Mapping, Value};
 
 use super::position::{Place, Position, Problem, Step, join};
 
-/// Every key envoyproxy/ratelimit's loader knows, plus slidegate's `algorithm`.
-const KNOWN_KEYS: [&str; 17] = [
+/// Every key envoyproxy/ratelimit's loader knows, plus slidegate's `algorithm` and
+/// `charge_over_limit`.
+const KNOWN_KEYS: [&str; 18] = [
     "domain",
     "key",
     "value",
@@ -30,10 +31,11 @@ const KNOWN_KEYS: [&str; 17] = [
     "share_threshold",
     "metadata",
     "algorithm",
+    "charge_over_limit",
 ];
 
 /// The keys of each place.
-const FILE_KEYS: &[&str] = &["domain", "descriptors"];
+const FILE_KEYS: &[&str] = &["domain", "descriptors", "charge_over_limit"];
 const DESCRIPTOR_KEYS: &[&str] = &[
     "key",
     "value",
@@ -45,6 +47,7 @@ const DESCRIPTOR_KEYS: &[&str] = &[
     "value_to_metric",
     "share_threshold",
     "metadata",
+    "charge_over_limit",
 ];
 const RATE_LIMIT_KEYS: &[&str] = &["unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm"];
 const REPLACES_KEYS: &[&str] = &["name"];
@@ -61,6 +64,8 @@ pub(super) struct FileSpec {
     pub(super) domain: String,
     /// `descriptors`.
     pub(super) descriptors: Vec<DescriptorSpec>,
+    /// slidegate's `charge_over_limit`, for every descriptor of the file.
+    pub(super) charge_over_limit: bool,
 }
 
 /// A descriptor as written.
@@ -88,6 +93,8 @@ pub(super) struct DescriptorSpec {
     pub(super) share_threshold: bool,
     /// `metadata`, as a protobuf `Struct`.
     pub(super) metadata: Option<Struct>,
+    /// slidegate's `charge_over_limit`.
+    pub(super) charge_over_limit: bool,
 }
 
 /// A `rate_limit` as written.
@@ -130,8 +137,10 @@ pub(super) fn parse(text: &str, warnings: &mut Vec<String>) -> Result<FileSpec, 
     reader.ignore_misplaced(&root, FILE_KEYS);
     let domain = text_of(root.get("domain"), "domain").map_err(|e| Problem::at(join(&[], &["domain"]), e))?;
     reader.path = domain.clone();
+    let charge_over_limit = flag_of(root.get("charge_over_limit"), "charge_over_limit")
+        .map_err(|e| Problem::at(join(&[], &["charge_over_limit"]), e))?;
     let descriptors = reader.descriptors(root.get("descriptors"), &join(&[], &["descriptors"]))?;
-    Ok(FileSpec { domain, descriptors })
+    Ok(FileSpec { domain, descriptors, charge_over_limit })
 }
 
 /// Where `[` and `{` first nest deeper than [`MAX_FLOW_NESTING`] in `text`, counting every
@@ -256,6 +265,7 @@ impl Reader<'_> {
             value_to_metric: flag("value_to_metric")?,
             share_threshold: flag("share_threshold")?,
             metadata: metadata?,
+            charge_over_limit: flag("charge_over_limit")?,
             ..DescriptorSpec::default()
         })
     }

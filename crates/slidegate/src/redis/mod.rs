@@ -47,7 +47,9 @@ pub use redis::cluster_async::ClusterConnection;
 pub use sentinel::{RedisSentinelBackend, SentinelConnection};
 pub use tls::{MAX_PEM_BYTES, RedisTls, TlsFiles, pem_certificates, pem_private_key};
 
-use crate::{Algorithm, Backend, Check, Decision, Error, KeyState, KeyTimeline, MultiDecision, Quota};
+use crate::{
+    Algorithm, Backend, Charged, Check, Decision, Error, KeyState, KeyTimeline, MultiDecision, Quota, Refunded,
+};
 
 mod call;
 mod cluster;
@@ -96,6 +98,32 @@ impl<C> std::fmt::Debug for RedisBackend<C> {
             .field("time", &if self.config.clock.is_some() { "caller" } else { "redis" })
             .field("engine", &self.engine())
             .finish()
+    }
+}
+
+impl<C> RedisBackend<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    /// A charge or a refund by the module when the server has it, as a check chooses
+    /// ([`RedisEngine`]), or else by the Lua scripts for the quotas they serve (fixed windows
+    /// and GCRAs without warm-up; the others answer [`Error::Unsupported`]).
+    async fn charge_or_refund(
+        &self,
+        key: &str,
+        quota: &Quota,
+        cost: u64,
+        charge: bool,
+    ) -> Result<(Decision, u64), Error> {
+        if self.module_first()
+            && let Some(answer) = self.module_answer(self.module_charge(key, quota, cost, charge).await)
+        {
+            return answer;
+        }
+        let what = if charge { "charge" } else { "refund" };
+        self.charge_script(key, quota, cost, charge).await?.ok_or_else(|| {
+            Error::Unsupported(format!("{what} of a {} quota on Redis without slidegate's module", quota.algorithm()))
+        })
     }
 }
 
@@ -149,6 +177,20 @@ where
         }
         self.acknowledged(started, self.noting_failure(self.check_script(checks, true).await), |group| group.allowed)
             .await
+    }
+
+    async fn charge(&self, key: &str, quota: &Quota, cost: u64) -> Result<Charged, Error> {
+        let started = Instant::now();
+        let answer = self.charge_or_refund(key, quota, cost, true).await;
+        let charged = answer.map(|(decision, recorded)| Charged::new(decision, cost, recorded));
+        self.acknowledged(started, self.noting_failure(charged), |c| c.recorded > 0).await
+    }
+
+    async fn refund(&self, key: &str, quota: &Quota, cost: u64) -> Result<Refunded, Error> {
+        let started = Instant::now();
+        let answer = self.charge_or_refund(key, quota, cost, false).await;
+        let refunded = answer.map(|(decision, refunded)| Refunded::new(decision, refunded));
+        self.acknowledged(started, self.noting_failure(refunded), |r| r.refunded > 0).await
     }
 
     async fn inspect(&self, key: &str, quota: &Quota) -> Result<KeyState, Error> {

@@ -1,10 +1,11 @@
-//! The module's commands, `SLIDEGATE.CHECK` and `SLIDEGATE.INSPECT`: what the module engine
+//! The module's commands, `SLIDEGATE.CHECK`, `SLIDEGATE.INSPECT`, `SLIDEGATE.CHARGE` and
+//! `SLIDEGATE.REFUND`: what the module engine
 //! sends instead of the scripts, on the same keys and with the same answers.
 
 use redis::aio::ConnectionLike;
 
 use super::{RedisBackend, wire};
-use crate::{Check, Error, KeyState, KeyTimeline, MultiDecision, Quota};
+use crate::{Check, Decision, Error, KeyState, KeyTimeline, MultiDecision, Quota};
 
 impl<C> RedisBackend<C>
 where
@@ -16,6 +17,20 @@ where
         let keyed = checks.iter().map(|c| (self.redis_key(c.key, c.quota.algorithm()), c));
         let reply: Vec<i64> = self.query(&wire::module_check(keyed, self.now_arg()?)).await?;
         wire::parse_group(&reply, checks.len())
+    }
+
+    /// `SLIDEGATE.CHARGE` (`charge`) or `SLIDEGATE.REFUND` of `cost` permits of `quota` on
+    /// `key`: the key's standing after it, and the permits recorded or given back.
+    pub(super) async fn module_charge(
+        &self,
+        key: &str,
+        quota: &Quota,
+        cost: u64,
+        charge: bool,
+    ) -> Result<(Decision, u64), Error> {
+        let cmd = wire::module_charge(charge, self.redis_key(key, quota.algorithm()), quota, cost, self.now_arg()?);
+        let reply: Vec<i64> = self.query(&cmd).await?;
+        wire::parse_module_charge(&reply)
     }
 
     /// `SLIDEGATE.INSPECT` of `key` under `quota`.

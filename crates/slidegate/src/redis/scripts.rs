@@ -11,7 +11,7 @@ use redis::{Cmd, ErrorKind, FromRedisValue, ServerErrorKind};
 
 use super::outlook::remember_outcome;
 use super::{RedisBackend, wire};
-use crate::{Algorithm, Check, Decision, Error, MultiDecision, Quota};
+use crate::{Algorithm, Check, Decision, Error, MAX_CHARGE_FACTOR, MultiDecision, Quota, spec};
 
 /// The largest limit whose sliding log `sliding_log.lua` keeps as one member per permit (cheapest
 /// for small limits; a call writes at most this many members). A larger limit is kept as
@@ -36,6 +36,7 @@ pub(super) struct Scripts {
     one_key: LuaScript,
     sliding_window: LuaScript,
     check: LuaScript,
+    charge: LuaScript,
     pub(super) inspect: LuaScript,
 }
 
@@ -48,6 +49,7 @@ pub(super) fn scripts() -> &'static Scripts {
         one_key: LuaScript::new(include_str!("one_key.lua")),
         sliding_window: LuaScript::new(include_str!("sliding_window.lua")),
         check: LuaScript::new(include_str!("check.lua")),
+        charge: LuaScript::new(include_str!("charge.lua")),
         inspect: LuaScript::new(include_str!("inspect.lua")),
     })
 }
@@ -60,7 +62,7 @@ where
     /// loaded on first use anyway.
     pub async fn load_scripts(&self) -> Result<(), Error> {
         let s = scripts();
-        for script in [&s.sliding_log, &s.counted_log, &s.one_key, &s.sliding_window, &s.check, &s.inspect] {
+        for script in [&s.sliding_log, &s.counted_log, &s.one_key, &s.sliding_window, &s.check, &s.charge, &s.inspect] {
             let mut cmd = redis::cmd("SCRIPT");
             cmd.arg("LOAD").arg(script.body);
             let _: String = self.query(&cmd).await?;
@@ -158,6 +160,43 @@ where
             })
             .await?;
         wire::parse_sliding_window(&reply, quota.limit(), wire::sliding_window_base(quota, buckets))
+    }
+
+    /// A charge (`charge == true`) or a refund of `cost` permits by `charge.lua`: a fixed window
+    /// or a GCRA without warm-up. The script changes the state atomically and returns it; the
+    /// key's standing is computed here from it by the specification's own code, so it answers
+    /// exactly what the memory backend does. `None` for the quotas it does not serve.
+    pub(super) async fn charge_script(
+        &self,
+        key: &str,
+        quota: &Quota,
+        cost: u64,
+        charge: bool,
+    ) -> Result<Option<(Decision, u64)>, Error> {
+        let (algorithm, w) = (quota.algorithm(), quota.window_ms());
+        let (code, numbers) = match (algorithm, quota.warm_up()) {
+            (Algorithm::FixedWindow, None) => ("f", [w, MAX_CHARGE_FACTOR * quota.limit(), cost]),
+            (Algorithm::Gcra { .. }, None) => {
+                let te = quota.emission_us();
+                ("g", [te, MAX_CHARGE_FACTOR * quota.burst() * te, cost])
+            }
+            _ => return Ok(None),
+        };
+        let now = self.now_arg()?;
+        let reply: Vec<i64> = self
+            .run_script(&scripts().charge, &[(key, algorithm)], |cmd| {
+                cmd.arg(code).arg(if charge { "c" } else { "r" }).arg(&numbers[..]).arg(now);
+            })
+            .await?;
+        let number = |v: i64| u64::try_from(v).map_err(|_| Error::UnexpectedReply(format!("{reply:?}")));
+        let [now, state, permits] = reply[..] else { return Err(Error::UnexpectedReply(format!("{reply:?}"))) };
+        let (now, state) = (number(now)?, number(state)?);
+        let state = match algorithm {
+            Algorithm::FixedWindow => spec::State::Fixed(Some((now / w, state))),
+            _ => spec::State::Gcra(state),
+        };
+        let key = spec::Key { state, warm_since: 0 };
+        Ok(Some((key.standing(now, quota), number(permits)?)))
     }
 
     /// One run of `check.lua` over `checks`: decided and recorded all or nothing, or, with

@@ -266,6 +266,33 @@ pub(super) fn module_check<'a>(keyed: impl IntoIterator<Item = (String, &'a Chec
     cmd
 }
 
+/// `SLIDEGATE.CHARGE` (`charge`) or `SLIDEGATE.REFUND` of `cost` permits of `quota` on the
+/// Redis key `key`, then `NOW` when the caller's clock decides.
+pub(super) fn module_charge(charge: bool, key: String, quota: &Quota, cost: u64, now: Option<u64>) -> Cmd {
+    let mut cmd = redis::cmd(if charge { "SLIDEGATE.CHARGE" } else { "SLIDEGATE.REFUND" });
+    cmd.arg(key);
+    module_quota(&mut cmd, quota, Some(cost));
+    if let Some(now) = now {
+        cmd.arg("NOW").arg(now);
+    }
+    cmd
+}
+
+/// Reads `SLIDEGATE.CHARGE`'s or `SLIDEGATE.REFUND`'s answer: the key's standing (`within,
+/// remaining, reset_after_ms, retry_after_ms, limit, next_permit_after_ms`), then the permits
+/// recorded or given back.
+pub(super) fn parse_module_charge(reply: &[i64]) -> Result<(Decision, u64), Error> {
+    let number = |v: i64| u64::try_from(v).map_err(|_| unexpected(reply));
+    let &[within, remaining, reset, retry, limit, next, permits] = reply else { return Err(unexpected(reply)) };
+    let (limit, remaining, reset, next) = (number(limit)?, number(remaining)?, ms(reset), ms(next));
+    let decision = match within {
+        1 => Decision::allowed(limit, remaining, reset),
+        0 => Decision::denied(limit, remaining, reset, ms(retry)),
+        _ => return Err(unexpected(reply)),
+    };
+    Ok((decision.with_next_permit_after(next), number(permits)?))
+}
+
 /// `SLIDEGATE.INSPECT` of the Redis key `key` under `quota`, then `NOW` when the caller's clock
 /// decides, then `TIMES` when admission times are asked for.
 pub(super) fn module_inspect(key: String, quota: &Quota, now: Option<u64>, times: Option<usize>) -> Cmd {
