@@ -14,6 +14,7 @@ const LAYERS: &[(&str, bool, &[&str])] = &[
         false,
         &[
             "admin",
+            "api_error",
             "file",
             "inline",
             "log_buckets",
