@@ -23,6 +23,8 @@ use slidegate::headers as rate_limit;
 use slidegate::{Algorithm, Check, Decision, Quota};
 use tracing::Instrument;
 
+pub mod override_routes;
+
 pub use crate::api_error::{ApiError, MAX_BODY};
 use crate::app::{App, Live};
 use crate::config::{AlgorithmSpec, INLINE_RULE, Rule, parse_duration};
@@ -138,9 +140,9 @@ pub fn routes() -> Vec<Route> {
         route(Method::GET, "/v1/rules", rules),
         route(Method::GET, "/v1/keys/{rule}/{key}", inspect_key),
         route(Method::DELETE, "/v1/keys/{rule}/{key}", reset_key),
-        route(Method::PUT, "/v1/overrides/{rule}/{key}", overrides::routes::put),
-        route(Method::DELETE, "/v1/overrides/{rule}/{key}", overrides::routes::delete),
-        route(Method::GET, "/v1/overrides/{rule}", overrides::routes::list),
+        route(Method::PUT, "/v1/overrides/{rule}/{key}", override_routes::put),
+        route(Method::DELETE, "/v1/overrides/{rule}/{key}", override_routes::delete),
+        route(Method::GET, "/v1/overrides/{rule}", override_routes::list),
         route(Method::GET, "/metrics", render_metrics),
         route(Method::GET, "/healthz", || async { Json(json!({"status": "ok"})) }),
         route(Method::GET, "/readyz", ready),
