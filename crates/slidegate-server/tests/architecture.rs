@@ -47,10 +47,8 @@ const KNOWN: &[(&str, &str)] = &[
     ("envoy", "app"),
     ("forward_auth", "api"),
     ("http", "api"),
-    ("overrides", "api"),
     ("overrides", "app"),
     ("overrides", "shared_rules"),
-    ("ui", "api"),
 ];
 
 /// Arrows inside one layer that close a circle of modules, each to be removed like [`KNOWN`]'s.

@@ -25,12 +25,11 @@ use tracing::Instrument;
 
 pub mod override_routes;
 
-pub use crate::api_error::{ApiError, MAX_BODY};
+use crate::api_error::{ApiError, MAX_BODY};
 use crate::app::{App, Live};
 use crate::config::{AlgorithmSpec, INLINE_RULE, Rule, parse_duration};
 use crate::forward_auth::Direct;
-pub use crate::http::Route;
-pub(crate) use crate::http::{Answer, authorize, route};
+use crate::http::{Answer, Route, authorize, route};
 use crate::metrics;
 use crate::overrides::{self, Source, Target};
 use crate::trace::Decided;

@@ -18,8 +18,9 @@ use axum::http::{HeaderMap, StatusCode};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::api::{ApiError, authorize};
+use crate::api_error::ApiError;
 use crate::app::{App, Live};
+use crate::http::authorize;
 use crate::overrides::change::{self, ChangeError, audit};
 use crate::overrides::{Limits, OverrideBody, Record, Target, TargetError, now_ms};
 
