@@ -34,6 +34,7 @@
 
 pub mod admin;
 pub mod api;
+pub mod api_error;
 pub mod app;
 pub mod backend;
 #[cfg(feature = "bench")]

@@ -8,7 +8,7 @@ use slidegate::MAX_KEY_LEN;
 use slidegate::client_ip;
 use slidegate::key::escape_separators;
 
-use crate::api::ApiError;
+use crate::api_error::ApiError;
 use crate::config::{Caller, KeyPart};
 
 impl Caller {

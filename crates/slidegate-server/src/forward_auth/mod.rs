@@ -34,8 +34,10 @@ use hyper::body::Incoming;
 use slidegate::{Decision, Quota, RuleKey};
 use tracing::Instrument;
 
-use crate::api::{ApiError, Route, decide_one, decision_answer, route, rule_named};
+use crate::api::{decide_one, decision_answer, rule_named};
+use crate::api_error::ApiError;
 use crate::app::App;
+use crate::http::{Route, route};
 
 /// The route of Traefik, Caddy and HAProxy.
 pub const FORWARD_AUTH: &str = "/v1/forward-auth/{rule}";

@@ -8,7 +8,7 @@ use serde::Deserialize;
 use slidegate::Quota;
 
 use super::{Counting, Limits};
-use crate::api::ApiError;
+use crate::api_error::ApiError;
 use crate::config::{AlgorithmSpec, parse_duration};
 
 /// The shortest `ttl`.

@@ -12,7 +12,6 @@
 mod body;
 pub mod change;
 mod record;
-pub mod routes;
 mod table;
 mod target;
 

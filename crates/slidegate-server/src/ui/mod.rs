@@ -17,8 +17,9 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 
-use crate::api::{ApiError, Route, authorize, route};
+use crate::api_error::ApiError;
 use crate::app::{App, Live};
+use crate::http::{Route, authorize, route};
 
 pub use report::MAX_LISTED;
 

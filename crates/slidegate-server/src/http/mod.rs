@@ -40,7 +40,14 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tracing::{error, warn};
 
-use crate::api::{Answer, Routes};
+use crate::api::Routes;
+use crate::api_error::request_timed_out;
+
+mod route;
+
+pub use route::Route;
+pub(crate) use route::{Answer, authorize, route};
+
 pub use crate::config::{
     DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_REQUEST_TIMEOUT, HttpLimit, HttpLimits,
     InvalidHttpLimit, MAX_CONNECTIONS, TIMEOUT_RANGE,
@@ -249,7 +256,7 @@ impl Future for Deadline {
         this.idle.answers.fetch_add(1, Ordering::Relaxed);
         match answer {
             Ok(answer) => Poll::Ready(Ok(answer)),
-            Err(_) => Poll::Ready(Ok(crate::api::request_timed_out(*this.limit))),
+            Err(_) => Poll::Ready(Ok(request_timed_out(*this.limit))),
         }
     }
 }

@@ -4,7 +4,6 @@
 use std::borrow::Cow;
 use std::marker::PhantomData;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::{Arc, LazyLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -13,26 +12,26 @@ use ::metrics::Histogram;
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
 use axum::extract::{ConnectInfo, DefaultBodyLimit, Path, Query, Request, State};
-use axum::handler::Handler;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{MethodFilter, MethodRouter, on};
 use axum::{Json, Router};
 use http_body_util::BodyExt as _;
 use hyper::body::Incoming;
 use serde::Deserialize;
 use serde_json::json;
 use slidegate::headers as rate_limit;
-use slidegate::{Algorithm, Check, Decision, ErrorClass, Quota};
+use slidegate::{Algorithm, Check, Decision, Quota};
 use tracing::Instrument;
 
+pub mod override_routes;
+
+use crate::api_error::{ApiError, MAX_BODY};
 use crate::app::{App, Live};
 use crate::config::{AlgorithmSpec, INLINE_RULE, Rule, parse_duration};
 use crate::forward_auth::Direct;
-use crate::inline::InlineRefusal;
+use crate::http::{Answer, Route, authorize, route};
 use crate::metrics;
 use crate::overrides::{self, Source, Target};
-use crate::redact::redact;
 use crate::trace::Decided;
 
 mod charge;
@@ -40,9 +39,6 @@ mod charge;
 /// The most admission times `GET /v1/keys/{rule}/{key}` lists (a sliding log's newest): enough
 /// to draw any window, and a bound on the answer (about 15 bytes each).
 pub const INSPECT_ADMISSIONS: usize = 1_000;
-
-/// The largest request body accepted (a multi-check of 16 long keys fits easily).
-pub const MAX_BODY: usize = 64 * 1024;
 
 /// The decision route.
 const CHECK: &str = "/v1/check";
@@ -66,9 +62,6 @@ struct CheckRoute {
     app: Arc<App>,
     histogram: Histogram,
 }
-
-/// An answer on its way.
-pub(crate) type Answer = Pin<Box<dyn Future<Output = Response> + Send>>;
 
 impl Routes {
     /// The routes over `app`.
@@ -139,19 +132,6 @@ async fn read_body(mut body: Incoming) -> Result<Bytes, ApiError> {
     Ok(if joined.is_empty() { first } else { joined.into() })
 }
 
-/// One route: its method, its path, and what answers it.
-pub type Route = (Method, &'static str, MethodRouter<Arc<App>>);
-
-/// The route `method path`, answered by `handler`.
-pub(crate) fn route<H, T>(method: Method, path: &'static str, handler: H) -> Route
-where
-    H: Handler<T, Arc<App>>,
-    T: 'static,
-{
-    let filter = MethodFilter::try_from(method.clone()).expect("a method axum routes by");
-    (method, path, on(filter, handler))
-}
-
 /// Every route the service serves: the API's, each with its latency histogram, then the
 /// dashboard's. [`router`] serves these and no other, and `tests/openapi.rs` holds this list
 /// to the OpenAPI document both ways.
@@ -163,9 +143,9 @@ pub fn routes() -> Vec<Route> {
         route(Method::GET, "/v1/rules", rules),
         route(Method::GET, "/v1/keys/{rule}/{key}", inspect_key),
         route(Method::DELETE, "/v1/keys/{rule}/{key}", reset_key),
-        route(Method::PUT, "/v1/overrides/{rule}/{key}", overrides::routes::put),
-        route(Method::DELETE, "/v1/overrides/{rule}/{key}", overrides::routes::delete),
-        route(Method::GET, "/v1/overrides/{rule}", overrides::routes::list),
+        route(Method::PUT, "/v1/overrides/{rule}/{key}", override_routes::put),
+        route(Method::DELETE, "/v1/overrides/{rule}/{key}", override_routes::delete),
+        route(Method::GET, "/v1/overrides/{rule}", override_routes::list),
         route(Method::GET, "/metrics", render_metrics),
         route(Method::GET, "/healthz", || async { Json(json!({"status": "ok"})) }),
         route(Method::GET, "/readyz", ready),
@@ -323,121 +303,6 @@ fn write_optional_ms(out: &mut String, ms: Option<Duration>) {
     match ms {
         Some(ms) => push_ms(out, ms),
         None => out.push_str("null"),
-    }
-}
-
-/// A client's or the backend's failure as an HTTP answer.
-#[derive(Debug)]
-pub struct ApiError {
-    status: StatusCode,
-    code: &'static str,
-    message: String,
-    /// Set on a backend's failure: the id its log line is under ([`crate::request_id`]).
-    request_id: Option<String>,
-}
-
-impl ApiError {
-    pub(crate) fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        Self { status, code, message: message.into(), request_id: None }
-    }
-
-    /// A backend's failure (`code`: `backend_unavailable`, `backend_timeout`, `backend_error`):
-    /// its own text goes to the log under the request's id, the answer says only what kind of
-    /// failure it was and that id.
-    pub(crate) fn backend(status: StatusCode, code: &'static str, detail: &dyn std::fmt::Display) -> Self {
-        let request_id = crate::request_id::current();
-        // Errors can quote a backend URL; its password stays out of the log too.
-        tracing::warn!(request_id, code, "the backend failed: {}", redact(&detail.to_string()));
-        let what = match code {
-            "backend_timeout" => "the backend did not answer in time",
-            "backend_unavailable" => "the backend cannot decide now",
-            _ => "the backend failed to decide this request",
-        };
-        let message = format!("{what}; the server log has the detail under request id {request_id}");
-        Self { status, code, message, request_id: Some(request_id) }
-    }
-
-    pub(crate) fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, code, message)
-    }
-
-    fn body_too_large() -> Self {
-        Self::new(StatusCode::PAYLOAD_TOO_LARGE, "body_too_large", format!("request body over {MAX_BODY} bytes"))
-    }
-
-    /// The error's code, as the answer spells it.
-    #[cfg(test)]
-    pub(crate) fn code(&self) -> &'static str {
-        self.code
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let Some(id) = self.request_id else {
-            let body = Json(json!({"error": {"code": self.code, "message": self.message}}));
-            return (self.status, body).into_response();
-        };
-        let body = Json(json!({"error": {"code": self.code, "message": self.message, "request_id": id}}));
-        let header = HeaderValue::from_str(&id).ok().map(|v| [(crate::request_id::HEADER, v)]);
-        (self.status, header, body).into_response()
-    }
-}
-
-/// Only the backend failing (unreachable, slow: [`slidegate::Error::is_backend_failure`]) is a
-/// 503 and counts in `slidegate_backend_errors_total`; a backend that answered wrongly (a Redis
-/// error reply, a reply no script gives) is a 500 `backend_error`, counted nowhere as degraded;
-/// everything else is about what the caller sent: a 400, never a 503.
-impl From<slidegate::Error> for ApiError {
-    fn from(e: slidegate::Error) -> Self {
-        use slidegate::Error as E;
-        match e.class() {
-            ErrorClass::BackendFailure => {
-                let code = if matches!(e, E::Timeout(_)) { "backend_timeout" } else { "backend_unavailable" };
-                ::metrics::counter!(metrics::BACKEND_ERRORS, "kind" => metrics::failure_kind(&e)).increment(1);
-                return Self::backend(StatusCode::SERVICE_UNAVAILABLE, code, &e);
-            }
-            ErrorClass::Caller => {}
-            _ => return Self::backend(StatusCode::INTERNAL_SERVER_ERROR, "backend_error", &e),
-        }
-        // A caller's error quotes only what the caller sent and the bounds; a URL's password
-        // stays out all the same.
-        let message = redact(&e.to_string()).into_owned();
-        let code = match e {
-            E::InvalidCost { .. } => "invalid_cost",
-            E::EmptyKey => "invalid_key",
-            E::KeyTooLong { .. } => "key_too_long",
-            E::InvalidLimit { .. } | E::InvalidWindow { .. } | E::InvalidQuota(_) => "invalid_quota",
-            E::UnknownAlgorithm(_) => "unknown_algorithm",
-            E::CheckCount { .. } => "invalid_checks",
-            E::DuplicateKey { .. } => "duplicate_key",
-            E::CrossSlot { .. } => "cross_slot",
-            _ => "invalid_request",
-        };
-        Self::bad_request(code, message)
-    }
-}
-
-impl From<InlineRefusal> for ApiError {
-    fn from(r: InlineRefusal) -> Self {
-        let status = if r == InlineRefusal::Disabled { StatusCode::FORBIDDEN } else { StatusCode::BAD_REQUEST };
-        Self::new(status, r.code(), r.to_string())
-    }
-}
-
-/// The answer to a request that outlived the request deadline (see [`crate::http`]).
-pub(crate) fn request_timed_out(limit: Duration) -> Response {
-    let message = format!("the request took longer than request_timeout = {}", humantime::format_duration(limit));
-    ApiError::new(StatusCode::REQUEST_TIMEOUT, "request_timeout", message).into_response()
-}
-
-impl From<BytesRejection> for ApiError {
-    fn from(r: BytesRejection) -> Self {
-        if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            Self::body_too_large()
-        } else {
-            Self::bad_request("invalid_body", r.body_text())
-        }
     }
 }
 
@@ -848,28 +713,6 @@ fn admin_target(
     let target = Target::parse(&rule, &key)?;
     let (quota, source) = target.base(&live, &app.envoy(), tier.as_deref())?;
     Ok((target, quota, source))
-}
-
-/// Admits an admin request: 403 `admin_disabled` when no token is configured (an open admin
-/// route would let any caller reset its own limit), 401 without the right bearer token.
-pub(crate) fn authorize(live: &Live, headers: &HeaderMap) -> Result<(), ApiError> {
-    let Some(token) = &live.admin_token else {
-        return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "admin_disabled",
-            "the admin routes are disabled: set admin_token in the rules file to use them",
-        ));
-    };
-    let given = headers.get(header::AUTHORIZATION).and_then(|v| v.as_bytes().strip_prefix(b"Bearer "));
-    if given.is_some_and(|g| token.matches(g)) {
-        Ok(())
-    } else {
-        Err(ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "a valid `Authorization: Bearer` token is required",
-        ))
-    }
 }
 
 async fn inspect_key(

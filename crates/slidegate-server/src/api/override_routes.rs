@@ -18,10 +18,11 @@ use axum::http::{HeaderMap, StatusCode};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::change::{self, ChangeError, audit};
-use super::{Limits, OverrideBody, Record, Target, TargetError, now_ms};
-use crate::api::{ApiError, authorize};
+use crate::api_error::ApiError;
 use crate::app::{App, Live};
+use crate::http::authorize;
+use crate::overrides::change::{self, ChangeError, audit};
+use crate::overrides::{Limits, OverrideBody, Record, Target, TargetError, now_ms};
 
 /// The page size of a list unless `limit` says otherwise.
 pub const DEFAULT_PAGE: usize = 100;
@@ -65,7 +66,7 @@ pub async fn put(
     fits_every_tier(&live, &target, &limits)?;
     let now = now_ms();
     let from = address(&peer);
-    let o = super::Override {
+    let o = crate::overrides::Override {
         rule: target.rule(),
         key: target.key(),
         limits,
