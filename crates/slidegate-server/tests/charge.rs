@@ -2,7 +2,8 @@
 //! the work ends. Over HTTP an estimate is checked, the rest charged, an over-estimate refunded
 //! (docs/service.md's rule and commands, as written); over gRPC docs/envoy.md's token route is
 //! played as Envoy sends it — a check at the request, the tokens at the stream's end — against
-//! its `charge_over_limit` domain. On memory and Redis, 64 callers at once: the window holds
+//! its `charge_over_limit` domain. On memory and on Redis (by the Lua scripts and by slidegate's
+//! module), 64 callers at once: the window holds
 //! exactly the tokens charged, and a user over budget is denied until the window frees. Bad
 //! input is refused as a check refuses it, changing nothing.
 
@@ -15,6 +16,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::google::protobuf::UInt64Value;
 use reqwest::Client;
 use serde_json::{Value, json};
+use slidegate_testkit::RedisServer;
 use support::envoy::{Envoy, OK, OVER, codes, descriptor, request};
 use support::{RulesFile, Slidegate};
 
@@ -267,6 +269,36 @@ async fn tokens_per_minute_over_grpc_in_memory() {
     tokens_per_minute_over_grpc("").await;
 }
 
+/// `[backend]` on `redis` by `engine`, with a deadline no busy machine misses (a missed one
+/// would answer by the failure policy, not decide).
+fn on_redis(redis: &RedisServer, engine: &str) -> String {
+    format!("redis = \"{}\"\nengine = \"{engine}\"\ntimeout = \"10s\"", redis.url())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_per_minute_over_http_on_redis_by_lua() {
+    let redis = RedisServer::start();
+    tokens_per_minute_over_http(&on_redis(&redis, "lua")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_per_minute_over_grpc_on_redis_by_lua() {
+    let redis = RedisServer::start();
+    tokens_per_minute_over_grpc(&on_redis(&redis, "lua")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_per_minute_over_http_on_redis_by_the_module() {
+    let redis = RedisServer::start_with_module(&[]);
+    tokens_per_minute_over_http(&on_redis(&redis, "module")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_per_minute_over_grpc_on_redis_by_the_module() {
+    let redis = RedisServer::start_with_module(&[]);
+    tokens_per_minute_over_grpc(&on_redis(&redis, "module")).await;
+}
+
 /// Bad bodies, each answered by `/v1/charge` and `/v1/refund` as `/v1/check` answers it, and
 /// changing nothing; a group is settled check by check.
 #[tokio::test]
@@ -316,4 +348,34 @@ async fn bad_input_is_refused_as_a_check_refuses_it_and_groups_settle_check_by_c
     assert_eq!((&v["results"][0]["refunded"], &v["results"][1]["refunded"]), (&json!(12000), &json!(0)), "{v}");
     assert_eq!((&v["results"][0]["allowed"], &v["results"][0]["remaining"]), (&json!(true), &json!(2000)), "{v}");
     assert_eq!(count(&client, server, "budget/g").await, 10_000);
+}
+
+/// What the Lua engine cannot charge (a sliding window counter, without slidegate's module) is
+/// answered as such, in slidegate's words, recording nothing: HTTP 501 `unsupported`, gRPC
+/// `UNIMPLEMENTED`. A check of the same rule still decides.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_the_lua_engine_cannot_charge_is_answered_unsupported_and_changes_nothing() {
+    let redis = RedisServer::start();
+    let rules = RulesFile::new(&format!(
+        "admin_token = \"t\"\n[backend]\n{}\n[[rules]]\nname = \"sw\"\nlimit = 10\nwindow = \"60s\"\nalgorithm = \"sliding_window\"\n",
+        on_redis(&redis, "lua")
+    ));
+    let domain = "domain: llm\ncharge_over_limit: true\ndescriptors:\n  - key: user\n    rate_limit: { unit: minute, requests_per_unit: 10, algorithm: sliding_window }\n";
+    let envoy = Envoy::start(&[("llm.yaml", domain)], &["--config", rules.arg()]).await;
+    let (client, server) = (Client::new(), &envoy.server);
+    for path in ["/v1/charge", "/v1/refund"] {
+        let (status, v) = post(&client, &server.base, path, r#"{"rule":"sw","key":"x","cost":3}"#).await;
+        assert_eq!((status, v["error"]["code"].as_str()), (501, Some("unsupported")), "{path}: {v}");
+        let message = v["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("sliding_window") && message.contains("module"), "{path}: {message}");
+    }
+    assert_eq!(count(&client, server, "sw/x").await, 0, "nothing charged");
+    let (_, v) = post(&client, &server.base, "/v1/check", r#"{"rule":"sw","key":"x","cost":3}"#).await;
+    assert_eq!((&v["allowed"], &v["remaining"]), (&json!(true), &json!(7)), "{v}");
+
+    let mut grpc = envoy.client.clone();
+    let refused = grpc.should_rate_limit(request("llm", &[&[("user", "u")]], 3)).await.expect_err("not charged");
+    assert_eq!(refused.code(), tonic::Code::Unimplemented, "{refused}");
+    assert!(refused.message().contains("module"), "{refused}");
+    assert_eq!(count(&client, server, "envoy:llm/user=u").await, 0, "nothing charged");
 }

@@ -467,10 +467,12 @@ async fn every_endpoint_answers_as_the_openapi_document_says() {
     });
     spec.hold(At::Component("TooManyConnections"), None, &refused.await.expect("raw"));
 
-    // On Redis: inline checks disabled, a backend that answers wrongly, a backend gone.
+    // On Redis: inline checks disabled, a charge the Lua scripts cannot settle, a backend that
+    // answers wrongly, a backend gone.
     let mut redis = RedisServer::start();
+    let sw = "[[rules]]\nname = \"sw\"\nlimit = 5\nwindow = \"1m\"\nalgorithm = \"sliding_window\"\n";
     let on_redis =
-        RulesFile::new(&format!("{RULES}\n[inline]\nenabled = false\n\n[backend]\nredis = {:?}\n", redis.url()));
+        RulesFile::new(&format!("{RULES}\n{sw}\n[inline]\nenabled = false\n\n[backend]\nredis = {:?}\n", redis.url()));
     let server = Slidegate::serve(&["--config", on_redis.arg(), "--max-overrides", "1"]);
     spec.hold(At::Operation("/readyz", "get"), None, &call(&server, "GET", "/readyz", None, None).await);
     let answer = call(&server, "PUT", "/v1/overrides/api/r1", Some(r#"{"limit":5}"#), Some("t")).await;
@@ -481,6 +483,10 @@ async fn every_endpoint_answers_as_the_openapi_document_says() {
     for at in settle {
         let At::Operation(path, _) = at else { unreachable!("operations") };
         spec.hold(at, None, &call(&server, "POST", path, Some(inline), None).await);
+    }
+    for at in settle {
+        let At::Operation(path, _) = at else { unreachable!("operations") };
+        spec.hold(at, None, &call(&server, "POST", path, Some(r#"{"rule":"sw","key":"a"}"#), None).await);
     }
     let _: String = redis.query(&["SET", "slidegate:sms:{wrong}", "a string"]);
     spec.hold(check, None, &call(&server, "POST", "/v1/check", Some(r#"{"rule":"sms","key":"wrong"}"#), None).await);

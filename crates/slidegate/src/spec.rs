@@ -190,6 +190,43 @@ impl SlidingLog {
     pub fn next_permit_after(&self, now: u64, window_ms: u64) -> Duration {
         self.live(now, window_ms).first().map_or(Duration::ZERO, |&t| ms(t + window_ms - now))
     }
+
+    /// The few admissions the log's standing at `now` depends on (see [`LogSummary`]).
+    pub fn summary(&self, now: u64, limit: u64, window_ms: u64) -> LogSummary {
+        let live = self.live(now, window_ms);
+        let count = live.len() as u64;
+        let at = |i: u64| usize::try_from(i).ok().and_then(|i| live.get(i).copied()).unwrap_or(0);
+        let blocking = if count > limit { at(count - limit) } else { 0 };
+        LogSummary { count, oldest: at(0), newest: live.last().copied().unwrap_or(0), blocking }
+    }
+}
+
+/// What a sliding log's standing (see [the module](self)) depends on: a Redis script reads these
+/// few admissions rather than the whole log, and the standing is computed from them here, once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogSummary {
+    /// The permits in the window.
+    pub count: u64,
+    /// The oldest and the newest of their times (0 when `count` is 0).
+    pub oldest: u64,
+    /// See `oldest`.
+    pub newest: u64,
+    /// When `count` exceeds the limit: the time of the permit whose leaving lets one more in
+    /// (the `count - limit`-th from the oldest, counting from 0); otherwise 0.
+    pub blocking: u64,
+}
+
+impl LogSummary {
+    /// The standing of a log so summarised at `now`, under `limit` per `window_ms`: what
+    /// [`Key::standing`] answers for it.
+    pub fn standing(&self, now: u64, limit: u64, window_ms: u64) -> Decision {
+        let after = |t: u64| if self.count == 0 { Duration::ZERO } else { ms(t + window_ms - now) };
+        let (reset, next) = (after(self.newest), after(self.oldest));
+        if self.count > limit {
+            return Decision::denied(limit, 0, reset, ms(self.blocking + window_ms - now)).with_next_permit_after(next);
+        }
+        Decision::allowed(limit, limit - self.count, reset).with_next_permit_after(next)
+    }
 }
 
 /// One key under one algorithm, as specified, with the start of its warm-up.
@@ -395,6 +432,10 @@ impl Key {
     /// within its limit, with its own `reset_after` and `next_permit_after`; the denial of one
     /// permit once it is over it. What a charge and a refund answer.
     pub fn standing(&self, now: u64, quota: &Quota) -> Decision {
+        if let State::Log(log) = &self.state {
+            let (limit, w) = (self.limit_at(now, quota), quota.window_ms());
+            return log.summary(now, limit, w).standing(now, limit, w);
+        }
         let within = self.decide(now, quota, 0);
         if !within.allowed {
             return self.decide(now, quota, 1);

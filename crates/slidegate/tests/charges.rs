@@ -2,7 +2,7 @@
 //! algorithm: each engine answers what the specification does (`slidegate::spec`, "Charges and
 //! refunds") — the standing decision, what was recorded, what was given back — and concurrent
 //! charges sum exactly: memory, the Lua scripts (`charge.lua`: fixed windows and GCRAs without
-//! warm-up), slidegate's module (`SLIDEGATE.CHARGE`, `SLIDEGATE.REFUND`: everything), and a
+//! warm-up; `charge_log.lua`: sliding logs without warm-up, both of their forms), slidegate's module (`SLIDEGATE.CHARGE`, `SLIDEGATE.REFUND`: everything), and a
 //! Redis Cluster on each.
 
 use std::time::Duration;
@@ -25,12 +25,13 @@ const ALL: [Algorithm; 4] = [
     Algorithm::Gcra { burst: None },
 ];
 
-/// What the Lua engine charges and refunds (`charge.lua`): the others answer
+/// What the Lua engine charges and refunds (`charge.lua`, `charge_log.lua`): the others answer
 /// `Error::Unsupported`.
-const ON_LUA: [Algorithm; 2] = [Algorithm::FixedWindow, Algorithm::Gcra { burst: None }];
+const ON_LUA: [Algorithm; 3] = [Algorithm::SlidingLog, Algorithm::FixedWindow, Algorithm::Gcra { burst: None }];
 
 fn on_lua(q: &Quota) -> bool {
-    matches!(q.algorithm(), Algorithm::FixedWindow | Algorithm::Gcra { .. }) && q.warm_up().is_none()
+    matches!(q.algorithm(), Algorithm::SlidingLog | Algorithm::FixedWindow | Algorithm::Gcra { .. })
+        && q.warm_up().is_none()
 }
 
 async fn lua(server: &RedisServer, clock: &ManualClock) -> Limiter<RedisBackend> {
@@ -207,7 +208,7 @@ fn lua_charges_and_refunds_agree_with_the_spec() {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     let (server, clock) = (RedisServer::start(), ManualClock::new(0));
     let redis = rt.block_on(lua(&server, &clock));
-    run_property(256, scenarios().prop_filter("served by charge.lua", |s| on_lua(&s.quota)), |s, n| {
+    run_property(384, scenarios().prop_filter("served by the scripts", |s| on_lua(&s.quota)), |s, n| {
         let got = rt.block_on(s.run(&redis, &clock, &format!("prop{n}")));
         s.assert_agrees("redis (Lua)", &got);
     });
@@ -281,11 +282,98 @@ async fn charges_and_refunds_on_a_cluster_reach_each_keys_master() {
     }
 }
 
+/// A Lua sliding log changes form under charges: a key of per-permit members (limit 256 or
+/// less) that a charge would leave over its limit, or whose limit was raised above 256, becomes
+/// counted entries first; a counted key whose limit is lowered stays counted. Through every
+/// change the answers are the specification's.
+#[tokio::test]
+async fn lua_sliding_logs_change_form_and_still_agree_with_the_spec() {
+    let (server, clock) = (RedisServer::start(), ManualClock::new(0));
+    let redis = lua(&server, &clock).await;
+    let (small, large) = (quota(20, 10_000, Algorithm::SlidingLog), quota(400, 10_000, Algorithm::SlidingLog));
+    let steps: [(u64, &Quota, Op); 12] = [
+        (0, &small, Op::Check(5)),
+        (100, &small, Op::Charge(10)),
+        (200, &large, Op::Charge(300)),
+        (300, &large, Op::Check(50)),
+        (400, &small, Op::Check(1)),
+        (500, &large, Op::Refund(120)),
+        (600, &small, Op::Charge(15)),
+        (700, &small, Op::Refund(20)),
+        (800, &small, Op::Check(20)),
+        (900, &small, Op::Charge(20)),
+        (10_050, &small, Op::Check(1)),
+        (10_950, &large, Op::Refund(5)),
+    ];
+    let mut key = Key::new(Algorithm::SlidingLog);
+    for (i, &(t, q, op)) in steps.iter().enumerate() {
+        let now = EPOCH_2026 + t;
+        clock.set_ms(now);
+        let (got, expected) = match op {
+            Op::Check(c) => (
+                Outcome::checked(redis.check_cost("k", q, c).await.expect("check"), c),
+                Outcome::checked(key.check(now, q, c), c),
+            ),
+            Op::Charge(c) => (
+                Outcome::charged(redis.charge("k", q, c).await.expect("charge")),
+                Outcome::charged(key.charge(now, q, c)),
+            ),
+            Op::Refund(c) => (
+                Outcome::refunded(redis.refund("k", q, c).await.expect("refund")),
+                Outcome::refunded(key.refund(now, q, c)),
+            ),
+        };
+        assert_eq!(got, expected, "step #{i}: {op:?} under {}", q.limit());
+        if i < 2 {
+            assert!(!counted(&server), "step #{i}: within its limit of 20, per permit");
+        } else {
+            assert!(counted(&server), "step #{i}: raised to 400 and charged, then counted whatever the limit");
+        }
+    }
+    // Emptied and written afresh under the small limit, the key is per permit again, until a
+    // charge would leave it over that limit.
+    let now = EPOCH_2026 + 30_000;
+    clock.set_ms(now);
+    assert_eq!(redis.check_cost("k", &small, 5).await.expect("check"), key.check(now, &small, 5));
+    assert!(!counted(&server));
+    let c = redis.charge("k", &small, 20).await.expect("charge");
+    assert_eq!((c, c.recorded, c.decision.allowed), (key.charge(now, &small, 20), 20, false));
+    assert!(counted(&server), "over its limit: counted");
+    clock.set_ms(now + 1);
+    assert_eq!(redis.check("k", &small).await.expect("check"), key.check(now + 1, &small, 1));
+}
+
+/// Whether the sliding log `k` holds counted entries (counted_log.lua's `c…` members).
+fn counted(server: &RedisServer) -> bool {
+    let first: Vec<String> = server.query(&["ZRANGE", "slidegate:k", "0", "0"]);
+    first.first().is_some_and(|m| m.starts_with('c'))
+}
+
+/// On Redis' clock a counted entry's tail names the key's expiry, which an admission then does
+/// not set again; a refund that removes the entry that set it must not leave an older tail
+/// claiming it: the newest entry always outlives its window.
+#[tokio::test]
+async fn a_refund_leaves_no_counted_entry_trusting_an_expiry_it_removed() {
+    let server = RedisServer::start();
+    let redis =
+        Limiter::new(RedisBackend::connect(&server.url()).await.expect("connect").with_engine(RedisEngine::Lua));
+    let q = quota(1_000, 60_000, Algorithm::SlidingLog);
+    assert!(redis.check("k", &q).await.expect("check").allowed);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    redis.charge("k", &q, 10).await.expect("charge");
+    redis.refund("k", &q, 10).await.expect("refund");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(redis.check("k", &q).await.expect("check").allowed);
+    let ttl: i64 = server.query(&["PTTL", "slidegate:k"]);
+    assert!(ttl >= 60_000, "the entry just admitted lives a window; the key expires in {ttl} ms");
+    assert_eq!(redis.inspect("k", &q).await.expect("inspect").count, 2);
+}
+
 #[tokio::test]
 async fn what_lua_does_not_charge_yet_is_a_typed_error_that_changes_nothing() {
     let (server, clock) = (RedisServer::start(), ManualClock::new(0));
     let redis = lua(&server, &clock).await;
-    for algorithm in [Algorithm::SlidingLog, Algorithm::SlidingWindow { buckets: 10 }] {
+    for algorithm in [Algorithm::SlidingWindow { buckets: 10 }] {
         let q = quota(10, 60_000, algorithm);
         assert!(matches!(redis.charge("k", &q, 3).await, Err(slidegate::Error::Unsupported(_))), "{algorithm}");
         assert!(matches!(redis.refund("k", &q, 3).await, Err(slidegate::Error::Unsupported(_))), "{algorithm}");

@@ -106,8 +106,8 @@ where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
     /// A charge or a refund by the module when the server has it, as a check chooses
-    /// ([`RedisEngine`]), or else by the Lua scripts for the quotas they serve (fixed windows
-    /// and GCRAs without warm-up; the others answer [`Error::Unsupported`]).
+    /// ([`RedisEngine`]), or else by the Lua scripts for the quotas they serve (sliding logs,
+    /// fixed windows and GCRAs without warm-up; the others answer [`Error::Unsupported`]).
     async fn charge_or_refund(
         &self,
         key: &str,

@@ -37,6 +37,7 @@ pub(super) struct Scripts {
     sliding_window: LuaScript,
     check: LuaScript,
     charge: LuaScript,
+    charge_log: LuaScript,
     pub(super) inspect: LuaScript,
 }
 
@@ -50,6 +51,7 @@ pub(super) fn scripts() -> &'static Scripts {
         sliding_window: LuaScript::new(include_str!("sliding_window.lua")),
         check: LuaScript::new(include_str!("check.lua")),
         charge: LuaScript::new(include_str!("charge.lua")),
+        charge_log: LuaScript::new(include_str!("charge_log.lua")),
         inspect: LuaScript::new(include_str!("inspect.lua")),
     })
 }
@@ -62,7 +64,16 @@ where
     /// loaded on first use anyway.
     pub async fn load_scripts(&self) -> Result<(), Error> {
         let s = scripts();
-        for script in [&s.sliding_log, &s.counted_log, &s.one_key, &s.sliding_window, &s.check, &s.charge, &s.inspect] {
+        for script in [
+            &s.sliding_log,
+            &s.counted_log,
+            &s.one_key,
+            &s.sliding_window,
+            &s.check,
+            &s.charge,
+            &s.charge_log,
+            &s.inspect,
+        ] {
             let mut cmd = redis::cmd("SCRIPT");
             cmd.arg("LOAD").arg(script.body);
             let _: String = self.query(&cmd).await?;
@@ -162,10 +173,11 @@ where
         wire::parse_sliding_window(&reply, quota.limit(), wire::sliding_window_base(quota, buckets))
     }
 
-    /// A charge (`charge == true`) or a refund of `cost` permits by `charge.lua`: a fixed window
-    /// or a GCRA without warm-up. The script changes the state atomically and returns it; the
-    /// key's standing is computed here from it by the specification's own code, so it answers
-    /// exactly what the memory backend does. `None` for the quotas it does not serve.
+    /// A charge (`charge == true`) or a refund of `cost` permits by `charge.lua` (a fixed window
+    /// or a GCRA without warm-up) or `charge_log.lua` (a sliding log without warm-up). The
+    /// script changes the state atomically and returns it; the key's standing is computed here
+    /// from it by the specification's own code, so it answers exactly what the memory backend
+    /// does. `None` for the quotas they do not serve.
     pub(super) async fn charge_script(
         &self,
         key: &str,
@@ -180,6 +192,7 @@ where
                 let te = quota.emission_us();
                 ("g", [te, MAX_CHARGE_FACTOR * quota.burst() * te, cost])
             }
+            (Algorithm::SlidingLog, None) => return self.charge_log(key, quota, cost, charge).await.map(Some),
             _ => return Ok(None),
         };
         let now = self.now_arg()?;
@@ -197,6 +210,42 @@ where
         };
         let key = spec::Key { state, warm_since: 0 };
         Ok(Some((key.standing(now, quota), number(permits)?)))
+    }
+
+    /// A charge or a refund of a sliding log by `charge_log.lua`; a key of per-permit members
+    /// that a charge would leave over its limit (or under a limit above
+    /// [`MAX_PER_PERMIT_LIMIT`]) is first converted to counted entries by `counted_log.lua`.
+    async fn charge_log(&self, key: &str, quota: &Quota, cost: u64, charge: bool) -> Result<(Decision, u64), Error> {
+        let (member, now) = (self.members.next(), self.now_arg()?);
+        let (limit, w) = (quota.limit(), quota.window_ms());
+        let keys = [(key, Algorithm::SlidingLog)];
+        // Both scripts take "" for Redis' own clock.
+        let now_arg = now.map_or_else(String::new, |now| now.to_string());
+        let run = || {
+            self.run_script::<redis::Value>(&scripts().charge_log, &keys, |cmd| {
+                cmd.arg(&member).arg(w).arg(limit).arg(cost).arg(if charge { "c" } else { "r" });
+                cmd.arg(MAX_CHARGE_FACTOR * limit).arg(&now_arg);
+            })
+        };
+        let mut reply = run().await?;
+        // Converted, a key stays counted until it is empty: another round only when, emptied
+        // in between, it was written per permit again.
+        for _ in 0..2 {
+            if !matches!(&reply, redis::Value::SimpleString(s) if s == "PERMITS") {
+                break;
+            }
+            let _: redis::Value = self
+                .run_script(&scripts().counted_log, &keys, |cmd| {
+                    cmd.arg(&member).arg(w).arg(limit).arg(1).arg(&now_arg).arg("convert");
+                })
+                .await?;
+            reply = run().await?;
+        }
+        let unexpected = || Error::UnexpectedReply(format!("{reply:?}"));
+        let numbers: Vec<u64> = redis::from_redis_value_ref(&reply).map_err(|_| unexpected())?;
+        let [now, count, oldest, newest, blocking, permits] = numbers[..] else { return Err(unexpected()) };
+        let summary = spec::LogSummary { count, oldest, newest, blocking };
+        Ok((summary.standing(now, limit, w), permits))
     }
 
     /// One run of `check.lua` over `checks`: decided and recorded all or nothing, or, with
