@@ -1,4 +1,5 @@
-//! What a check answers, as Python objects: [`Decision`], [`MultiDecision`] and [`KeyState`],
+//! What a check answers, as Python objects: [`Decision`], [`MultiDecision`], [`Charged`],
+//! [`Refunded`] and [`KeyState`],
 //! with durations in seconds (floats), and the RateLimit header fields of an answer, written by
 //! the core's `slidegate::headers`.
 
@@ -152,6 +153,83 @@ impl MultiDecision {
             if self.inner.allowed { "True" } else { "False" },
             self.inner.denied_by
         )
+    }
+}
+
+/// What a charge answers: the key's standing after it and the permits recorded.
+#[pyclass(frozen, module = "slidegate")]
+pub(crate) struct Charged {
+    inner: slidegate::Charged,
+    quota: Quota,
+}
+
+impl Charged {
+    pub(crate) fn new(inner: slidegate::Charged, quota: Quota) -> Self {
+        Self { inner, quota }
+    }
+}
+
+#[pymethods]
+impl Charged {
+    /// The key's standing after the charge: admitted while within its limit, else the denial
+    /// one more permit would get (with its `retry_after`).
+    #[getter]
+    fn decision(&self) -> Decision {
+        Decision::new(self.inner.decision, self.quota)
+    }
+
+    /// Permits recorded: the cost, or fewer at twice the limit (then `clamped`).
+    #[getter]
+    fn recorded(&self) -> u64 {
+        self.inner.recorded
+    }
+
+    /// Whether fewer permits than asked were recorded.
+    #[getter]
+    fn clamped(&self) -> bool {
+        self.inner.clamped
+    }
+
+    fn __repr__(&self) -> String {
+        let (c, allowed) = (&self.inner, if self.inner.decision.allowed { "True" } else { "False" });
+        format!(
+            "Charged(recorded={}, clamped={}, allowed={allowed})",
+            c.recorded,
+            if c.clamped { "True" } else { "False" }
+        )
+    }
+}
+
+/// What a refund answers: the key's standing after it and the permits given back.
+#[pyclass(frozen, module = "slidegate")]
+pub(crate) struct Refunded {
+    inner: slidegate::Refunded,
+    quota: Quota,
+}
+
+impl Refunded {
+    pub(crate) fn new(inner: slidegate::Refunded, quota: Quota) -> Self {
+        Self { inner, quota }
+    }
+}
+
+#[pymethods]
+impl Refunded {
+    /// The key's standing after the refund, as `Charged.decision`.
+    #[getter]
+    fn decision(&self) -> Decision {
+        Decision::new(self.inner.decision, self.quota)
+    }
+
+    /// Permits given back: at most the cost, fewer when the key held fewer.
+    #[getter]
+    fn refunded(&self) -> u64 {
+        self.inner.refunded
+    }
+
+    fn __repr__(&self) -> String {
+        let allowed = if self.inner.decision.allowed { "True" } else { "False" };
+        format!("Refunded(refunded={}, allowed={allowed})", self.inner.refunded)
     }
 }
 

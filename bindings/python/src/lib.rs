@@ -10,7 +10,8 @@
 //! - `engine.rs`: the backend a limiter runs on, one enum over the core's limiters, and the
 //!   tokio runtime that serves them.
 //! - `args.rs`: a check's Python arguments read into a key, a [`Quota`](slidegate::Quota) and a cost.
-//! - `answer.rs`: `Decision`, `MultiDecision` and `KeyState`, and their RateLimit headers.
+//! - `answer.rs`: `Decision`, `MultiDecision`, `Charged`, `Refunded` and `KeyState`, and the
+//!   RateLimit headers of a decision.
 //! - `error.rs`: the core's errors raised as the package's exceptions.
 
 use pyo3::prelude::*;
@@ -28,6 +29,8 @@ fn _slidegate(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<answer::Decision>()?;
     m.add_class::<answer::MultiDecision>()?;
     m.add_class::<answer::KeyState>()?;
+    m.add_class::<answer::Charged>()?;
+    m.add_class::<answer::Refunded>()?;
     m.add("MAX_KEY_LEN", slidegate::MAX_KEY_LEN)?;
     m.add("MAX_CHECKS", slidegate::MAX_CHECKS)?;
     m.add("MAX_LIMIT", slidegate::MAX_LIMIT)?;

@@ -12,7 +12,7 @@ use slidegate::memory::DEFAULT_MAX_KEYS;
 use slidegate::redis::{DEFAULT_PREFIX, DEFAULT_TIMEOUT};
 use slidegate::{Check, FailurePolicy, Limiter as CoreLimiter, MAX_CHECKS, MemoryBackend, RedisBackend, RedisEngine};
 
-use crate::answer::{Decision, KeyState, MultiDecision};
+use crate::answer::{Charged, Decision, KeyState, MultiDecision, Refunded};
 use crate::args::{CheckArgs, RawCheck, read_item, rule_key};
 use crate::engine::{Engine, on_limiter, runtime};
 use crate::error::{invalid, to_py};
@@ -177,6 +177,96 @@ impl Limiter {
         pyo3_async_runtimes::tokio::future_into_py(py, async move {
             let d = on_limiter!(&*engine, l => l.check_all(&as_checks(&all)).await);
             Ok(MultiDecision::new(d.map_err(|e| to_py(&e))?, all.into_iter().map(|a| a.quota).collect()))
+        })
+    }
+
+    /// Records `cost` permits for `key` whatever it holds (a cost known after the work, such as
+    /// a response's tokens): never denied, clamped at twice the limit.
+    #[pyo3(signature = (key, *, limit, window, cost, algorithm = "sliding_log", rule = None, burst = None, buckets = None))]
+    #[allow(clippy::too_many_arguments)] // Python's keyword arguments, each with its default
+    fn charge(
+        &self,
+        py: Python<'_>,
+        key: &str,
+        limit: &Bound<'_, PyAny>,
+        window: &Bound<'_, PyAny>,
+        cost: &Bound<'_, PyAny>,
+        algorithm: &str,
+        rule: Option<&str>,
+        burst: Option<&Bound<'_, PyAny>>,
+        buckets: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Charged> {
+        let a = RawCheck { key, limit, window, cost: Some(cost), algorithm, rule, burst, buckets }.read()?;
+        let engine = &*self.engine;
+        let c = py.detach(|| on_limiter!(engine, l => runtime().block_on(l.charge(&a.key, &a.quota, a.cost))));
+        Ok(Charged::new(c.map_err(|e| to_py(&e))?, a.quota))
+    }
+
+    /// `charge` as an awaitable.
+    #[pyo3(signature = (key, *, limit, window, cost, algorithm = "sliding_log", rule = None, burst = None, buckets = None))]
+    #[allow(clippy::too_many_arguments)] // Python's keyword arguments, each with its default
+    fn acharge<'py>(
+        &self,
+        py: Python<'py>,
+        key: &str,
+        limit: &Bound<'py, PyAny>,
+        window: &Bound<'py, PyAny>,
+        cost: &Bound<'py, PyAny>,
+        algorithm: &str,
+        rule: Option<&str>,
+        burst: Option<&Bound<'py, PyAny>>,
+        buckets: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let a = RawCheck { key, limit, window, cost: Some(cost), algorithm, rule, burst, buckets }.read()?;
+        let engine = Arc::clone(&self.engine);
+        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            let c = on_limiter!(&*engine, l => l.charge(&a.key, &a.quota, a.cost).await);
+            Ok(Charged::new(c.map_err(|e| to_py(&e))?, a.quota))
+        })
+    }
+
+    /// Gives back up to `cost` of `key`'s most recent admissions (an estimate that was too
+    /// high); never below nothing.
+    #[pyo3(signature = (key, *, limit, window, cost, algorithm = "sliding_log", rule = None, burst = None, buckets = None))]
+    #[allow(clippy::too_many_arguments)] // Python's keyword arguments, each with its default
+    fn refund(
+        &self,
+        py: Python<'_>,
+        key: &str,
+        limit: &Bound<'_, PyAny>,
+        window: &Bound<'_, PyAny>,
+        cost: &Bound<'_, PyAny>,
+        algorithm: &str,
+        rule: Option<&str>,
+        burst: Option<&Bound<'_, PyAny>>,
+        buckets: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Refunded> {
+        let a = RawCheck { key, limit, window, cost: Some(cost), algorithm, rule, burst, buckets }.read()?;
+        let engine = &*self.engine;
+        let r = py.detach(|| on_limiter!(engine, l => runtime().block_on(l.refund(&a.key, &a.quota, a.cost))));
+        Ok(Refunded::new(r.map_err(|e| to_py(&e))?, a.quota))
+    }
+
+    /// `refund` as an awaitable.
+    #[pyo3(signature = (key, *, limit, window, cost, algorithm = "sliding_log", rule = None, burst = None, buckets = None))]
+    #[allow(clippy::too_many_arguments)] // Python's keyword arguments, each with its default
+    fn arefund<'py>(
+        &self,
+        py: Python<'py>,
+        key: &str,
+        limit: &Bound<'py, PyAny>,
+        window: &Bound<'py, PyAny>,
+        cost: &Bound<'py, PyAny>,
+        algorithm: &str,
+        rule: Option<&str>,
+        burst: Option<&Bound<'py, PyAny>>,
+        buckets: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let a = RawCheck { key, limit, window, cost: Some(cost), algorithm, rule, burst, buckets }.read()?;
+        let engine = Arc::clone(&self.engine);
+        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            let r = on_limiter!(&*engine, l => l.refund(&a.key, &a.quota, a.cost).await);
+            Ok(Refunded::new(r.map_err(|e| to_py(&e))?, a.quota))
         })
     }
 

@@ -40,3 +40,8 @@ def test_the_first_example_prints_its_decision(redis_server):
     # As shown, to the millisecond that passed between the first admission and the last check.
     shown = r"Decision\(allowed=False, limit=5, remaining=0, retry_after=(10\.0|9\.9\d+), reset_after=(10\.0|9\.9\d+), degraded=None\)\n"
     assert re.fullmatch(shown, printed), printed
+
+
+def test_the_charge_example_prints_what_it_says(redis_server):
+    [block] = [b for b in python_blocks("docs/python.md") if "limiter.charge(" in b]
+    assert run(block, redis_server.url) == "350 False 8650\n"

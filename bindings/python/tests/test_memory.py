@@ -124,3 +124,35 @@ def test_bad_keys_and_groups(limiter):
         Limiter.in_memory(max_keys=0)
     with pytest.raises(ValueError, match="one name per check"):
         limiter.check_all([one]).headers(["a", "b"])
+
+
+def test_charge_records_past_the_limit_and_refund_gives_back(limiter):
+    assert limiter.check("tpm", limit=1000, window="1m", cost=600).allowed
+    charged = limiter.charge("tpm", limit=1000, window="1m", cost=700)
+    assert (charged.recorded, charged.clamped) == (700, False)
+    assert not charged.decision.allowed and charged.decision.retry_after > 0, "over its limit now"
+    assert not limiter.check("tpm", limit=1000, window="1m")
+    refunded = limiter.refund("tpm", limit=1000, window="1m", cost=400)
+    assert refunded.refunded == 400
+    assert refunded.decision.allowed and refunded.decision.remaining == 100
+    clamped = limiter.charge("tpm", limit=1000, window="1m", cost=1000)
+    assert (clamped.recorded, clamped.clamped) == (1000, False)
+    clamped = limiter.charge("tpm", limit=1000, window="1m", cost=1000)
+    assert (clamped.recorded, clamped.clamped) == (100, True), "at twice the limit"
+    assert limiter.inspect("tpm", limit=1000, window="1m").count == 2000
+    assert limiter.refund("tpm", limit=1000, window="1m", cost=1000).refunded == 1000
+    assert limiter.refund("tpm", limit=1000, window="1m", cost=1000).refunded == 1000
+    assert limiter.refund("tpm", limit=1000, window="1m", cost=1).refunded == 0, "never below nothing"
+
+
+def test_charge_and_refund_refuse_what_a_check_refuses(limiter):
+    for cost in (0, 1001, -1, 2.5, "5"):
+        with pytest.raises(InvalidArgument):
+            limiter.charge("k", limit=1000, window="1m", cost=cost)
+        with pytest.raises(InvalidArgument):
+            limiter.refund("k", limit=1000, window="1m", cost=cost)
+    with pytest.raises(TypeError):
+        limiter.charge("k", limit=1000, window="1m")
+    with pytest.raises(InvalidArgument):
+        limiter.charge("", limit=10, window="1m", cost=1)
+    assert limiter.inspect("k", limit=1000, window="1m").count == 0, "nothing recorded"

@@ -162,3 +162,40 @@ def test_on_a_cluster(cluster):
     assert limiter.check_all(tagged).denied_by == 1
     with pytest.raises(InvalidArgument, match="different Redis Cluster slots"):
         limiter.check_all([dict(key="a", limit=1, window="1s"), dict(key="b", limit=1, window="1s")])
+
+
+def test_tokens_per_minute_from_64_tasks_sum_exactly(engine_server):
+    """Each task checks an estimate of 1,000 and settles what it used: the key then holds
+    exactly the tokens recorded, and once over its budget the user is denied."""
+    limiter = Limiter.redis(engine_server.url, timeout=5)
+    key, options = fresh(), dict(limit=20_000, window="1m")
+
+    async def task(i):
+        if not (await limiter.acheck(key, cost=1000, **options)).allowed:
+            return 0
+        used = 400 + (i * 733) % 1_900
+        if used > 1000:
+            charged = await limiter.acharge(key, cost=used - 1000, **options)
+            assert charged.clamped == (charged.recorded < used - 1000), "clamped only at twice the limit"
+            return 1000 + charged.recorded
+        assert (await limiter.arefund(key, cost=1000 - used, **options)).refunded == 1000 - used
+        return used
+
+    async def main():
+        return await asyncio.gather(*[task(i) for i in range(64)])
+
+    spent = sum(asyncio.run(main()))
+    assert limiter.inspect(key, **options).count == spent
+    assert spent >= 20_000 and not limiter.check(key, **options).allowed, "over budget: denied"
+    given_back = limiter.refund(key, cost=20_000, **options).refunded
+    given_back += limiter.refund(key, cost=20_000, **options).refunded
+    assert given_back == spent
+    assert limiter.check(key, **options).allowed, "all given back"
+
+
+def test_a_charge_lua_cannot_settle_raises_backend_error(redis_server):
+    from slidegate import BackendError
+
+    limiter = Limiter.redis(redis_server.url, engine="lua", timeout=2)
+    with pytest.raises(BackendError, match="sliding_window"):
+        limiter.charge(fresh(), limit=10, window="1m", cost=3, algorithm="sliding_window")

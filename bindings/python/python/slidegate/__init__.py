@@ -13,10 +13,12 @@ from ._slidegate import (
     MAX_LIMIT,
     MAX_LOG_LIMIT,
     MAX_RULE_LEN,
+    Charged,
     Decision,
     KeyState,
     Limiter,
     MultiDecision,
+    Refunded,
 )
 
 __all__ = [
@@ -27,10 +29,12 @@ __all__ = [
     "MAX_RULE_LEN",
     "BackendError",
     "BackendUnavailable",
+    "Charged",
     "Decision",
     "Error",
     "InvalidArgument",
     "KeyState",
     "Limiter",
     "MultiDecision",
+    "Refunded",
 ]
