@@ -192,10 +192,3 @@ def test_tokens_per_minute_from_64_tasks_sum_exactly(engine_server):
     assert given_back == spent
     assert limiter.check(key, **options).allowed, "all given back"
 
-
-def test_a_charge_lua_cannot_settle_raises_backend_error(redis_server):
-    from slidegate import BackendError
-
-    limiter = Limiter.redis(redis_server.url, engine="lua", timeout=2)
-    with pytest.raises(BackendError, match="sliding_window"):
-        limiter.charge(fresh(), limit=10, window="1m", cost=3, algorithm="sliding_window")

@@ -77,7 +77,7 @@ impl IntoResponse for ApiError {
 
 /// Only the backend failing (unreachable, slow: [`slidegate::Error::is_backend_failure`]) is a
 /// 503 and counts in `slidegate_backend_errors_total`; what the configured engine cannot do (a
-/// charge of some algorithms on Redis without slidegate's module) is a 501 `unsupported` saying
+/// charge of a warm-up rule on Redis without slidegate's module) is a 501 `unsupported` saying
 /// so; a backend that answered wrongly (a Redis error reply, a reply no script gives) is a 500
 /// `backend_error`, counted nowhere as degraded; everything else is about what the caller sent:
 /// a 400, never a 503.

@@ -350,32 +350,56 @@ async fn bad_input_is_refused_as_a_check_refuses_it_and_groups_settle_check_by_c
     assert_eq!(count(&client, server, "budget/g").await, 10_000);
 }
 
-/// What the Lua engine cannot charge (a sliding window counter, without slidegate's module) is
-/// answered as such, in slidegate's words, recording nothing: HTTP 501 `unsupported`, gRPC
-/// `UNIMPLEMENTED`. A check of the same rule still decides.
+/// What the Lua engine cannot charge (a warm-up, without slidegate's module) is answered as
+/// such, in slidegate's words, recording nothing: HTTP 501 `unsupported`. A check of the same
+/// rule still decides.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_the_lua_engine_cannot_charge_is_answered_unsupported_and_changes_nothing() {
     let redis = RedisServer::start();
     let rules = RulesFile::new(&format!(
-        "admin_token = \"t\"\n[backend]\n{}\n[[rules]]\nname = \"sw\"\nlimit = 10\nwindow = \"60s\"\nalgorithm = \"sliding_window\"\n",
+        "admin_token = \"t\"\n[backend]\n{}\n[[rules]]\nname = \"warm\"\nlimit = 10\nwindow = \"60s\"\nwarm_up = \"30s\"\n",
         on_redis(&redis, "lua")
     ));
-    let domain = "domain: llm\ncharge_over_limit: true\ndescriptors:\n  - key: user\n    rate_limit: { unit: minute, requests_per_unit: 10, algorithm: sliding_window }\n";
-    let envoy = Envoy::start(&[("llm.yaml", domain)], &["--config", rules.arg()]).await;
-    let (client, server) = (Client::new(), &envoy.server);
+    let server = Slidegate::serve(&["--config", rules.arg()]);
+    let client = Client::new();
     for path in ["/v1/charge", "/v1/refund"] {
-        let (status, v) = post(&client, &server.base, path, r#"{"rule":"sw","key":"x","cost":3}"#).await;
+        let (status, v) = post(&client, &server.base, path, r#"{"rule":"warm","key":"x","cost":2}"#).await;
         assert_eq!((status, v["error"]["code"].as_str()), (501, Some("unsupported")), "{path}: {v}");
         let message = v["error"]["message"].as_str().unwrap_or_default();
-        assert!(message.contains("sliding_window") && message.contains("module"), "{path}: {message}");
+        assert!(message.contains("warm-up") && message.contains("module"), "{path}: {message}");
     }
-    assert_eq!(count(&client, server, "sw/x").await, 0, "nothing charged");
-    let (_, v) = post(&client, &server.base, "/v1/check", r#"{"rule":"sw","key":"x","cost":3}"#).await;
-    assert_eq!((&v["allowed"], &v["remaining"]), (&json!(true), &json!(7)), "{v}");
+    assert_eq!(count(&client, &server, "warm/x").await, 0, "nothing charged");
+    let (_, v) = post(&client, &server.base, "/v1/check", r#"{"rule":"warm","key":"x","cost":2}"#).await;
+    assert_eq!(v["allowed"], true, "{v}");
+}
 
-    let mut grpc = envoy.client.clone();
-    let refused = grpc.should_rate_limit(request("llm", &[&[("user", "u")]], 3)).await.expect_err("not charged");
-    assert_eq!(refused.code(), tonic::Code::Unimplemented, "{refused}");
-    assert!(refused.message().contains("module"), "{refused}");
-    assert_eq!(count(&client, server, "envoy:llm/user=u").await, 0, "nothing charged");
+/// Every algorithm without a warm-up is charged and refunded by the Lua scripts: a sliding
+/// window counter's and a GCRA's charge past the limit is recorded, the key then denied; the
+/// refund brings it back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sliding_window_and_gcra_rules_are_charged_on_lua() {
+    let redis = RedisServer::start();
+    let rules = RulesFile::new(&format!(
+        "[backend]\n{}\n[[rules]]\nname = \"sw\"\nlimit = 10\nwindow = \"60s\"\nalgorithm = \"sliding_window\"\n\n[[rules]]\nname = \"g\"\nlimit = 10\nwindow = \"60s\"\nalgorithm = \"gcra\"\n",
+        on_redis(&redis, "lua")
+    ));
+    let server = Slidegate::serve(&["--config", rules.arg()]);
+    let client = Client::new();
+    for rule in ["sw", "g"] {
+        let body = format!(r#"{{"rule":"{rule}","key":"x","cost":10}}"#);
+        let (status, v) = post(&client, &server.base, "/v1/check", &body).await;
+        assert_eq!((status, &v["allowed"]), (200, &json!(true)), "{rule}: {v}");
+        let (status, v) = post(&client, &server.base, "/v1/charge", &body).await;
+        assert_eq!((status, &v["recorded"], &v["allowed"]), (200, &json!(10), &json!(false)), "{rule}: {v}");
+        let one = format!(r#"{{"rule":"{rule}","key":"x"}}"#);
+        assert_eq!(post(&client, &server.base, "/v1/check", &one).await.1["allowed"], false, "{rule}: over");
+        let (_, v) = post(&client, &server.base, "/v1/refund", &body).await;
+        assert_eq!(
+            (&v["refunded"], &v["allowed"], &v["remaining"]),
+            (&json!(10), &json!(true), &json!(0)),
+            "{rule}: {v}"
+        );
+        let (_, v) = post(&client, &server.base, "/v1/refund", &body).await;
+        assert_eq!((&v["refunded"], &v["remaining"]), (&json!(10), &json!(10)), "{rule}: {v}");
+    }
 }

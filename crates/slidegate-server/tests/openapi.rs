@@ -470,9 +470,11 @@ async fn every_endpoint_answers_as_the_openapi_document_says() {
     // On Redis: inline checks disabled, a charge the Lua scripts cannot settle, a backend that
     // answers wrongly, a backend gone.
     let mut redis = RedisServer::start();
-    let sw = "[[rules]]\nname = \"sw\"\nlimit = 5\nwindow = \"1m\"\nalgorithm = \"sliding_window\"\n";
-    let on_redis =
-        RulesFile::new(&format!("{RULES}\n{sw}\n[inline]\nenabled = false\n\n[backend]\nredis = {:?}\n", redis.url()));
+    let warm = "[[rules]]\nname = \"warm\"\nlimit = 5\nwindow = \"1m\"\nwarm_up = \"30s\"\n";
+    let on_redis = RulesFile::new(&format!(
+        "{RULES}\n{warm}\n[inline]\nenabled = false\n\n[backend]\nredis = {:?}\n",
+        redis.url()
+    ));
     let server = Slidegate::serve(&["--config", on_redis.arg(), "--max-overrides", "1"]);
     spec.hold(At::Operation("/readyz", "get"), None, &call(&server, "GET", "/readyz", None, None).await);
     let answer = call(&server, "PUT", "/v1/overrides/api/r1", Some(r#"{"limit":5}"#), Some("t")).await;
@@ -486,7 +488,7 @@ async fn every_endpoint_answers_as_the_openapi_document_says() {
     }
     for at in settle {
         let At::Operation(path, _) = at else { unreachable!("operations") };
-        spec.hold(at, None, &call(&server, "POST", path, Some(r#"{"rule":"sw","key":"a"}"#), None).await);
+        spec.hold(at, None, &call(&server, "POST", path, Some(r#"{"rule":"warm","key":"a"}"#), None).await);
     }
     let _: String = redis.query(&["SET", "slidegate:sms:{wrong}", "a string"]);
     spec.hold(check, None, &call(&server, "POST", "/v1/check", Some(r#"{"rule":"sms","key":"wrong"}"#), None).await);

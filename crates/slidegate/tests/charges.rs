@@ -2,7 +2,8 @@
 //! algorithm: each engine answers what the specification does (`slidegate::spec`, "Charges and
 //! refunds") — the standing decision, what was recorded, what was given back — and concurrent
 //! charges sum exactly: memory, the Lua scripts (`charge.lua`: fixed windows and GCRAs without
-//! warm-up; `charge_log.lua`: sliding logs without warm-up, both of their forms), slidegate's module (`SLIDEGATE.CHARGE`, `SLIDEGATE.REFUND`: everything), and a
+//! warm-up; `charge_log.lua`: sliding logs, in both of their forms; `sliding_window.lua`: sliding
+//! window counters; none with warm-up), slidegate's module (`SLIDEGATE.CHARGE`, `SLIDEGATE.REFUND`: everything), and a
 //! Redis Cluster on each.
 
 use std::time::Duration;
@@ -25,13 +26,12 @@ const ALL: [Algorithm; 4] = [
     Algorithm::Gcra { burst: None },
 ];
 
-/// What the Lua engine charges and refunds (`charge.lua`, `charge_log.lua`): the others answer
-/// `Error::Unsupported`.
-const ON_LUA: [Algorithm; 3] = [Algorithm::SlidingLog, Algorithm::FixedWindow, Algorithm::Gcra { burst: None }];
+/// What the Lua engine charges and refunds (`charge_log.lua`, `sliding_window.lua`,
+/// `charge.lua`), without warm-up: a warm-up answers `Error::Unsupported`.
+const ON_LUA: [Algorithm; 4] = ALL;
 
 fn on_lua(q: &Quota) -> bool {
-    matches!(q.algorithm(), Algorithm::SlidingLog | Algorithm::FixedWindow | Algorithm::Gcra { .. })
-        && q.warm_up().is_none()
+    q.warm_up().is_none()
 }
 
 async fn lua(server: &RedisServer, clock: &ManualClock) -> Limiter<RedisBackend> {
@@ -373,8 +373,8 @@ async fn a_refund_leaves_no_counted_entry_trusting_an_expiry_it_removed() {
 async fn what_lua_does_not_charge_yet_is_a_typed_error_that_changes_nothing() {
     let (server, clock) = (RedisServer::start(), ManualClock::new(0));
     let redis = lua(&server, &clock).await;
-    for algorithm in [Algorithm::SlidingWindow { buckets: 10 }] {
-        let q = quota(10, 60_000, algorithm);
+    for algorithm in ALL {
+        let q = quota(10, 60_000, algorithm).with_warm_up(Duration::from_secs(60), 0.5).expect("valid");
         assert!(matches!(redis.charge("k", &q, 3).await, Err(slidegate::Error::Unsupported(_))), "{algorithm}");
         assert!(matches!(redis.refund("k", &q, 3).await, Err(slidegate::Error::Unsupported(_))), "{algorithm}");
         assert_eq!(redis.inspect("k", &q).await.expect("inspect").count, 0, "{algorithm}");

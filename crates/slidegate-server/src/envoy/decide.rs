@@ -280,10 +280,6 @@ fn own_problem(e: &Error) -> Result<Outcome, Status> {
 /// The status of a backend's error: its code, a generic message and the request's id; the
 /// backend's own text goes to the log under that id ([`crate::request_id`]), never to Envoy.
 pub(super) fn backend_status(e: &Error) -> Status {
-    if let Error::Unsupported(_) = e {
-        // What the configured engine cannot do, in the limiter's own words.
-        return Status::unimplemented(e.to_string());
-    }
     let request_id = crate::request_id::current();
     tracing::warn!(request_id, "the backend failed: {}", crate::redact::redact(&e.to_string()));
     let (code, what) = match e.class() {

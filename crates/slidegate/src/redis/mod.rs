@@ -106,8 +106,8 @@ where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
     /// A charge or a refund by the module when the server has it, as a check chooses
-    /// ([`RedisEngine`]), or else by the Lua scripts for the quotas they serve (sliding logs,
-    /// fixed windows and GCRAs without warm-up; the others answer [`Error::Unsupported`]).
+    /// ([`RedisEngine`]), or else by the Lua scripts for every quota without warm-up (one with
+    /// a warm-up answers [`Error::Unsupported`]).
     async fn charge_or_refund(
         &self,
         key: &str,
@@ -122,7 +122,10 @@ where
         }
         let what = if charge { "charge" } else { "refund" };
         self.charge_script(key, quota, cost, charge).await?.ok_or_else(|| {
-            Error::Unsupported(format!("{what} of a {} quota on Redis without slidegate's module", quota.algorithm()))
+            Error::Unsupported(format!(
+                "{what} of a {} quota with a warm-up on Redis without slidegate's module",
+                quota.algorithm()
+            ))
         })
     }
 }

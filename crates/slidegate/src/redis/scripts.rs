@@ -193,6 +193,9 @@ where
                 ("g", [te, MAX_CHARGE_FACTOR * quota.burst() * te, cost])
             }
             (Algorithm::SlidingLog, None) => return self.charge_log(key, quota, cost, charge).await.map(Some),
+            (Algorithm::SlidingWindow { buckets }, None) => {
+                return self.charge_window(key, quota, buckets, cost, charge).await.map(Some);
+            }
             _ => return Ok(None),
         };
         let now = self.now_arg()?;
@@ -246,6 +249,32 @@ where
         let [now, count, oldest, newest, blocking, permits] = numbers[..] else { return Err(unexpected()) };
         let summary = spec::LogSummary { count, oldest, newest, blocking };
         Ok((summary.standing(now, limit, w), permits))
+    }
+
+    /// A charge or a refund of a sliding window counter by `sliding_window.lua`, which returns
+    /// the key's value after it: read here into the specification's state.
+    async fn charge_window(
+        &self,
+        key: &str,
+        quota: &Quota,
+        buckets: u32,
+        cost: u64,
+        charge: bool,
+    ) -> Result<(Decision, u64), Error> {
+        let now = self.now_arg()?.map_or_else(String::new, |now| now.to_string());
+        let n = u64::from(buckets);
+        let reply: redis::Value = self
+            .run_script(&scripts().sliding_window, &[(key, quota.algorithm())], |cmd| {
+                cmd.arg(quota.window_ms() / n).arg(n).arg(quota.limit()).arg(cost).arg(&now);
+                cmd.arg(if charge { "c" } else { "r" }).arg(MAX_CHARGE_FACTOR * quota.limit());
+            })
+            .await?;
+        let unexpected = || Error::UnexpectedReply(format!("{reply:?}"));
+        let (now, permits, value): (u64, u64, Vec<u8>) =
+            redis::from_redis_value_ref(&reply).map_err(|_| unexpected())?;
+        let counts = wire::window_counts(&value, quota.window_ms() / n).ok_or_else(unexpected)?;
+        let key = spec::Key { state: spec::State::Window(counts), warm_since: 0 };
+        Ok((key.standing(now, quota), permits))
     }
 
     /// One run of `check.lua` over `checks`: decided and recorded all or nothing, or, with

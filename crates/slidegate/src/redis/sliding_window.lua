@@ -15,6 +15,12 @@
 -- ARGV[1..4]  bucket ms (window / buckets, a whole number), buckets, limit, cost
 --          (1 <= cost <= limit)
 -- ARGV[5]  now in ms; absent or "" for Redis' own TIME (see sliding_log.lua)
+-- ARGV[6]  absent for a check; 'c' for a charge (src/spec.rs, "Charges and refunds": `cost`
+--          recorded into bucket j as an admission, up to ARGV[7], the most the key may hold,
+--          MAX_CHARGE_FACTOR times the limit) or 'r' for a refund (up to `cost` taken from the
+--          fully counted buckets, newest first); either then returns {now ms, permits recorded
+--          or given back, the value after (as GET returns it; "" when there is none)}, from
+--          which the caller computes the key's standing by the specification's own code.
 -- Returns  one integer when it stays below 2^53, with base = (buckets + 2) * bucket ms + 1
 --          (above any reset_after, retry_after or next_permit_after): admitted,
 --          (remaining * base + reset_after_ms) * base + next_permit_after_ms; denied,
@@ -130,6 +136,19 @@ end
 local weighted, base, ot, hs = j - n, (n + 2) * b + 1, o + t, 7 * o - 13
 -- Only buckets lo ..= t hold counts (none when the value is empty).
 local lo = t - #u + o
+local mode = ARGV[6]
+if mode == 'r' then
+  local left = cost
+  for k = t, math.max(weighted + 1, lo), -1 do
+    local taken = math.min(left, u[ot - k])
+    u[ot - k], left = u[ot - k] - taken, left - taken
+  end
+  if left < cost then
+    v = struct.pack((o == 3 and '<BI7' or '<BI7I7') .. string.rep('I4', #u - o + 1), unpack(u))
+    redis.call('SET', key, v, 'KEEPTTL')
+  end
+  return {now, cost - left, v or ''}
+end
 
 -- The full buckets' sum, the weighted bucket's count (0 when t is older) and the newest counted
 -- bucket with permits (the key holds nothing once it has left).
@@ -149,7 +168,16 @@ end
 
 local share = floor(old * (b - r) / b)
 local estimate = full + share
-local admit = estimate + cost <= limit
+local admit
+if mode then
+  cost = math.min(cost, math.max(ARGV[7] - estimate, 0))
+  admit = cost > 0
+  if not admit then
+    return {now, 0, v or ''}
+  end
+else
+  admit = estimate + cost <= limit
+end
 -- When remaining next grows (spec.rs): when the weighted bucket's share drops, or, when it adds
 -- nothing, 1 ms after the oldest counted bucket with permits (an admission's included) becomes
 -- the weighted one. Times are j * b + offset - now: now may lie before bucket j (see above).
@@ -200,6 +228,9 @@ if admit then
     else
       redis.call('SETRANGE', key, hs, packed)
     end
+  end
+  if mode then
+    return {now, cost, redis.call('GET', key)}
   end
   local remaining = limit - estimate - cost
   local reply = (remaining * base + reset) * base + next_ms

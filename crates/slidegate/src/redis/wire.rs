@@ -105,6 +105,32 @@ pub(super) fn sliding_window_base(quota: &Quota, buckets: u32) -> u64 {
     (n + 2) * (quota.window_ms() / n) + 1
 }
 
+/// A sliding window counter's value as `sliding_window.lua` writes it (docs/redis.md, "Sliding
+/// window counter": a kind byte, the newest bucket's start, [a warm-up start,] 4-byte counts
+/// newest first; little-endian) as the specification's counts, oldest first, buckets of `b` ms.
+/// Empty for "" (no value); `None` for any other shape.
+pub(super) fn window_counts(value: &[u8], b: u64) -> Option<Vec<(u64, u64)>> {
+    let Some(&kind) = value.first() else { return Some(Vec::new()) };
+    let head = match kind {
+        1 => 8,
+        2 => 15,
+        _ => return None,
+    };
+    let start = value.get(1..8)?.iter().rev().fold(0u64, |acc, &byte| acc << 8 | u64::from(byte));
+    let counts = value.get(head..).filter(|c| c.len() % 4 == 0)?;
+    let newest = start / b;
+    let mut out: Vec<(u64, u64)> = counts
+        .chunks_exact(4)
+        .zip(0..)
+        .filter_map(|(c, age)| {
+            Some((newest.checked_sub(age)?, u64::from(u32::from_le_bytes([c[0], c[1], c[2], c[3]]))))
+        })
+        .filter(|&(_, count)| count > 0)
+        .collect();
+    out.reverse();
+    Some(out)
+}
+
 /// Reads `sliding_window.lua`'s answer: one integer in `base` (`(remaining * base + reset) *
 /// base + next` when admitted, `-1 - (((remaining * base + reset) * base + retry) * base +
 /// next)` when denied), or, when that would not fit, the table `[remaining, reset, next]` or
