@@ -55,7 +55,7 @@ def commands(shape, shas):
         # backend guesses it once a run has started, look first for W1's denials, count first
         # ("") for W2's admissions
         "lua": ["EVALSHA", shas["ours"], 1, f"slidegate:{key}", "m__rand_int__", window, limit - 1,
-                -limit if shape == "W1" else ""],
+                limit if shape == "W1" else ""],
         "classic": ["EVALSHA", shas["classic"], 1, key, window, limit, "__rand_int__"],
     }
     if CELL:

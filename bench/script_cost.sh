@@ -82,7 +82,7 @@ bytes_file=$(mktemp)
 # order, the other shapes' admissions in the count-first order (ours_call).
 calls_for() { # shape key window limit -> the arrays classic_call, look_call, count_call, ours_call
   classic_call=(EVALSHA @CLASSIC@ 1 "$2" "$3" "$4" __rand_int__)
-  look_call=(EVALSHA @OURS@ 1 "$2" m__rand_int__ "$3" $(($4 - 1)) -"$4")
+  look_call=(EVALSHA @OURS@ 1 "$2" m__rand_int__ "$3" $(($4 - 1)) "$4")
   count_call=(EVALSHA @OURS@ 1 "$2" m__rand_int__ "$3" $(($4 - 1)) "")
   if [ "$1" = W1 ]; then ours_call=("${look_call[@]}"); else ours_call=("${count_call[@]}"); fi
 }

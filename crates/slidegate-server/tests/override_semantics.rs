@@ -1,7 +1,8 @@
 //! What an override means, through the real binary on each engine (memory, Redis Lua, Redis
 //! module): on a GCRA it bounds the burst, every route reports the limit decisions use, keys
-//! no check can use are refused, and a `share_threshold` descriptor's shared counter is what a
-//! reset acts on while an override of it is refused.
+//! no check can use are refused, a lowered sliding log denies until enough leave (and says when
+//! the first does), one raised past 256 still expires, and a `share_threshold` descriptor's
+//! shared counter is what a reset acts on while an override of it is refused.
 
 mod support;
 
@@ -22,6 +23,9 @@ algorithm = "gcra"
 burst = 20
 tiers = { big = { limit = 30 } }
 "#;
+
+/// `search`, a sliding log of 12 per 10 s.
+const SEARCH: &str = "[[rules]]\nname = \"search\"\nlimit = 12\nwindow = \"10s\"\n";
 
 /// Runs `case(engine, backend)` on each engine in turn, `backend` the rules file's
 /// `[backend]` section (empty: memory).
@@ -95,6 +99,54 @@ async fn an_override_on_a_gcra_bounds_its_burst_and_every_route_reports_that_lim
         assert_eq!((&v["limit"], &v["burst"]), (&json!(1), &json!(3)), "{engine}: {v}");
     })
     .await;
+}
+
+/// An override lowering a sliding log's limit below what a key holds: the key is denied until
+/// enough admissions leave, and a denial says the next permit comes when the oldest leaves,
+/// before the one that blocks the request (six admissions at 0 ms and six at ~400 ms, then a
+/// limit of 4: the request waits for the eighth oldest).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lowered_sliding_log_denies_until_enough_leave_and_says_when_the_first_does() {
+    on_each_engine(async |engine, backend| {
+        let (server, _rules) = serve(backend, SEARCH, &[]);
+        let client = Client::new();
+        let body = json!({"rule": "search", "key": "k"});
+        for batch in 0..2 {
+            let answers = at_once(&server, &body, 6).await;
+            assert!(answers.iter().all(|v| v["allowed"] == true), "{engine}, batch {batch}: {answers:?}");
+            tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+        }
+        let lowered = json!({"limit": 4});
+        assert_eq!(admin(&client, "PUT", server.url("/v1/overrides/search/k"), Some(lowered)).await.0, 200);
+        for _ in 0..2 {
+            let (status, _, v) = check(&client, &server, &body).await;
+            assert_eq!((status, &v["allowed"], &v["limit"]), (200, &json!(false), &json!(4)), "{engine}: {v}");
+            let (retry, next) = (v["retry_after_ms"].as_u64(), v["next_permit_after_ms"].as_u64());
+            let (retry, next) = (retry.expect("a retry"), next.expect("a next permit"));
+            assert!(next + 300 <= retry && retry <= 10_000, "{engine}: the oldest leaves first: {v}");
+        }
+    })
+    .await;
+}
+
+/// An override raising a sliding log's limit above 256: the Lua scripts rewrite the key's
+/// per-permit members as counted entries on its next check, and when that check is denied the
+/// key still expires (it would otherwise hold its entries until some admission came).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sliding_log_raised_past_256_and_denied_still_expires() {
+    let redis = RedisServer::start();
+    let (server, _rules) = serve(&format!("[backend]\nredis = \"{}\"\n", redis.url()), SEARCH, &[]);
+    let client = Client::new();
+    let body = json!({"rule": "search", "key": "k"});
+    assert!(at_once(&server, &body, 5).await.iter().all(|v| v["allowed"] == true));
+    let raised = json!({"limit": 1_000});
+    assert_eq!(admin(&client, "PUT", server.url("/v1/overrides/search/k"), Some(raised)).await.0, 200);
+    let (_, _, v) = check(&client, &server, &json!({"rule": "search", "key": "k", "cost": 1_000})).await;
+    assert_eq!((&v["allowed"], &v["remaining"]), (&json!(false), &json!(995)), "{v}");
+    let first: Vec<String> = redis.query(&["ZRANGE", "slidegate:search:{k}", "0", "0"]);
+    assert!(first[0].starts_with('c'), "counted entries now: {first:?}");
+    let ttl: i64 = redis.query(&["PTTL", "slidegate:search:{k}"]);
+    assert!((1..=10_000).contains(&ttl), "the key expires in {ttl} ms");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -12,8 +12,8 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use slidegate::spec::Key;
 use slidegate::{
-    Algorithm, Backend, Charged, Decision, FailurePolicy, Limiter, MAX_CHARGE_FACTOR, ManualClock, MemoryBackend,
-    Quota, RedisBackend, RedisEngine, Refunded,
+    Algorithm, Backend, Charged, Check, Decision, FailurePolicy, Limiter, MAX_CHARGE_FACTOR, ManualClock,
+    MemoryBackend, Quota, RedisBackend, RedisEngine, Refunded,
 };
 use slidegate_testkit::{RedisCluster, RedisServer};
 
@@ -343,6 +343,41 @@ async fn lua_sliding_logs_change_form_and_still_agree_with_the_spec() {
     assert_eq!(redis.check("k", &small).await.expect("check"), key.check(now + 1, &small, 1));
 }
 
+/// A key a charge left over its limit, then checked in a group (`check.lua`, also on the
+/// module): the group is denied by that key, charges nothing anywhere, and is admitted again
+/// once the charge has left (a window and a bucket on), as in memory; sliding logs in both forms (a limit of
+/// 20 kept per permit until the charge, a limit of 300 counted from the start).
+#[tokio::test]
+async fn a_group_reads_a_key_that_a_charge_left_over_its_limit() {
+    let (server, clock) = (RedisServer::start_with_module(&[]), ManualClock::new(0));
+    let memory = Limiter::new(MemoryBackend::with_clock(clock.clone()));
+    let (lua, module) = (lua(&server, &clock).await, on_engine(&server, &clock, RedisEngine::Module).await);
+    let mut quotas: Vec<Quota> = ON_LUA.iter().map(|&a| quota(20, 10_000, a)).collect();
+    quotas.push(quota(300, 10_000, Algorithm::SlidingLog));
+    for (i, q) in quotas.iter().enumerate() {
+        let (over, other) = (format!("over{i}"), format!("other{i}"));
+        let group = [Check { key: &over, quota: *q, cost: 1 }, Check { key: &other, quota: *q, cost: 1 }];
+        clock.set_ms(EPOCH_2026);
+        for cost in [q.limit(), q.limit() - 5] {
+            let expected = memory.charge(&over, q, cost).await.expect("charge");
+            for (name, limiter) in [("lua", &lua), ("module", &module)] {
+                let charged = limiter.charge(&format!("{name}:{over}"), q, cost).await.expect("charge");
+                assert_eq!(charged, expected, "{name}, {q:?}");
+            }
+        }
+        for t in [100, 5_000, 11_050] {
+            clock.set_ms(EPOCH_2026 + t);
+            let expected = memory.check_all(&group).await.expect("group");
+            assert_eq!(expected.allowed, t > 11_000, "{q:?} at {t}");
+            for (name, limiter) in [("lua", &lua), ("module", &module)] {
+                let (o, p) = (format!("{name}:{over}"), format!("{name}:{other}"));
+                let theirs = [Check { key: &o, ..group[0] }, Check { key: &p, ..group[1] }];
+                assert_eq!(limiter.check_all(&theirs).await.expect("group"), expected, "{name}, {q:?} at {t}");
+            }
+        }
+    }
+}
+
 /// Whether the sliding log `k` holds counted entries (counted_log.lua's `c…` members).
 fn counted(server: &RedisServer) -> bool {
     let first: Vec<String> = server.query(&["ZRANGE", "slidegate:k", "0", "0"]);
@@ -367,6 +402,30 @@ async fn a_refund_leaves_no_counted_entry_trusting_an_expiry_it_removed() {
     let ttl: i64 = server.query(&["PTTL", "slidegate:k"]);
     assert!(ttl >= 60_000, "the entry just admitted lives a window; the key expires in {ttl} ms");
     assert_eq!(redis.inspect("k", &q).await.expect("inspect").count, 2);
+}
+
+/// A per-permit key rewritten as counted entries keeps an expiry whichever script rewrites it
+/// and whatever it then decides: a check that a raised limit sends to `counted_log.lua` and
+/// denies, a charge under a lowered limit that records nothing. A key without one would hold
+/// its entries until the next admission, if any ever came.
+#[tokio::test]
+async fn a_key_rewritten_as_counted_entries_still_expires() {
+    let server = RedisServer::start();
+    let redis =
+        Limiter::new(RedisBackend::connect(&server.url()).await.expect("connect").with_engine(RedisEngine::Lua));
+    let log = |limit| quota(limit, 60_000, Algorithm::SlidingLog);
+    let expiry = |key: &str| -> i64 { server.query(&["PTTL", &format!("slidegate:{key}")]) };
+
+    assert!(redis.check_cost("raised", &log(10), 5).await.expect("check").allowed);
+    assert!(!redis.check_cost("raised", &log(1_000), 1_000).await.expect("check").allowed);
+    assert!(redis.charge("lowered", &log(10), 10).await.expect("charge").decision.allowed);
+    let c = redis.charge("lowered", &log(4), 1).await.expect("charge");
+    assert_eq!((c.recorded, c.clamped), (0, true), "already past twice the lowered limit");
+    for key in ["raised", "lowered"] {
+        let first: Vec<String> = server.query(&["ZRANGE", &format!("slidegate:{key}"), "0", "0"]);
+        assert!(first[0].starts_with('c'), "{key}: rewritten as counted entries, {first:?}");
+        assert!((1..=60_000).contains(&expiry(key)), "{key}: expires in {} ms", expiry(key));
+    }
 }
 
 #[tokio::test]

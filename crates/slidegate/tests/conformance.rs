@@ -221,6 +221,51 @@ async fn named_edge_cases_agree() {
     }
 }
 
+/// A limit changed under a key, as an override or an edited rule does: a key lowered below what
+/// it holds denies until enough leave, and its answers — `next_permit_after` too, which waits
+/// for the oldest live entry, not the one that blocks — are the specification's, on every
+/// engine and in both orders of the sliding-log script; raised across 256, where the Lua
+/// scripts change form, and lowered back, too.
+#[tokio::test]
+async fn a_limit_changed_under_a_key_agrees() {
+    async fn run<B: slidegate::Backend>(
+        limiter: &Limiter<B>,
+        clock: &ManualClock,
+        key: &str,
+        steps: &[(u64, Quota, u64)],
+    ) -> Vec<Decision> {
+        let mut out = Vec::new();
+        for &(t, q, cost) in steps {
+            clock.set_ms(EPOCH_2026 + t);
+            out.push(limiter.check_cost(key, &q, cost).await.expect("check"));
+        }
+        out
+    }
+    let b = Backends::start().await;
+    let log = |limit| quota(limit, 10_000, Algorithm::SlidingLog);
+    let (ten, four, large) = (log(10), log(4), log(300));
+    let steps: Vec<(u64, Quota, u64)> = (0..10)
+        .map(|i| (i * 100, ten, 1))
+        .chain([(1_000, four, 1), (1_500, four, 2), (3_000, ten, 1), (5_000, large, 250)])
+        .chain([(10_050, four, 1), (10_450, four, 3), (15_100, four, 1), (15_200, ten, 1)])
+        .collect();
+    let mut key = Key::new(Algorithm::SlidingLog);
+    let expected: Vec<Decision> = steps.iter().map(|&(t, q, cost)| key.check(EPOCH_2026 + t, &q, cost)).collect();
+    let got = [
+        ("memory", run(&b.memory, &b.clock, "changed", &steps).await),
+        ("Lua", run(&b.redis, &b.clock, "changed", &steps).await),
+        ("Lua, expecting denials", run(&b.redis_orders[0], &b.clock, "changed:probe", &steps).await),
+        ("Lua, expecting admissions", run(&b.redis_orders[1], &b.clock, "changed:count", &steps).await),
+        ("module", run(&b.module, &b.clock, "changed", &steps).await),
+    ];
+    assert!(!expected[10].allowed && expected[10].next_permit_after < expected[10].retry_after.expect("denied"));
+    for (name, decisions) in got {
+        for (i, (d, e)) in decisions.iter().zip(&expected).enumerate() {
+            assert_eq!(d, e, "{name} differs from spec at #{i}, {:?}", steps[i]);
+        }
+    }
+}
+
 /// Sliding logs of limits above 256, which the Lua scripts keep as counted entries (one per
 /// admission, whatever its cost): token-sized costs, many admissions in one millisecond, a
 /// denial whose room comes only once many small entries have left (found by a search among

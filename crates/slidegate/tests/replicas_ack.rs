@@ -2,7 +2,8 @@
 //! module) and under Sentinel: an admission is answered once the replica holds it — its
 //! sorted set on the replica counts it at the moment the caller hears of it — a denial needs no
 //! replica, and with the replica killed an admission is a backend failure
-//! (`Error::ReplicasAck`) that the failure policy answers, in time.
+//! (`Error::ReplicasAck`) that the failure policy answers, in time. Charges and refunds, which
+//! write as admissions do, alike.
 
 use std::time::{Duration, Instant};
 
@@ -37,20 +38,28 @@ async fn acknowledged_then_refused<C>(
     assert_eq!(backend.replicas_ack(), 1);
     let quota = Quota::per_minute(3).expect("valid");
     let redis_key = backend.redis_key("k", quota.algorithm());
+    // Acknowledged means applied on the replica: read there at once, the scripts' sorted set
+    // counts them all (the module's key, of its own type, is there).
+    let on_replica = |redis_key: &str, permits: u64| -> u64 {
+        match replica.query::<String>(&["TYPE", redis_key]).as_str() {
+            "zset" => replica.query(&["ZCARD", redis_key]),
+            "none" => 0,
+            _ => permits,
+        }
+    };
     for admitted in 1..=3 {
         let d = backend.check("k", &quota, 1).await.expect("admitted");
         assert!(d.allowed, "{name}: admission {admitted}");
-        // Acknowledged means applied on the replica: read there at once, the scripts' sorted set
-        // counts them all (the module's key, of its own type, is there).
-        let on_replica: u64 = match replica.query::<String>(&["TYPE", &redis_key]).as_str() {
-            "zset" => replica.query(&["ZCARD", &redis_key]),
-            "none" => 0,
-            _ => admitted,
-        };
-        assert_eq!(on_replica, admitted, "{name}: what the replica holds");
+        assert_eq!(on_replica(&redis_key, admitted), admitted, "{name}: what the replica holds");
     }
     let group = [Check { key: "g", quota, cost: 1 }, Check { key: "h", quota, cost: 1 }];
     assert!(backend.check_all(&group).await.expect("group admitted").allowed, "{name}: a group");
+    // A charge and a refund change the key as an admission does: acknowledged alike.
+    let charged_key = backend.redis_key("c", quota.algorithm());
+    assert_eq!(backend.charge("c", &quota, 2).await.expect("charged").recorded, 2, "{name}");
+    assert_eq!(on_replica(&charged_key, 2), 2, "{name}: the charge on the replica");
+    assert_eq!(backend.refund("c", &quota, 1).await.expect("refunded").refunded, 1, "{name}");
+    assert_eq!(on_replica(&charged_key, 1), 1, "{name}: the refund on the replica");
     replica.kill();
     // A denial records nothing a failover could lose: answered without the replica.
     let d = backend.check("k", &quota, 1).await.expect("denied without a WAIT");
@@ -67,6 +76,10 @@ async fn acknowledged_then_refused<C>(
     assert!(refused.as_ref().is_err_and(Error::is_backend_failure), "{name}: a backend failure");
     let refused = backend.check_all(&group.map(|c| Check { key: "other", ..c })[..1]).await;
     assert!(matches!(refused, Err(Error::ReplicasAck { .. })), "{name}: a group too: {refused:?}");
+    let charged = backend.charge("c", &quota, 1).await;
+    assert!(matches!(charged, Err(Error::ReplicasAck { .. })), "{name}: a charge too: {charged:?}");
+    let refunded = backend.refund("c", &quota, 2).await;
+    assert!(matches!(refunded, Err(Error::ReplicasAck { .. })), "{name}: a refund too: {refunded:?}");
     let limiter = Limiter::new(backend).with_failure_policy(FailurePolicy::FailClosed);
     let d = limiter.check("fresh-2", &quota).await.expect("the policy answers");
     assert_eq!((d.allowed, d.degraded), (false, Some(FailurePolicy::FailClosed)), "{name}");

@@ -13,17 +13,18 @@
 -- Returns  {now ms, permits in the window after, the oldest and the newest of their times, the
 --          time of the permit at index count - limit from the oldest when count > limit (else 0),
 --          permits recorded or given back}
---          The status 'PERMITS' when a charge finds per-permit members under a limit above 256,
---          or would leave them over the limit: nothing recorded; the caller has counted_log.lua
---          convert the key and calls again. sliding_log.lua relies on a per-permit key holding
---          no more than its limit (its denial of one permit then waits for the oldest entry);
---          counted_log.lua decides a key over its limit as any other.
+-- A charge that finds per-permit members under a limit above 256, or would leave them over the
+-- limit, first rewrites them as counted entries, one of weight 1 per member, in the same call:
+-- sliding_log.lua relies on a per-permit key holding no more than its limit (its denial of one
+-- permit then waits for the oldest entry); counted_log.lua decides a key over its limit as any
+-- other.
 -- Cluster  touches KEYS[1] only.
 --
 -- Bounded work: a per-permit key holds at most its limit (<= 256) live members and a call
--- writes at most that many; a counted charge writes one entry and drops at most 256 expired
--- ones; a counted refund removes a suffix of entries by rank and rewrites at most one; finding
--- an entry by its permits is a binary search by rank (about 17 reads at MAX_LOG_LIMIT entries).
+-- writes, or rewrites, at most that many; a counted charge writes one entry and drops at most
+-- 256 expired ones; a counted refund removes a suffix of entries by rank and rewrites at most
+-- one; finding an entry by its permits is a binary search by rank (about 17 reads at
+-- MAX_LOG_LIMIT entries).
 local key = KEYS[1]
 local now_s = ARGV[7]
 local server_time = not now_s or now_s == ''
@@ -53,36 +54,48 @@ else
   counted = limit > 256 or (charge and math.min(cost, full) > limit)
 end
 
+local count, permits
 if not counted then
   redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt('%d', edge))
-  local count = redis.call('ZCARD', key)
-  local permits
-  if charge then
-    permits = math.max(math.min(cost, full - count), 0)
-    if limit > 256 or count + permits > limit then
-      return redis.status_reply('PERMITS')
-    end
+  count = redis.call('ZCARD', key)
+  if not charge then
+    permits = math.min(cost, count)
     if permits > 0 then
-      local stamp, args = fmt('%d', now), {}
+      redis.call('ZREMRANGEBYRANK', key, fmt('%d', -permits), '-1')
+    end
+    count = count - permits
+  else
+    permits = math.max(math.min(cost, full - count), 0)
+    local args = {}
+    if limit > 256 or count + permits > limit then
+      -- Rewritten as counted entries; the charge is then recorded as for any counted key.
+      for i, m in ipairs(redis.call('ZRANGE', key, '0', '-1')) do
+        local t, seq = match(m, '^%d+'), fmt('%d', i)
+        args[2 * i - 1] = t
+        args[2 * i] = fmt('c%s:%s%s:1:%d:%s', t, string.char(96 + #seq), seq, i, ARGV[1])
+      end
+      counted, newest = true, args[#args]
+      redis.call('ZREMRANGEBYRANK', key, '0', '-1')
+    elseif permits > 0 then
+      local stamp = fmt('%d', now)
       for i = 1, permits do
         args[2 * i - 1] = stamp
         args[2 * i] = fmt('%s:%s:%d', stamp, ARGV[1], i)
       end
+      count = count + permits
+    end
+    if #args > 0 then
       redis.call('ZADD', key, unpack(args))
+      -- Every member written is in the window from now on: it leaves within a window.
       if server_time then
         redis.call('PEXPIRE', key, ARGV[2])
       else
         redis.call('PEXPIRE', key, fmt('%d', window + 60000))
       end
     end
-    count = count + permits
-  else
-    permits = math.min(cost, count)
-    if permits > 0 then
-      redis.call('ZREMRANGEBYRANK', key, fmt('%d', -permits), '-1')
-    end
-    count = count - permits
   end
+end
+if not counted then
   if count == 0 then
     return {now, 0, 0, 0, 0, permits}
   end

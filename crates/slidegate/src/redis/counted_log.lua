@@ -17,8 +17,6 @@
 -- ARGV[2]  window in ms
 -- ARGV[3]  limit, ARGV[4] cost (1 <= cost <= limit <= MAX_LOG_LIMIT, checked by the caller)
 -- ARGV[5]  now in ms; absent or "" for Redis' own TIME (see sliding_log.lua)
--- ARGV[6]  'convert': only rewrite a key of per-permit members as counted entries (for
---          charge_log.lua), decide nothing, and answer the status 'CONVERTED'; else absent
 -- Returns  what sliding_log.lua returns, in the same encodings (wire.rs reads both alike).
 -- Cluster  touches KEYS[1] only.
 --
@@ -92,11 +90,10 @@ if newest then
     newest = redis.call('ZRANGE', key, '-1', '-1')[1]
     if newest then
       nt_s, nseq, ncum = match(newest, '^c(%d+):%a(%d+):%d+:(%d+):')
+      -- DEL took the expiry, and a denial sets none: every entry left leaves within a window.
+      redis.call('PEXPIRE', key, fmt('%d', window + (server_time and 0 or 60000)))
     end
   end
-end
-if ARGV[6] == 'convert' then
-  return redis.status_reply('CONVERTED')
 end
 
 -- The live entries: their permits, the oldest one's fields, and the expired entries before it.

@@ -215,35 +215,18 @@ where
         Ok(Some((key.standing(now, quota), number(permits)?)))
     }
 
-    /// A charge or a refund of a sliding log by `charge_log.lua`; a key of per-permit members
-    /// that a charge would leave over its limit (or under a limit above
-    /// [`MAX_PER_PERMIT_LIMIT`]) is first converted to counted entries by `counted_log.lua`.
+    /// A charge or a refund of a sliding log by `charge_log.lua`, which first rewrites a key of
+    /// per-permit members as counted entries when the charge would leave it over its limit (or
+    /// its limit is above [`MAX_PER_PERMIT_LIMIT`]).
     async fn charge_log(&self, key: &str, quota: &Quota, cost: u64, charge: bool) -> Result<(Decision, u64), Error> {
         let (member, now) = (self.members.next(), self.now_arg()?);
         let (limit, w) = (quota.limit(), quota.window_ms());
-        let keys = [(key, Algorithm::SlidingLog)];
-        // Both scripts take "" for Redis' own clock.
-        let now_arg = now.map_or_else(String::new, |now| now.to_string());
-        let run = || {
-            self.run_script::<redis::Value>(&scripts().charge_log, &keys, |cmd| {
+        let reply: redis::Value = self
+            .run_script(&scripts().charge_log, &[(key, Algorithm::SlidingLog)], |cmd| {
                 cmd.arg(&member).arg(w).arg(limit).arg(cost).arg(if charge { "c" } else { "r" });
-                cmd.arg(MAX_CHARGE_FACTOR * limit).arg(&now_arg);
+                cmd.arg(MAX_CHARGE_FACTOR * limit).arg(now.map_or_else(String::new, |now| now.to_string()));
             })
-        };
-        let mut reply = run().await?;
-        // Converted, a key stays counted until it is empty: another round only when, emptied
-        // in between, it was written per permit again.
-        for _ in 0..2 {
-            if !matches!(&reply, redis::Value::SimpleString(s) if s == "PERMITS") {
-                break;
-            }
-            let _: redis::Value = self
-                .run_script(&scripts().counted_log, &keys, |cmd| {
-                    cmd.arg(&member).arg(w).arg(limit).arg(1).arg(&now_arg).arg("convert");
-                })
-                .await?;
-            reply = run().await?;
-        }
+            .await?;
         let unexpected = || Error::UnexpectedReply(format!("{reply:?}"));
         let numbers: Vec<u64> = redis::from_redis_value_ref(&reply).map_err(|_| unexpected())?;
         let [now, count, oldest, newest, blocking, permits] = numbers[..] else { return Err(unexpected()) };

@@ -5,8 +5,8 @@
 -- ARGV[1]  id: unique per call across all clients (the client's random id + a counter)
 -- ARGV[2]  window in ms
 -- ARGV[3]  limit - cost (1 <= cost <= limit, checked by the caller)
--- ARGV[4]  the order to take: -(limit - cost + 1), the index from the newest entry of the entry
---          that blocks, to look at that entry first (the caller expects a denial); "" to count
+-- ARGV[4]  the order to take: limit - cost + 1, to look first (the caller expects a denial) at
+--          the entry that blocks, ARGV[3] from the newest, and the one before it; "" to count
 --          the set first (it expects an admission)
 -- ARGV[5]  now in ms; absent or "" for Redis' own TIME (so application servers with skewed
 --          clocks share one window; scripts replicate their effects since Redis 5, so reading
@@ -21,8 +21,9 @@
 --            -1 - (reset_after_ms * (window + 1) + retry_after_ms), below 2^53 so exact;
 --          denied otherwise: {remaining, reset_after_ms, retry_after_ms, next_permit_after_ms}.
 --          The status 'COUNTED' when the key holds counted entries (see below); nothing decided.
---          A denial's next_permit_after is its retry_after when cost is 1 (the oldest entry
---          blocks it).
+--          A packed denial's next_permit_after is its retry_after: with cost 1 the oldest live
+--          entry blocks, unless the key holds more than its limit (a limit lowered since), when
+--          the table answers it.
 -- Cluster  touches KEYS[1] only.
 --
 -- An entry with score <= now - window has left the window; the expired entries are a prefix of
@@ -72,14 +73,18 @@ end
 local window = tonumber(ARGV[2])
 local edge = now - window
 
-local n, blocking
+-- The blocking entry, `room` from the newest, and the one before it: with that one, the key
+-- holds more than its limit (a limit lowered since it was written), and a live entry older
+-- than the blocking one may leave first.
+local n, blocking, over
 if ARGV[4] ~= '' then
-  blocking = redis.call('ZRANGE', key, ARGV[4], ARGV[4])[1]
+  local got = redis.call('ZRANGE', key, ARGV[3], ARGV[4], 'REV')
+  blocking, over = got[1], got[2] ~= nil
 else
   n = redis.call('ZCARD', key)
-  if n > tonumber(ARGV[3]) then
-    local at = string.format('%d', -1 - ARGV[3])
-    blocking = redis.call('ZRANGE', key, at, at)[1]
+  local room = tonumber(ARGV[3])
+  if n > room then
+    blocking, over = redis.call('ZRANGE', key, ARGV[3], ARGV[3], 'REV')[1], n > room + 1
   end
 end
 if blocking then
@@ -91,9 +96,11 @@ if blocking then
     -- With cost 1 a denial means the window holds `limit` or more: nothing remains.
     local remaining, retry = 0, blocking + window - now
     local next_ms = retry
-    if ARGV[6] then
+    if ARGV[6] or over then
       local after_edge = string.format('(%d', edge)
-      remaining = math.max(ARGV[7] - redis.call('ZCOUNT', key, after_edge, '+inf'), 0)
+      if ARGV[6] then
+        remaining = math.max(ARGV[7] - redis.call('ZCOUNT', key, after_edge, '+inf'), 0)
+      end
       local oldest = redis.call('ZRANGE', key, after_edge, '+inf', 'BYSCORE', 'LIMIT', 0, 1)[1]
       next_ms = tonumber(string.match(oldest, '^%d+')) + window - now
     end
@@ -106,7 +113,7 @@ if blocking then
     else
       reset = tonumber(string.match(redis.call('ZRANGE', key, '-1', '-1')[1], '^%d+')) + window - now
     end
-    if not ARGV[6] and window <= 94906264 and reset >= 0 and reset <= window and retry <= window then
+    if not ARGV[6] and not over and window <= 94906264 and reset >= 0 and reset <= window and retry <= window then
       return -1 - (reset * (window + 1) + retry)
     end
     return {remaining, reset, retry, next_ms}

@@ -10,7 +10,8 @@ use redis::{Cmd, Value};
 use crate::{Algorithm, Check, Decision, Error, KeyState, KeyTimeline, MultiDecision, Quota};
 
 /// Appends `sliding_log.lua`'s ARGV for `cost` permits of `quota`: `member`, the window,
-/// `limit - cost`, the order (`expect_denial`: the blocking entry's index, looked at first),
+/// `limit - cost`, the order (`expect_denial`: the reverse rank past the blocking entry's, to
+/// look at it first),
 /// `now` when the caller's clock decides, and cost and limit when the cost is above 1.
 pub(super) fn sliding_log_args(
     cmd: &mut Cmd,
@@ -25,7 +26,7 @@ pub(super) fn sliding_log_args(
     let room = limit - cost;
     cmd.arg(member).arg(quota.window_ms()).arg(room);
     if expect_denial {
-        cmd.arg(-i64::try_from(room).unwrap_or(i64::MAX) - 1);
+        cmd.arg(room + 1);
     } else {
         cmd.arg("");
     }
@@ -56,7 +57,7 @@ pub(super) fn counted_log_args(cmd: &mut Cmd, member: &str, quota: &Quota, cost:
 
 /// Reads `sliding_log.lua`'s (and `counted_log.lua`'s) answer: an admission packed into one integer >= 0; a denial
 /// packed into one negative integer (its `next_permit_after` is its `retry_after`: one permit
-/// waits for the oldest admission), or `[remaining, reset_after, retry_after,
+/// waits for the oldest live admission; the script packs no other), or `[remaining, reset_after, retry_after,
 /// next_permit_after]`.
 pub(super) fn parse_sliding_log(reply: &Value, limit: u64, window: u64) -> Result<Decision, Error> {
     let unexpected = || Error::UnexpectedReply(format!("{reply:?}"));
@@ -421,7 +422,11 @@ mod tests {
         assert_eq!(words(&cmd)[1..], ["m1", "1000", "9", ""], "cost 1 on Redis' clock: no now, no cost");
         let mut cmd = redis::cmd("EVALSHA");
         sliding_log_args(&mut cmd, "m1", &q, 1, true, Some(5));
-        assert_eq!(words(&cmd)[1..], ["m1", "1000", "9", "-10", "5"], "the blocking entry is the 10th newest");
+        assert_eq!(
+            words(&cmd)[1..],
+            ["m1", "1000", "9", "10", "5"],
+            "the blocking entry and the one before it: the 10th and 11th newest"
+        );
         let mut cmd = redis::cmd("EVALSHA");
         sliding_log_args(&mut cmd, "m1", &q, 3, false, None);
         assert_eq!(words(&cmd)[1..], ["m1", "1000", "7", "", "", "3", "10"], "a cost above 1 keeps now's place");
