@@ -71,7 +71,7 @@ fn main() {
         );
     }
     let bodies: Vec<Bytes> = (0..KEYS).map(|i| Bytes::from(format!(r#"{{"rule":"api","key":"user-{i}"}}"#))).collect();
-    let mut router = slidegate_server::api::router(Arc::new(app));
+    let mut router = slidegate_server::routes::router(Arc::new(app));
     let _guard = runtime.enter();
     let answered = decide_all(&mut router, &bodies, decisions);
     println!("{loaded}: {decisions} decisions, {answered} answered 200");

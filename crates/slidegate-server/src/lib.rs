@@ -9,6 +9,7 @@
 //! - [`backend`]: [`backend::AnyBackend`], the memory or Redis backend chosen at start.
 //! - [`app`]: the shared state — limiter and live rules, swapped whole on reload.
 //! - [`api`]: the HTTP routes, JSON bodies, RateLimit headers and error answers.
+//! - [`routes`]: every HTTP route, assembled from the surfaces, and the dispatch the listener calls.
 //! - [`server`]: `serve` — bind, graceful shutdown.
 //! - [`watch`]: reloads on a change of the rules file or the Envoy directory, and on SIGHUP.
 //! - [`http`]: the HTTP listener — header-read and request deadlines, the connection cap.
@@ -56,6 +57,7 @@ pub mod openapi;
 pub mod overrides;
 pub mod redact;
 pub mod request_id;
+pub mod routes;
 pub mod server;
 pub mod shared_rules;
 pub mod stats;

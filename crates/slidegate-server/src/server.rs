@@ -385,7 +385,7 @@ pub async fn run(
     tls: Option<Arc<ListenerTls>>,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
-    crate::http::serve(listener, crate::api::Routes::new(app), limits, tls, shutdown).await?;
+    crate::http::serve(listener, crate::routes::Routes::new(app), limits, tls, shutdown).await?;
     Ok(())
 }
 

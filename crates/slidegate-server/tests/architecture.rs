@@ -33,23 +33,15 @@ const LAYERS: &[(&str, bool, &[&str])] = &[
     ("changes", false, &["shared_rules", "watch"]),
     ("listeners", false, &["http", "grpc", "tls"]),
     ("surfaces", true, &["api", "forward_auth", "health", "ui"]),
-    ("composition root", false, &["server", "validate"]),
+    ("composition root", false, &["routes", "server", "validate"]),
     ("load generator", false, &["bench"]),
 ];
 
 /// The arrows that still break the rule, each to be removed by moving what it imports to the
 /// layer it belongs in. The test fails on any arrow not listed here, and on a listed one that
 /// is gone (so that the list only shrinks).
-const KNOWN: &[(&str, &str)] = &[
-    ("api", "forward_auth"),
-    ("api", "ui"),
-    ("app", "shared_rules"),
-    ("envoy", "app"),
-    ("forward_auth", "api"),
-    ("http", "api"),
-    ("overrides", "app"),
-    ("overrides", "shared_rules"),
-];
+const KNOWN: &[(&str, &str)] =
+    &[("app", "shared_rules"), ("envoy", "app"), ("overrides", "app"), ("overrides", "shared_rules")];
 
 /// Arrows inside one layer that close a circle of modules, each to be removed like [`KNOWN`]'s.
 const KNOWN_CIRCLES: &[(&str, &str)] = &[("overrides", "envoy")];

@@ -4,7 +4,7 @@
 //! schema (a JSON Schema 2020-12 validator, as OpenAPI 3.1 specifies), its documented headers
 //! are there and well-formed; the request bodies that succeed validate against the documented
 //! request schema; and every answer the document lists is exercised here. The routes the
-//! router serves (`api::routes`, the list it is built from) are the document's paths.
+//! router serves (`routes::all`, the list it is built from) are the document's paths.
 
 mod support;
 
@@ -213,7 +213,7 @@ async fn forward(server: &Slidegate, method: &str, path: &str, rule: &str, heade
 
 #[test]
 fn every_route_served_is_in_the_document_and_every_documented_one_is_served() {
-    let served: BTreeSet<(String, String)> = slidegate_server::api::routes()
+    let served: BTreeSet<(String, String)> = slidegate_server::routes::all()
         .into_iter()
         .map(|(method, path, _)| (method.as_str().to_ascii_lowercase(), path.to_owned()))
         .collect();

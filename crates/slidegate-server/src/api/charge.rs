@@ -14,8 +14,9 @@ use axum::extract::rejection::BytesRejection;
 use axum::response::Response;
 use slidegate::Decision;
 
-use super::{ApiError, CheckRequest, Resolved, decision_response, decode_check, overridden, write_decision};
+use super::{ApiError, CheckRequest, Resolved, decode_check, overridden};
 use crate::app::App;
+use crate::http::decision::{decision_response, write_decision, write_optional_ms};
 
 /// What a body asks of each of its checks.
 #[derive(Debug, Clone, Copy)]
@@ -67,7 +68,7 @@ async fn settle(app: &App, body: &[u8], how: Settle) -> Result<Response, ApiErro
         } else {
             r#"{"allowed":false,"retry_after_ms":"#
         });
-        super::write_optional_ms(&mut out, retry_after);
+        write_optional_ms(&mut out, retry_after);
         out.push_str(r#","results":["#);
     }
     for (i, (r, (d, moved))) in resolved.iter().zip(&settled).enumerate() {

@@ -3,103 +3,58 @@
 
 use std::borrow::Cow;
 use std::marker::PhantomData;
-use std::net::SocketAddr;
-use std::sync::{Arc, LazyLock};
-use std::task::{Context, Poll};
-use std::time::Duration;
+use std::sync::Arc;
 
 use ::metrics::Histogram;
-use axum::body::{Body, Bytes};
+use axum::Json;
+use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
-use axum::extract::{ConnectInfo, DefaultBodyLimit, Path, Query, Request, State};
-use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::{Json, Router};
 use http_body_util::BodyExt as _;
 use hyper::body::Incoming;
 use serde::Deserialize;
 use serde_json::json;
-use slidegate::headers as rate_limit;
-use slidegate::{Algorithm, Check, Decision, Quota};
-use tracing::Instrument;
+use slidegate::{Algorithm, Check, Quota};
 
 pub mod override_routes;
 
 use crate::api_error::{ApiError, MAX_BODY};
-use crate::app::{App, Live};
-use crate::config::{AlgorithmSpec, INLINE_RULE, Rule, parse_duration};
-use crate::forward_auth::Direct;
-use crate::http::{Answer, Route, authorize, route};
+use crate::app::{App, Live, count_decision, decide_one, rule_named};
+use crate::config::{AlgorithmSpec, INLINE_RULE, parse_duration};
+use crate::http::decision::{decision_answer, decision_response, write_decision, write_optional_ms};
+use crate::http::{Route, authorize, route};
 use crate::metrics;
 use crate::overrides::{self, Source, Target};
 use crate::trace::Decided;
 
 mod charge;
+mod describe;
 
 /// The most admission times `GET /v1/keys/{rule}/{key}` lists (a sliding log's newest): enough
 /// to draw any window, and a bound on the answer (about 15 bytes each).
 pub const INSPECT_ADMISSIONS: usize = 1_000;
 
 /// The decision route.
-const CHECK: &str = "/v1/check";
+pub(crate) const CHECK: &str = "/v1/check";
 
-/// The service's routes over `app`, as the listener calls them: `POST /v1/check` and the
-/// forward-auth questions (`forward_auth::Direct`), the routes decisions take, straight to
-/// their handlers; everything else through [`router`]. Axum's router costs a decision about a
-/// fifth of the service's work (the route lookup, a boxed clone of the route and a boxed future
-/// per layer, the request's extension map), spent to find the one route whose path and method
-/// are two comparisons.
-#[derive(Clone)]
-pub struct Routes {
-    router: Router,
-    check: Arc<CheckRoute>,
-    forward_auth: Arc<Direct>,
-}
-
-/// `POST /v1/check` outside the router: the state and the latency histogram its handler would
-/// have there.
-struct CheckRoute {
+/// `POST /v1/check` outside the router (`crate::routes` takes it there at once): the state
+/// and the latency histogram its handler would have there.
+pub(crate) struct CheckRoute {
     app: Arc<App>,
     histogram: Histogram,
 }
 
-impl Routes {
-    /// The routes over `app`.
-    pub fn new(app: Arc<App>) -> Self {
-        let histogram = ::metrics::histogram!(metrics::HTTP_SECONDS, "route" => CHECK);
-        let forward_auth = Arc::new(Direct::new(Arc::clone(&app)));
-        Self { router: router(Arc::clone(&app)), check: Arc::new(CheckRoute { app, histogram }), forward_auth }
-    }
-
-    /// Answers `request`, which came from `peer`.
-    pub(crate) fn call(&self, mut request: hyper::Request<Incoming>, peer: SocketAddr) -> Answer {
-        // The id an error answer and its log line share (`crate::request_id`).
-        let given = request.headers().get(crate::request_id::HEADER).cloned();
-        if request.method() == Method::POST && request.uri().path() == CHECK {
-            let span = crate::trace::decision(request.headers());
-            let answer = Arc::clone(&self.check).answer(request.into_body());
-            return Box::pin(crate::request_id::scope(given, answer).instrument(span));
-        }
-        if let Some((dialect, _)) = Direct::takes(request.method(), request.uri().path()) {
-            let answer = Arc::clone(&self.forward_auth).answer(dialect, peer, request);
-            return Box::pin(crate::request_id::scope(given, answer));
-        }
-        // The admin routes' audit trail names the client; decisions have no use for it.
-        request.extensions_mut().insert(ConnectInfo(peer));
-        // A router is always ready (axum's `Router::poll_ready` returns `Ready` at once).
-        let answer = tower_service::Service::call(&mut self.router.clone(), request);
-        Box::pin(crate::request_id::scope(given, async move {
-            match answer.await {
-                Ok(response) => response,
-                Err(never) => match never {},
-            }
-        }))
-    }
-}
-
 impl CheckRoute {
+    /// The route over `app`.
+    pub(crate) fn new(app: Arc<App>) -> Self {
+        let histogram = ::metrics::histogram!(metrics::HTTP_SECONDS, "route" => CHECK);
+        Self { app, histogram }
+    }
+
     /// What the router would answer, body limit and latency histogram included.
-    async fn answer(self: Arc<Self>, body: Incoming) -> Response {
+    pub(crate) async fn answer(self: Arc<Self>, body: Incoming) -> Response {
         let started = self.app.now();
         let answer = match read_body(body).await {
             Ok(body) => decide(&self.app, &body).await,
@@ -132,11 +87,9 @@ async fn read_body(mut body: Incoming) -> Result<Bytes, ApiError> {
     Ok(if joined.is_empty() { first } else { joined.into() })
 }
 
-/// Every route the service serves: the API's, each with its latency histogram, then the
-/// dashboard's. [`router`] serves these and no other, and `tests/openapi.rs` holds this list
-/// to the OpenAPI document both ways.
+/// The API's routes (`crate::routes` serves them with every other surface's).
 pub fn routes() -> Vec<Route> {
-    let api = [
+    vec![
         route(Method::POST, CHECK, check),
         route(Method::POST, "/v1/charge", charge::charge),
         route(Method::POST, "/v1/refund", charge::refund),
@@ -152,158 +105,7 @@ pub fn routes() -> Vec<Route> {
         route(Method::GET, "/openapi.json", || async {
             ([(header::CONTENT_TYPE, "application/json")], crate::openapi::DOCUMENT)
         }),
-    ];
-    // Each route's latency histogram is registered here, once, not looked up per request.
-    let timed = api.into_iter().chain(crate::forward_auth::routes()).map(|(method, path, handler)| {
-        let histogram = ::metrics::histogram!(metrics::HTTP_SECONDS, "route" => path);
-        (method, path, handler.layer(TimedLayer(histogram)))
-    });
-    timed.chain(crate::ui::routes()).collect()
-}
-
-/// The service's routes over `app`, through axum's router.
-pub fn router(app: Arc<App>) -> Router {
-    // Two methods of one path merge into one route.
-    routes()
-        .into_iter()
-        .fold(Router::new(), |router, (_, path, handler)| router.route(path, handler))
-        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such endpoint") })
-        .method_not_allowed_fallback(|| async {
-            ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "method not allowed here")
-        })
-        .layer(DefaultBodyLimit::max(MAX_BODY))
-        .with_state(app)
-}
-
-/// Records each request's latency in a route's histogram. A plain tower layer rather than
-/// `middleware::from_fn`, whose `Next` boxes the inner service and its future on every request
-/// (~2,400 instructions of a ~34,000-instruction check, measured with callgrind).
-#[derive(Clone)]
-struct TimedLayer(Histogram);
-
-impl<S> tower_layer::Layer<S> for TimedLayer {
-    type Service = Timed<S>;
-
-    fn layer(&self, inner: S) -> Timed<S> {
-        Timed { inner, histogram: self.0.clone() }
-    }
-}
-
-#[derive(Clone)]
-struct Timed<S> {
-    inner: S,
-    histogram: Histogram,
-}
-
-impl<S: tower_service::Service<Request>> tower_service::Service<Request> for Timed<S> {
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = metrics::Timed<S::Future, Histogram>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: Request) -> Self::Future {
-        metrics::Timed::new(self.histogram.clone(), self.inner.call(request))
-    }
-}
-
-/// A decision's answer: the RateLimit headers for `items` (and `Retry-After` with
-/// `retry_after`), and `body`, the decisions already written out as JSON (by
-/// [`write_decision`]), or no body when `None`. The header values are appended to the body's
-/// buffer, which the body and each header value then share: one allocation for the whole
-/// answer, not one per value. The one place that builds these headers.
-fn decision_response(
-    body: Option<String>,
-    items: &[(&str, &Quota, &Decision)],
-    retry_after: Option<Duration>,
-) -> Response {
-    let json = body.is_some();
-    // The header values of one policy, ~80 bytes.
-    let mut body = body.unwrap_or_else(|| String::with_capacity(96));
-    let body_len = body.len();
-    let spans = rate_limit::write_values(&mut body, items, retry_after);
-    let answer = Bytes::from(body);
-    let value = |span| HeaderValue::from_maybe_shared(answer.slice(span)).ok();
-    let spans = [Some(spans.policy), Some(spans.state), spans.retry_after];
-    let mut headers = DECISION_HEADS[usize::from(json)][usize::from(spans[2].is_some())].clone();
-    for (slot, span) in headers.values_mut().skip(usize::from(json)).zip(spans.into_iter().flatten()) {
-        // `write_values` writes visible ASCII: always a valid value.
-        *slot = value(span).unwrap_or(HeaderValue::from_static(""));
-    }
-    let body = if json { Body::from(answer.slice(..body_len)) } else { Body::empty() };
-    let mut response = Response::new(body);
-    *response.headers_mut() = headers;
-    response
-}
-
-/// The heads of a decision's answer, their values to be filled in, by whether it has a JSON
-/// body (`content-type` first) and then by whether it has a retry time: `RateLimit-Policy` and
-/// `RateLimit`, then `Retry-After`. A copy of one costs an answer less than a new map with the
-/// same fields, whose every insert hashes its name and probes for its place.
-static DECISION_HEADS: LazyLock<[[HeaderMap; 2]; 2]> = LazyLock::new(|| {
-    let head = |json: bool, names: &[HeaderName]| {
-        let mut head = HeaderMap::with_capacity(names.len() + 1);
-        if json {
-            head.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        }
-        for name in names {
-            head.insert(name, HeaderValue::from_static(""));
-        }
-        head
-    };
-    let (policy, state) = (HeaderName::from_static(rate_limit::POLICY), HeaderName::from_static(rate_limit::STATE));
-    let (plain, retry) = ([policy.clone(), state.clone()], [policy, state, header::RETRY_AFTER]);
-    [[head(false, &plain), head(false, &retry)], [head(true, &plain), head(true, &retry)]]
-});
-
-/// Appends one decision as the API answers it: `{"rule", "allowed", "limit", "remaining",
-/// "reset_after_ms", "retry_after_ms" (null when admitted), "next_permit_after_ms", "degraded",
-/// then "policy" when a
-/// failure policy decided, else "engine"}`. Written by hand, as the RateLimit headers are:
-/// serde_json spent ~2,100 instructions on this object, a sixteenth of a whole check. Only the
-/// rule name can need escaping (config names are `[A-Za-z0-9_.-]`, the rest are constants).
-fn write_decision(out: &mut String, rule: &str, d: &Decision, engine: &str) {
-    out.push_str(r#"{"rule":"#);
-    if rule.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
-        out.push('"');
-        out.push_str(rule);
-        out.push('"');
-    } else {
-        out.push_str(&serde_json::Value::from(rule).to_string());
-    }
-    out.push_str(if d.allowed { r#","allowed":true,"limit":"# } else { r#","allowed":false,"limit":"# });
-    out.push_str(itoa::Buffer::new().format(d.limit));
-    out.push_str(r#","remaining":"#);
-    out.push_str(itoa::Buffer::new().format(d.remaining));
-    out.push_str(r#","reset_after_ms":"#);
-    push_ms(out, d.reset_after);
-    out.push_str(r#","retry_after_ms":"#);
-    write_optional_ms(out, d.retry_after);
-    out.push_str(r#","next_permit_after_ms":"#);
-    push_ms(out, d.next_permit_after);
-    out.push_str(if d.degraded.is_some() { r#","degraded":true"# } else { r#","degraded":false"# });
-    let (field, value) = match d.degraded {
-        Some(policy) => (r#","policy":""#, policy.as_str()),
-        None => (r#","engine":""#, engine),
-    };
-    for part in [field, value, "\"}"] {
-        out.push_str(part);
-    }
-}
-
-/// Appends a duration in whole ms.
-fn push_ms(out: &mut String, d: Duration) {
-    out.push_str(itoa::Buffer::new().format(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)));
-}
-
-/// Appends a duration in ms, or `null`.
-fn write_optional_ms(out: &mut String, ms: Option<Duration>) {
-    match ms {
-        Some(ms) => push_ms(out, ms),
-        None => out.push_str("null"),
-    }
+    ]
 }
 
 /// One check as clients send it: a rule (with optional tier) or an inline limit and window.
@@ -523,13 +325,6 @@ fn overridden(app: &App, r: &mut Resolved<'_>) {
     }
 }
 
-/// The rule called `name` in `live`, or the 404 `unknown_rule` answer naming it.
-pub(crate) fn rule_named<'l>(live: &'l Live, name: &str) -> Result<&'l Arc<Rule>, ApiError> {
-    live.rules
-        .get(name)
-        .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "unknown_rule", format!("no rule {name:?}")))
-}
-
 /// A `/v1/check` body, resolved: one check, or a group decided all or nothing.
 enum CheckRequest<'a> {
     One(Resolved<'a>),
@@ -555,57 +350,9 @@ fn decode_check<'a>(body: &'a [u8], live: &Live) -> Result<CheckRequest<'a>, Api
     }
 }
 
-/// Counts a decision of `key` under `rule`, which started at `started`, with the counters of
-/// the snapshot that resolved it, and in the dashboard's traffic.
-fn count(app: &App, live: &Live, rule: &str, key: &str, d: &Decision, started: quanta::Instant) {
-    if let Some(c) = live.counters(rule) {
-        c.decisions.count(d.allowed);
-        if let Some(policy) = d.degraded {
-            c.decisions.count_degraded(policy);
-        }
-        if let Some(traffic) = &c.traffic {
-            app.stats.record(traffic, || crate::stats::client_key(key, rule), d, started);
-        }
-    }
-}
-
 async fn check_one(app: &App, live: &Live, r: Resolved<'_>) -> Result<Response, ApiError> {
     let d = decide_one(app, live, &r.policy, &r.key, &r.quota, r.cost).await?;
     Ok(decision_answer(app, &r.policy, &r.quota, &d, true))
-}
-
-/// Decides `cost` permits of the backend key `key` under `rule`'s `quota` and counts the
-/// decision; each surface then answers it as it does ([`decision_answer`]).
-pub(crate) async fn decide_one(
-    app: &App,
-    live: &Live,
-    rule: &str,
-    key: &str,
-    quota: &Quota,
-    cost: u64,
-) -> Result<Decision, ApiError> {
-    let started = app.now();
-    let d = app.timed(app.limiter.check_cost(key, quota, cost)).await?;
-    count(app, live, rule, key, &d, started);
-    if crate::trace::exporting() {
-        let (algorithm, engine) = (quota.algorithm().as_str(), app.limiter.backend().engine());
-        let degraded = d.degraded.is_some();
-        crate::trace::record(&Decided { subject: ("rule", rule), algorithm, engine, allowed: d.allowed, degraded });
-    }
-    Ok(d)
-}
-
-/// One decision answered as `/v1/check` answers it: the RateLimit headers, and with `json` the
-/// decision's JSON as the body (else no body). The status is 200; a surface that denies with
-/// another sets its own.
-pub(crate) fn decision_answer(app: &App, rule: &str, quota: &Quota, d: &Decision, json: bool) -> Response {
-    let body = json.then(|| {
-        // The decision (~190 bytes) and the header values after it (~80 bytes per policy).
-        let mut body = String::with_capacity(320);
-        write_decision(&mut body, rule, d, app.limiter.backend().engine());
-        body
-    });
-    decision_response(body, &[(rule, quota, d)], d.retry_after)
 }
 
 async fn check_many(app: &App, live: &Live, resolved: &[Resolved<'_>]) -> Result<Response, ApiError> {
@@ -613,7 +360,7 @@ async fn check_many(app: &App, live: &Live, resolved: &[Resolved<'_>]) -> Result
     let started = app.now();
     let group = app.timed(app.limiter.check_all(&checks)).await?;
     for (r, d) in resolved.iter().zip(&group.decisions) {
-        count(app, live, &r.policy, &r.key, d, started);
+        count_decision(app, live, &r.policy, &r.key, d, started);
     }
     let items: Vec<_> = resolved.iter().zip(&group.decisions).map(|(r, d)| (&*r.policy, &r.quota, d)).collect();
     let engine = app.limiter.backend().engine();
@@ -686,7 +433,7 @@ async fn rules(State(app): State<Arc<App>>) -> Json<serde_json::Value> {
             rule
         })
         .collect();
-    let (inline, envoy) = (crate::ui::describe::inline(&live.inline), crate::ui::describe::envoy(&app.envoy()));
+    let (inline, envoy) = (describe::inline(&live.inline), describe::envoy(&app.envoy()));
     Json(json!({ "rules": rules, "inline": inline, "envoy": envoy }))
 }
 

@@ -34,9 +34,9 @@ use hyper::body::Incoming;
 use slidegate::{Decision, Quota, RuleKey};
 use tracing::Instrument;
 
-use crate::api::{decide_one, decision_answer, rule_named};
 use crate::api_error::ApiError;
-use crate::app::App;
+use crate::app::{App, decide_one, rule_named};
+use crate::http::decision::decision_answer;
 use crate::http::{Route, route};
 
 /// The route of Traefik, Caddy and HAProxy.
@@ -104,7 +104,7 @@ async fn answer<const AUTH_REQUEST: bool>(
     decide(&app, dialect, peer.ip(), &rule, question.method(), question.headers()).await
 }
 
-/// Both routes outside axum's router, as `POST /v1/check` is (`api::Routes`): the router
+/// Both routes outside axum's router, as `POST /v1/check` is (`crate::routes::Routes`): the router
 /// would cost a question about a quarter of its work (the route lookup and its boxed clone, the
 /// path's parameters decoded into the request's extension map), spent to find one of two paths.
 pub(crate) struct Direct {

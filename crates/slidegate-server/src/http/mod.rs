@@ -40,13 +40,13 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tracing::{error, warn};
 
-use crate::api::Routes;
 use crate::api_error::request_timed_out;
 
+pub(crate) mod decision;
 mod route;
 
-pub use route::Route;
-pub(crate) use route::{Answer, authorize, route};
+pub use route::{Answer, Route};
+pub(crate) use route::{authorize, route};
 
 pub use crate::config::{
     DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_REQUEST_TIMEOUT, HttpLimit, HttpLimits,
@@ -60,12 +60,18 @@ use crate::tls::ListenerTls;
 /// hyper's own cap (~400 KiB) times [`DEFAULT_MAX_CONNECTIONS`] would be 200 MiB.
 pub const MAX_HEAD_BYTES: usize = 16 * 1024;
 
+/// What answers the listener's requests: the service's routes (`crate::routes::Routes`).
+pub trait Dispatch: Clone + Send + Sync + 'static {
+    /// Answers `request`, which came from `peer`.
+    fn call(&self, request: hyper::Request<Incoming>, peer: SocketAddr) -> Answer;
+}
+
 /// Serves `routes` on `listener` within `limits`, over `tls` when given, until `shutdown`
 /// completes; then stops accepting, and lets requests in flight finish (each is bounded by its
 /// deadlines).
 pub async fn serve(
     listener: TcpListener,
-    routes: Routes,
+    routes: impl Dispatch,
     limits: HttpLimits,
     tls: Option<Arc<ListenerTls>>,
     shutdown: impl Future<Output = ()>,
@@ -217,15 +223,15 @@ pub(crate) async fn accept_failed(e: std::io::Error) {
 
 /// The routes under the request deadline.
 #[derive(Clone)]
-struct RequestDeadline {
-    routes: Routes,
+struct RequestDeadline<D> {
+    routes: D,
     limit: Duration,
     /// The client's address, for the admin routes' audit trail.
     peer: SocketAddr,
     idle: Arc<IdleWatch>,
 }
 
-impl hyper::service::Service<hyper::Request<Incoming>> for RequestDeadline {
+impl<D: Dispatch> hyper::service::Service<hyper::Request<Incoming>> for RequestDeadline<D> {
     type Response = Response;
     type Error = Infallible;
     type Future = Deadline;

@@ -14,7 +14,7 @@ use crate::api_error::ApiError;
 use crate::app::{App, Live};
 
 /// An answer on its way.
-pub(crate) type Answer = Pin<Box<dyn Future<Output = Response> + Send>>;
+pub type Answer = Pin<Box<dyn Future<Output = Response> + Send>>;
 
 /// One route: its method, its path, and what answers it.
 pub type Route = (Method, &'static str, MethodRouter<Arc<App>>);

@@ -8,7 +8,6 @@
 //! puts `/v1/stats` behind the admin token, since the keys denied most are often personal data
 //! (IP addresses, phone numbers).
 
-pub mod describe;
 mod report;
 
 use std::sync::Arc;

@@ -1,5 +1,9 @@
 //! The running service's shared state: the limiter and the live configuration, swapped whole
-//! on reload.
+//! on reload. Beside it: `decide` (one decision as every surface takes it).
+
+mod decide;
+
+pub(crate) use decide::{count_decision, decide_one, rule_named};
 
 use std::collections::HashMap;
 use std::path::PathBuf;

@@ -7,7 +7,7 @@ use crate::envoy::EnvoyConfig;
 use crate::inline::InlineConfig;
 
 /// The `[inline]` table as it is in force.
-pub fn inline(c: &InlineConfig) -> Value {
+pub(super) fn inline(c: &InlineConfig) -> Value {
     json!({
         "enabled": c.enabled,
         "max_limit": c.max_limit,
@@ -20,7 +20,7 @@ pub fn inline(c: &InlineConfig) -> Value {
 
 /// Every Envoy limit, by domain and descriptor path (`key_value.key`: its stats key without the
 /// domain).
-pub fn envoy(c: &EnvoyConfig) -> Value {
+pub(super) fn envoy(c: &EnvoyConfig) -> Value {
     let limits: Vec<Value> = c
         .limits()
         .into_iter()
