@@ -142,3 +142,49 @@ impl From<BytesRejection> for ApiError {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::ApiError;
+
+    #[test]
+    fn only_backend_failures_are_503_and_caller_errors_are_400() {
+        use slidegate::Error as E;
+        let answer = |e: E| {
+            let a = ApiError::from(e);
+            (a.status.as_u16(), a.code)
+        };
+        let caller = [
+            (E::InvalidCost { cost: 6, max: 5 }, "invalid_cost"),
+            (E::InvalidLimit { limit: 0, max: slidegate::MAX_LIMIT }, "invalid_quota"),
+            (E::KeyTooLong { len: 600 }, "key_too_long"),
+            (E::EmptyKey, "invalid_key"),
+            (E::CheckCount { count: 17 }, "invalid_checks"),
+            (E::DuplicateKey { key: "k".into() }, "duplicate_key"),
+            (E::UnknownAlgorithm("leaky".into()), "unknown_algorithm"),
+            // Any error the mapping does not name is the caller's, never a 503.
+            (E::UnknownEngine("fast".into()), "invalid_request"),
+        ];
+        for (e, code) in caller {
+            assert!(!e.is_backend_failure(), "{e}");
+            assert_eq!(answer(e), (400, code));
+        }
+        assert_eq!(answer(E::Timeout(Duration::from_millis(50))), (503, "backend_timeout"));
+        assert_eq!(answer(E::CircuitOpen), (503, "backend_unavailable"));
+        // A backend that answered wrongly is a fault, but only a failure is a 503.
+        let wrongtype =
+            redis::RedisError::from((redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError), "WRONGTYPE"));
+        for e in [E::UnexpectedReply("?".into()), E::Redis(wrongtype)] {
+            let want = if e.is_backend_failure() { (503, "backend_unavailable") } else { (500, "backend_error") };
+            assert_eq!(answer(e), want);
+        }
+    }
+
+    #[test]
+    fn a_password_in_an_error_stays_out_of_the_answer() {
+        let e = slidegate::Error::InvalidQuota("redis://u:hunter2@host".into());
+        assert_eq!(ApiError::from(e).message, "invalid quota: redis://u:***@host");
+    }
+}

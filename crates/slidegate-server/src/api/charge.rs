@@ -14,7 +14,8 @@ use axum::extract::rejection::BytesRejection;
 use axum::response::Response;
 use slidegate::Decision;
 
-use super::{ApiError, CheckRequest, Resolved, decode_check, overridden};
+use super::body::{CheckRequest, Resolved, decode_check, overridden};
+use crate::api_error::ApiError;
 use crate::app::App;
 use crate::http::decision::{decision_response, write_decision, write_optional_ms};
 

@@ -121,3 +121,47 @@ pub(crate) fn decision_answer(app: &App, rule: &str, quota: &Quota, d: &Decision
     });
     decision_response(body, &[(rule, quota, d)], d.retry_after)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use serde_json::{Value, json};
+    use slidegate::{Decision, FailurePolicy};
+
+    use super::write_decision;
+
+    fn written(rule: &str, d: &Decision) -> Value {
+        let mut out = String::new();
+        write_decision(&mut out, rule, d, "memory");
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{out:?} is not JSON: {e}"))
+    }
+
+    #[test]
+    fn decisions_are_written_as_the_api_documents_them() {
+        let admitted = Decision::allowed(5, 4, Duration::from_millis(60_000));
+        assert_eq!(
+            written("sms", &admitted),
+            json!({"rule": "sms", "allowed": true, "limit": 5, "remaining": 4, "reset_after_ms": 60_000,
+                   "retry_after_ms": null, "next_permit_after_ms": 60_000, "degraded": false, "engine": "memory"})
+        );
+        let denied = Decision::denied(5, 0, Duration::from_millis(9_500), Duration::from_millis(1_250));
+        assert_eq!(
+            written("api.v2-x_y", &denied),
+            json!({"rule": "api.v2-x_y", "allowed": false, "limit": 5, "remaining": 0, "reset_after_ms": 9_500,
+                   "retry_after_ms": 1_250, "next_permit_after_ms": 1_250, "degraded": false, "engine": "memory"})
+        );
+        let degraded = Decision::allowed(u64::MAX, u64::MAX, Duration::ZERO).degraded_by(FailurePolicy::FailOpen);
+        let v = written("sms", &degraded);
+        assert_eq!((v["degraded"].clone(), v["policy"].clone()), (json!(true), json!("fail_open")));
+        assert_eq!((v["limit"].as_u64(), v.get("engine")), (Some(u64::MAX), None));
+    }
+
+    #[test]
+    fn a_rule_name_that_needs_escaping_stays_valid_json() {
+        let d = Decision::allowed(1, 0, Duration::from_millis(1));
+        for rule in ["say \"hi\"", "back\\slash", "tab\there", "naïve"] {
+            assert_eq!(written(rule, &d)["rule"], json!(rule));
+        }
+    }
+}
