@@ -7,14 +7,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
-use tonic::server::NamedService;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server;
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 use tracing::{info, warn};
 
 use crate::app::App;
-use crate::envoy::EnvoyRateLimit;
 use crate::redact::redact;
 use crate::shared_rules::Shared;
 
@@ -49,7 +47,7 @@ pub async fn follow_readiness(reporter: HealthReporter, app: Arc<App>) {
                 info!("ready: gRPC health SERVING");
             }
             // A watcher is woken by every report, so only changes are reported.
-            for service in ["", <RateLimitServiceServer<EnvoyRateLimit> as NamedService>::NAME] {
+            for service in ["", rate_limit_service_server::SERVICE_NAME] {
                 reporter.set_service_status(service, status).await;
             }
             reported = Some(status);

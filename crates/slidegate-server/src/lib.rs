@@ -17,7 +17,8 @@
 //! - [`admin`]: the admin token, compared in constant time.
 //! - [`redact`](mod@redact): passwords out of every log line and answer.
 //! - [`request_id`]: the id that ties an error answer to its log line.
-//! - [`envoy`]: the Envoy rate limit service (gRPC) and envoyproxy/ratelimit's YAML files.
+//! - [`envoy`]: envoyproxy/ratelimit's YAML files as descriptor trees, and a descriptor's key.
+//! - [`envoy_rls`]: the Envoy rate limit service (gRPC) over them.
 //! - [`forward_auth`]: the forward-auth endpoints of nginx, Caddy, Traefik and HAProxy.
 //! - [`grpc`]: the gRPC listener — the HTTP listener's deadlines and connection cap.
 //! - [`tls`]: TLS on both listeners, its files replaced live.
@@ -42,6 +43,7 @@ pub mod backend;
 pub mod bench;
 pub mod config;
 pub mod envoy;
+pub mod envoy_rls;
 pub mod file;
 pub mod forward_auth;
 pub mod grpc;

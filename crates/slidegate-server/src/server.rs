@@ -12,7 +12,8 @@ use tracing::info;
 
 use crate::app::{App, StartError, admin_state};
 use crate::config::{Config, check_redis_url, parse_duration};
-use crate::envoy::{EnvoyOptions, EnvoyRateLimit, HeaderStyle};
+use crate::envoy::{EnvoyOptions, HeaderStyle};
+use crate::envoy_rls::EnvoyRateLimit;
 use crate::http::HttpLimits;
 use crate::redact::redact;
 use crate::tls::{ListenerTls, ListenerTlsFiles};

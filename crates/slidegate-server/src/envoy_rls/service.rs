@@ -16,15 +16,15 @@ use metrics::{Counter, Histogram};
 use tonic::{Request, Response, Status};
 use tracing::Instrument;
 
-use super::bounds::{self, Invalid, MAX_DESCRIPTORS};
-use super::config::{EnvoyConfig, Limit, Unit};
 use super::decide::{Applied, Item, Outcome, Slot, quotas_all_over};
 use super::headers::{Limited, response_headers};
-use super::key::{descriptor_key, shared_descriptor_key};
 use super::metadata::dynamic_metadata;
-use super::stats::{Counters, Hit, OVERFLOW_SUFFIX, count_domain_not_found};
 use crate::app::App;
 use crate::config::EnvoyOptions;
+use crate::envoy::bounds::{self, Invalid, MAX_DESCRIPTORS};
+use crate::envoy::config::{EnvoyConfig, Limit, Unit};
+use crate::envoy::key::{descriptor_key, shared_descriptor_key};
+use crate::envoy::stats::{Counters, Hit, OVERFLOW_SUFFIX, count_domain_not_found};
 use crate::metrics::{ENVOY_GLOBAL_SHADOW_MODE, GRPC_ERRORS, GRPC_REQUESTS, GRPC_SECONDS};
 
 /// The gRPC service: one per server, sharing the HTTP API's limiter, backend and metrics.

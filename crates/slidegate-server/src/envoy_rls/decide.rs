@@ -9,17 +9,17 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use slidegate::{Check, Decision, Error, ErrorClass};
 use tonic::Status;
 
-use super::bounds::Invalid;
-use super::config::{Limit, Node};
 use super::service::EnvoyRateLimit;
-use super::stats::Counters;
+use crate::envoy::bounds::Invalid;
+use crate::envoy::config::{Limit, Node};
+use crate::envoy::stats::Counters;
 use crate::overrides::Overrides;
 
 /// One decidable descriptor of a request, as matched against the configuration.
 pub(super) struct Item<'a> {
     /// Its `(key, value)` entries.
     pub entries: Vec<(&'a str, &'a str)>,
-    /// The backend key ([`super::descriptor_key`]).
+    /// The backend key ([`crate::envoy::descriptor_key`]).
     pub key: String,
     /// Its hits (`hits_addend`); 0 is a check that counts nothing.
     pub hits: u64,
