@@ -24,6 +24,7 @@
 //! - [`tls`]: TLS on both listeners, its files replaced live.
 //! - [`health`]: the gRPC health service, following the backend's readiness.
 //! - [`overrides`]: per-key overrides of a rule's limit, set through the admin routes.
+//! - [`override_changes`]: setting, deleting and lapsing overrides, here or through Redis.
 //! - [`shared_rules`]: rules and overrides shared by every instance through Redis, and
 //!   `slidegate rules push | show`.
 //! - [`metrics`]: metric names and the Prometheus recorder.
@@ -56,6 +57,7 @@ pub mod metrics;
 #[cfg(test)]
 mod mutate;
 pub mod openapi;
+pub mod override_changes;
 pub mod overrides;
 pub mod redact;
 pub mod request_id;

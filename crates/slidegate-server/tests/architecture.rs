@@ -30,7 +30,7 @@ const LAYERS: &[(&str, bool, &[&str])] = &[
     ("configuration", false, &["config"]),
     ("models", false, &["backend", "envoy", "overrides", "stats"]),
     ("running state", false, &["app"]),
-    ("changes", false, &["shared_rules", "watch"]),
+    ("changes", false, &["override_changes", "shared_rules", "watch"]),
     ("listeners", false, &["http", "grpc", "tls"]),
     ("surfaces", true, &["api", "envoy_rls", "forward_auth", "health", "ui"]),
     ("composition root", false, &["routes", "server", "validate"]),
@@ -40,7 +40,7 @@ const LAYERS: &[(&str, bool, &[&str])] = &[
 /// The arrows that still break the rule, each to be removed by moving what it imports to the
 /// layer it belongs in. The test fails on any arrow not listed here, and on a listed one that
 /// is gone (so that the list only shrinks).
-const KNOWN: &[(&str, &str)] = &[("app", "shared_rules"), ("overrides", "app"), ("overrides", "shared_rules")];
+const KNOWN: &[(&str, &str)] = &[("app", "shared_rules")];
 
 /// The most lines of a source file before its first `#[cfg(test)]`: past it, a file does
 /// more than one job.

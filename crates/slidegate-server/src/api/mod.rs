@@ -112,7 +112,7 @@ fn admin_target(
     let Path((rule, key)) = path.map_err(|e| ApiError::bad_request("invalid_path", e.body_text()))?;
     let tier = tier?;
     let target = Target::parse(&rule, &key)?;
-    let (quota, source) = target.base(&live, &app.envoy(), tier.as_deref())?;
+    let (quota, source) = target.base(&live.rules, &app.envoy(), tier.as_deref())?;
     Ok((target, quota, source))
 }
 

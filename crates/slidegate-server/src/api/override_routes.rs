@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 use crate::api_error::ApiError;
 use crate::app::{App, Live};
 use crate::http::authorize;
-use crate::overrides::change::{self, ChangeError, audit};
+use crate::override_changes::{self as change, ChangeError, audit};
 use crate::overrides::{Limits, OverrideBody, Record, Target, TargetError, now_ms};
 
 /// The page size of a list unless `limit` says otherwise.
@@ -58,7 +58,7 @@ pub async fn put(
 ) -> Result<Json<Value>, ApiError> {
     let target = target(&app, &headers, path)?;
     let (live, envoy) = (app.live(), app.envoy());
-    let (base, _) = target.base(&live, &envoy, None)?;
+    let (base, _) = target.base(&live.rules, &envoy, None)?;
     target.own_counter(&envoy)?;
     let body: OverrideBody =
         serde_json::from_slice(&body?).map_err(|e| ApiError::bad_request("invalid_json", e.to_string()))?;

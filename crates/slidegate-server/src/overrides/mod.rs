@@ -7,10 +7,12 @@
 //! - `record`: an override ([`Limits`] over the quota under it) and its JSON [`Record`].
 //! - `table`: the overrides in force, looked up by every decision.
 //! - `target`: the key an admin route's `{rule}/{key}` names.
-//! - `body`: a `PUT`'s body; `change`: set, delete, lapse, and the audit trail; `routes`: HTTP.
+//! - `body`: a `PUT`'s body.
+//!
+//! Setting, deleting and lapsing them is `crate::override_changes`; their HTTP routes are the
+//! API's (`api/override_routes.rs`).
 
 mod body;
-pub mod change;
 mod record;
 mod table;
 mod target;

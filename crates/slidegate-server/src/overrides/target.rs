@@ -5,7 +5,7 @@
 
 use slidegate::Quota;
 
-use crate::app::Live;
+use crate::config::Rules;
 use crate::envoy::key::shared_descriptor_key;
 use crate::envoy::{EnvoyConfig, MAX_ENTRIES, descriptor_key};
 
@@ -188,11 +188,11 @@ impl Target {
     }
 
     /// The quota it has before any override, and where that comes from: the rule (its `tier`,
-    /// when given) in `live`, or the descriptor's limit in `envoy`.
-    pub fn base(&self, live: &Live, envoy: &EnvoyConfig, tier: Option<&str>) -> Result<(Quota, Source), TargetError> {
+    /// when given) in `rules`, or the descriptor's limit in `envoy`.
+    pub fn base(&self, rules: &Rules, envoy: &EnvoyConfig, tier: Option<&str>) -> Result<(Quota, Source), TargetError> {
         match self {
             Self::Rule { rule, .. } => {
-                let r = live.rules.get(rule).ok_or_else(|| TargetError::UnknownRule(rule.clone()))?;
+                let r = rules.get(rule).ok_or_else(|| TargetError::UnknownRule(rule.clone()))?;
                 let unknown_tier = |tier: &str| TargetError::UnknownTier { rule: rule.clone(), tier: tier.to_owned() };
                 match tier {
                     None => Ok((r.quota, Source::Rule)),

@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use tracing::{info, warn};
 
-use super::{Full, Override, Record, Target, now_ms};
 use crate::app::App;
 use crate::metrics;
+use crate::overrides::{Full, Override, Record, Target, now_ms};
 use crate::shared_rules::{SetOutcome, StoreError, field};
 
 /// How often lapsed overrides are removed. A decision already ignores an override past its
