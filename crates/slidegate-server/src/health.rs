@@ -14,7 +14,7 @@ use tracing::{info, warn};
 
 use crate::app::App;
 use crate::redact::redact;
-use crate::shared_rules::Shared;
+use crate::shared_store::Shared;
 
 /// The largest health request decoded: a service name is tens of bytes; tonic's default would
 /// let one request make the server decode 4 MiB.

@@ -25,7 +25,9 @@
 //! - [`health`]: the gRPC health service, following the backend's readiness.
 //! - [`overrides`]: per-key overrides of a rule's limit, set through the admin routes.
 //! - [`override_changes`]: setting, deleting and lapsing overrides, here or through Redis.
-//! - [`shared_rules`]: rules and overrides shared by every instance through Redis, and
+//! - [`shared_store`]: the store of the rules and overrides shared through Redis, and an
+//!   instance's link to it.
+//! - [`shared_rules`]: following and applying their changes in every instance, and
 //!   `slidegate rules push | show`.
 //! - [`metrics`]: metric names and the Prometheus recorder.
 //! - [`stats`]: the dashboard's live traffic per rule, in fixed memory.
@@ -64,6 +66,7 @@ pub mod request_id;
 pub mod routes;
 pub mod server;
 pub mod shared_rules;
+pub mod shared_store;
 pub mod stats;
 pub mod tls;
 pub mod trace;

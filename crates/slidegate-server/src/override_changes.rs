@@ -9,7 +9,7 @@ use tracing::{info, warn};
 use crate::app::App;
 use crate::metrics;
 use crate::overrides::{Full, Override, Record, Target, now_ms};
-use crate::shared_rules::{SetOutcome, StoreError, field};
+use crate::shared_store::{SetOutcome, StoreError, field};
 
 /// How often lapsed overrides are removed. A decision already ignores an override past its
 /// expiry; removing it frees its memory (and, on Redis, its entry) and records it lapsed.

@@ -196,7 +196,7 @@ pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
     let config = match &options.config {
         Some(path) => {
             let from_redis = config.rules_from_redis;
-            crate::shared_rules::check_local(config, from_redis, path)?
+            crate::shared_store::check_local(config, from_redis, path)?
         }
         None => config,
     };

@@ -17,7 +17,7 @@ use crate::app::App;
 use crate::envoy::{EnvoyConfig, MAX_FILE_BYTES, MAX_FILES};
 use crate::file;
 use crate::redact::redact;
-use crate::shared_rules::MAX_DOCUMENT_BYTES;
+use crate::shared_store::MAX_DOCUMENT_BYTES;
 
 /// How often the watched files are looked at for changes.
 pub const WATCH_INTERVAL: Duration = Duration::from_millis(250);

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use reqwest::Client;
 use slidegate_server::envoy::MAX_FILE_BYTES;
-use slidegate_server::shared_rules::MAX_DOCUMENT_BYTES;
+use slidegate_server::shared_store::MAX_DOCUMENT_BYTES;
 use support::envoy::{Envoy, OK, OVER, codes};
 use support::{RulesFile, Slidegate, metric};
 

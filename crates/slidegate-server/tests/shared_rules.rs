@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use reqwest::Client;
 use serde_json::{Value, json};
-use slidegate_server::shared_rules::MAX_DOCUMENT_BYTES;
+use slidegate_server::shared_store::MAX_DOCUMENT_BYTES;
 use slidegate_testkit::{RedisCluster, RedisServer};
 use support::{RulesFile, Slidegate, check, metric};
 use tonic::transport::Channel;
@@ -527,7 +527,7 @@ fn minimal(prefix: &str, count: usize) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_largest_accepted_rules_cost_an_instance_under_256_mib_and_more_rules_are_refused() {
     use slidegate_server::config::MAX_RULES;
-    use slidegate_server::shared_rules::MAX_DOCUMENT_BYTES;
+    use slidegate_server::shared_store::MAX_DOCUMENT_BYTES;
     let redis = RedisServer::start();
     let local = RulesFile::new(LOCAL);
     let rules = RulesFile::new(&minimal("a", MAX_RULES));

@@ -21,7 +21,7 @@ use crate::envoy::{EnvoyConfig, EnvoyConfigError, EnvoyOptions};
 use crate::inline::InlineConfig;
 use crate::metrics::{self, DecisionCounters, Timed};
 use crate::overrides::Overrides;
-use crate::shared_rules::{self, Shared, StoreError};
+use crate::shared_store::{self, Shared, StoreError};
 use crate::stats::{Stats, Traffic};
 
 /// What a reload may change: the rules, the admin token and the inline bounds. The backend and
@@ -238,7 +238,7 @@ impl App {
             return Ok(self.live().rules.len());
         };
         let from_redis = self.shared.as_ref().is_some_and(Shared::rules_from_redis);
-        let result = Config::load(path).and_then(|c| shared_rules::check_local(c, from_redis, path));
+        let result = Config::load(path).and_then(|c| shared_store::check_local(c, from_redis, path));
         let outcome = if result.is_ok() { "ok" } else { "failed" };
         ::metrics::counter!(metrics::RELOADS, "result" => outcome, "file" => "rules").increment(1);
         let config = result?;

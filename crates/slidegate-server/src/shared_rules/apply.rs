@@ -5,12 +5,12 @@
 use serde::Deserialize;
 use tracing::{error, info, warn};
 
-use super::document::parse_stored;
-use super::{Shared, Snapshot, StoreError, StoredRules, diff};
+use super::diff;
 use crate::app::App;
 use crate::metrics;
 use crate::overrides::{Override, Record, Target};
 use crate::redact::redact;
+use crate::shared_store::{Shared, Snapshot, StoreError, StoredRules, parse_stored};
 
 /// The notice of one change, as the scripts publish it: `{"v", "op", "o"?}`.
 #[derive(Debug, Deserialize)]

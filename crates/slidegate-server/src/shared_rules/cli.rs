@@ -6,10 +6,10 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 
-use super::document::{MAX_DOCUMENT_BYTES, parse_stored, validate_push};
-use super::{Store, StoredRules, diff, format_ms};
+use super::{diff, format_ms};
 use crate::config::Config;
 use crate::redact::redact;
+use crate::shared_store::{MAX_DOCUMENT_BYTES, Store, StoredRules, parse_stored, validate_push};
 
 /// `slidegate rules`.
 #[derive(Debug, clap::Args)]

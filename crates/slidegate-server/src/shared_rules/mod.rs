@@ -3,9 +3,8 @@
 //! change within a second — announced on a channel, checked by version as a safety net — into
 //! its own memory, so that a decision never asks Redis for them.
 //!
-//! - `store`: the keys, the scripts that change them atomically, the subscription.
-//! - `document`: what a pushed rules file may hold (`[[rules]]` and `[inline]`).
-//! - `shared`: an instance's link to the store: the version applied, reachable or not.
+//! The store, the document's format and an instance's link to them are `crate::shared_store`.
+//!
 //! - `sync`: the task that follows the changes; `apply`: what applying one does.
 //! - `fleet`: the heartbeat that counts the live instances for `local_share = "auto"`.
 //! - `diff`: a push's changes, for the audit trail; `cli`: `slidegate rules push | show`.
@@ -13,18 +12,12 @@
 mod apply;
 pub mod cli;
 mod diff;
-pub mod document;
 mod fleet;
-mod shared;
-mod store;
 mod sync;
 
 use std::time::{Duration, UNIX_EPOCH};
 
-pub use document::{MAX_DOCUMENT_BYTES, check_local, local_only};
 pub use fleet::{BEAT, LAPSE, beat_forever};
-pub use shared::{APPLY_WAIT, Shared};
-pub use store::{SCAN_COUNT, STORE_TIMEOUT, SetOutcome, Snapshot, Store, StoreError, StoredRules, field};
 pub use sync::{CHECK_INTERVAL, start};
 
 /// Unix ms as an RFC 3339 time, for logs and `rules show`.

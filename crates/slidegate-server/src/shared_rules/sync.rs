@@ -13,9 +13,9 @@ use tokio_stream::StreamExt;
 use tracing::warn;
 
 use super::apply::{self, Change};
-use super::{Shared, StoreError};
 use crate::app::App;
 use crate::metrics;
+use crate::shared_store::{Shared, StoreError};
 
 /// How often the stored version is compared with the one applied. A change whose notice is
 /// lost is applied within two of these (one to notice, one to let a late notice arrive).

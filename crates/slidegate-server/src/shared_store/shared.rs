@@ -63,7 +63,7 @@ impl Shared {
         self.status.lock().unwrap_or_else(PoisonError::into_inner).rules.clone()
     }
 
-    pub(super) fn set_rules(&self, rules: StoredRules) {
+    pub(crate) fn set_rules(&self, rules: StoredRules) {
         ::metrics::gauge!(metrics::RULES_VERSION).set(rules.version as f64);
         let mut status = self.status.lock().unwrap_or_else(PoisonError::into_inner);
         status.rules = Some(rules);
@@ -71,7 +71,7 @@ impl Shared {
     }
 
     /// Records that the stored rules document cannot be put in force, and why.
-    pub(super) fn refuse_rules(&self, why: String) {
+    pub(crate) fn refuse_rules(&self, why: String) {
         self.status.lock().unwrap_or_else(PoisonError::into_inner).refused = Some(why);
     }
 
@@ -84,7 +84,7 @@ impl Shared {
     }
 
     /// Records that every change up to `version` is applied.
-    pub(super) fn set_applied(&self, version: u64) {
+    pub(crate) fn set_applied(&self, version: u64) {
         self.applied.send_replace(version);
     }
 
@@ -95,7 +95,7 @@ impl Shared {
     }
 
     /// Records that Redis answers again.
-    pub(super) fn reachable(&self) {
+    pub(crate) fn reachable(&self) {
         let mut status = self.status.lock().unwrap_or_else(PoisonError::into_inner);
         if status.unreachable.take().is_some() {
             info!("shared rules and overrides: redis answers again, changes apply again");
@@ -104,7 +104,7 @@ impl Shared {
     }
 
     /// Records that Redis cannot be reached, and why.
-    pub(super) fn unreachable(&self, e: &StoreError) {
+    pub(crate) fn unreachable(&self, e: &StoreError) {
         let mut status = self.status.lock().unwrap_or_else(PoisonError::into_inner);
         if status.unreachable.is_none() {
             let why = e.to_string();
