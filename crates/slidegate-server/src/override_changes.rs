@@ -31,7 +31,7 @@ pub enum ChangeError {
 }
 
 /// Sets `o`, the override of `target`; returns the override it replaces. On Redis it returns
-/// once this instance applies it (or after [`crate::shared_rules::APPLY_WAIT`]).
+/// once this instance applies it (or after [`crate::shared_store::APPLY_WAIT`]).
 pub async fn set(app: &App, target: &Target, o: Override) -> Result<Option<Override>, ChangeError> {
     let Some(shared) = app.shared() else {
         let previous = app.overrides.insert(target.backend_key(), o)?;
