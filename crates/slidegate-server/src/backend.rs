@@ -1,5 +1,7 @@
 //! The backend chosen at start: the embedded memory backend, Redis, or a Redis Cluster.
 
+use std::time::Duration;
+
 use slidegate::{
     Backend, Charged, Check, Decision, Error, KeyState, KeyTimeline, Limiter, MemoryBackend, MultiDecision, Quota,
     RedisBackend, RedisClusterBackend, RedisSentinelBackend, RedisTls, Refunded,
@@ -140,6 +142,15 @@ impl Backend for AnyBackend {
             Self::Redis(b) => Box::pin(b.charge(key, quota, cost)).await,
             Self::Cluster(b) => Box::pin(b.charge(key, quota, cost)).await,
             Self::Sentinel(b) => Box::pin(b.charge(key, quota, cost)).await,
+        }
+    }
+
+    async fn charge_ago(&self, key: &str, quota: &Quota, cost: u64, ago: Duration) -> Result<Charged, Error> {
+        match self {
+            Self::Memory(b) => b.charge_ago(key, quota, cost, ago).await,
+            Self::Redis(b) => Box::pin(b.charge_ago(key, quota, cost, ago)).await,
+            Self::Cluster(b) => Box::pin(b.charge_ago(key, quota, cost, ago)).await,
+            Self::Sentinel(b) => Box::pin(b.charge_ago(key, quota, cost, ago)).await,
         }
     }
 

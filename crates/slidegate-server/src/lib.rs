@@ -29,6 +29,8 @@
 //!   instance's link to it.
 //! - [`shared_rules`]: following and applying their changes in every instance, and
 //!   `slidegate rules push | show`.
+//! - [`write_back`]: what the local failure policy admitted while Redis was away, written into
+//!   it once it answers again.
 //! - [`metrics`]: metric names and the Prometheus recorder.
 //! - [`stats`]: the dashboard's live traffic per rule, in fixed memory.
 //! - [`ui`]: the dashboard (`/ui`) and `/v1/stats`.
@@ -73,3 +75,4 @@ pub mod trace;
 pub mod ui;
 pub mod validate;
 pub mod watch;
+pub mod write_back;

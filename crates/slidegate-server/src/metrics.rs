@@ -99,6 +99,11 @@ pub const SHARED_UNREACHABLE: &str = "slidegate_shared_unreachable";
 pub const SHARED_RESYNCS: &str = "slidegate_shared_resyncs_total";
 /// The fleet's live instances as last counted in Redis, while a policy has `local_share = "auto"`.
 pub const FLEET_INSTANCES: &str = "slidegate_fleet_instances";
+/// Permits a local failure policy admitted while Redis was away, by `outcome`: `written` into
+/// Redis once it answered again, or `dropped` (out of their window by then, past a bound).
+pub const WRITE_BACK_PERMITS: &str = "slidegate_write_back_permits_total";
+/// Local admissions waiting to be written back into Redis.
+pub const WRITE_BACK_PENDING: &str = "slidegate_write_back_pending";
 /// The version of the rules from Redis in force (`--rules-from-redis`).
 pub const RULES_VERSION: &str = "slidegate_rules_version";
 /// Per-key overrides held.

@@ -211,6 +211,7 @@ pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
     crate::shared_rules::start(&app).await.context("reading the shared rules and overrides")?;
     tokio::spawn(crate::override_changes::lapse_forever(Arc::clone(&app)));
     tokio::spawn(crate::shared_rules::beat_forever(Arc::clone(&app)));
+    tokio::spawn(crate::write_back::forever(Arc::clone(&app)));
     let listener = TcpListener::bind(options.http).await.with_context(|| format!("binding {}", options.http))?;
     log_start(&app, listener.local_addr()?, &where_, &limits, tls.as_deref());
     // One signal stops both servers.

@@ -30,7 +30,7 @@ const LAYERS: &[(&str, bool, &[&str])] = &[
     ("configuration", false, &["config"]),
     ("models", false, &["backend", "envoy", "overrides", "shared_store", "stats"]),
     ("running state", false, &["app"]),
-    ("changes", false, &["override_changes", "shared_rules", "watch"]),
+    ("changes", false, &["override_changes", "shared_rules", "watch", "write_back"]),
     ("listeners", false, &["http", "grpc", "tls"]),
     ("surfaces", true, &["api", "envoy_rls", "forward_auth", "health", "ui"]),
     ("composition root", false, &["routes", "server", "validate"]),

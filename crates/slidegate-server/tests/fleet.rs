@@ -1,10 +1,11 @@
 //! `local_share = "auto"` through real processes: three instances on one Redis count each other
 //! by heartbeat, and while Redis is away each decides at the limit ÷ the fleet it last counted,
-//! so the fleet keeps the limit; an instance that stops leaves the count.
+//! so the fleet keeps the limit; an instance that stops leaves the count; and what they admitted
+//! locally is written into Redis when it comes back, even empty.
 
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use reqwest::Client;
 use serde_json::{Value, json};
@@ -110,4 +111,49 @@ async fn without_auto_no_heartbeat_is_written_and_readyz_says_nothing_of_a_fleet
     assert!(ready.get("fleet").is_none(), "{ready}");
     let keys: Vec<String> = redis.query(&["KEYS", "*fleet*"]);
     assert!(keys.is_empty(), "{keys:?}");
+}
+
+#[tokio::test]
+async fn redis_killed_and_back_empty_gets_the_fleets_local_admissions_and_the_window_holds_the_limit() {
+    let mut redis = RedisServer::start();
+    let port = redis.port();
+    let file = rules(&redis);
+    let servers: Vec<Slidegate> = (0..3).map(|_| Slidegate::serve(&["--config", file.arg()])).collect();
+    let client = Client::new();
+    until_counted(&client, &servers.iter().collect::<Vec<_>>(), 3).await;
+    redis.kill();
+    let mut admitted = 0;
+    for server in &servers {
+        for _ in 0..LIMIT {
+            let (_, _, v) = check(&client, server, &json!({"rule": "api", "key": "user-3"})).await;
+            assert_eq!(v["policy"], "local", "{v}");
+            admitted += u64::from(v["allowed"] == true);
+        }
+    }
+    assert_eq!(admitted, LIMIT, "the fleet's local thirds: the limit");
+    let back_at = SystemTime::now().duration_since(UNIX_EPOCH).expect("clock").as_millis();
+    let redis = RedisServer::start_on(port);
+    // Each instance writes its third back in the background; then Redis holds the window.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let entries = || -> u64 {
+        let keys: Vec<String> = redis.query(&["KEYS", "*user-3*"]);
+        keys.first().map_or(0, |k| redis.query(&["ZCARD", k]))
+    };
+    while entries() < LIMIT {
+        assert!(Instant::now() < deadline, "written back: {} of {LIMIT}", entries());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for server in &servers {
+        let page = client.get(server.url("/metrics")).send().await.expect("metrics").text().await.expect("text");
+        assert!(
+            page.contains(&format!("slidegate_write_back_permits_total{{outcome=\"written\"}} {}", LIMIT / 3)),
+            "{page}"
+        );
+        let (_, _, v) = check(&client, server, &json!({"rule": "api", "key": "user-3"})).await;
+        assert_eq!((v["allowed"].as_bool(), v["degraded"].as_bool()), (Some(false), Some(false)), "Redis denies: {v}");
+    }
+    assert_eq!(entries(), LIMIT, "the window across the outage holds exactly the limit");
+    let keys: Vec<String> = redis.query(&["KEYS", "*user-3*"]);
+    let times: Vec<(String, u128)> = redis.query(&["ZRANGE", &keys[0], "0", "-1", "WITHSCORES"]);
+    assert!(times.iter().all(|(_, t)| *t < back_at), "each at its own time, before Redis was back: {times:?}");
 }

@@ -54,6 +54,19 @@ pub trait Backend: Send + Sync {
     /// answers the key's standing after it ([`crate::spec`], "Charges and refunds").
     fn charge(&self, key: &str, quota: &Quota, cost: u64) -> impl Future<Output = Result<Charged, Error>> + Send;
 
+    /// Records `cost` permits of `quota` for `key` as [`Backend::charge`] does, but as of `ago`
+    /// before now where the algorithm keeps times — a sliding log's entries and a GCRA's arrival
+    /// — and now for the counters, whose windows keep none (a time before the current window
+    /// would replace its count): how [`crate::Limiter::write_back`] writes in what a local
+    /// policy admitted while the backend was away.
+    fn charge_ago(
+        &self,
+        key: &str,
+        quota: &Quota,
+        cost: u64,
+        ago: std::time::Duration,
+    ) -> impl Future<Output = Result<Charged, Error>> + Send;
+
     /// Gives back up to `cost` of the most recent admissions of `key` under `quota`; answers
     /// what it gave back and the key's standing after it ([`crate::spec`], "Charges and refunds").
     fn refund(&self, key: &str, quota: &Quota, cost: u64) -> impl Future<Output = Result<Refunded, Error>> + Send;

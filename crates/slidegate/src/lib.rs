@@ -42,6 +42,8 @@
 //! - [`limiter`]: [`Limiter`], the front door that validates input once.
 //! - [`resilience`]: [`FailurePolicy`], [`CircuitBreaker`] and [`NearCache`]: what the limiter
 //!   does when the backend fails, and how it spares the backend keys already over their limit.
+//! - [`write_back`]: what a local policy admitted while the backend was away, written into it
+//!   when it answers again ([`Limiter::write_back`]).
 //! - [`client_ip`]: the client's address behind trusted proxies, and the key it counts as
 //!   (IPv6 by network), for the HTTP surfaces.
 //! - [`clock`]: [`Clock`]; [`SystemClock`], the TSC-fast [`MonotonicClock`], and [`ManualClock`]
@@ -69,6 +71,7 @@ pub mod slot;
 mod snapshot;
 pub mod spec;
 pub mod state;
+pub mod write_back;
 
 pub use backend::{Backend, Check};
 pub use clock::{Clock, ManualClock, MonotonicClock, SystemClock};
@@ -85,3 +88,4 @@ pub use redis::{
 pub use resilience::{CircuitBreaker, FailurePolicy, Fleet, NearCache};
 pub use slot::key_slot;
 pub use state::MAX_CLOCK_MS;
+pub use write_back::{MAX_WRITE_BACK, WriteBack};

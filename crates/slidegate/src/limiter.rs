@@ -4,7 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::clock::{Clock, SystemClock};
 use crate::resilience::{CircuitBreaker, Fleet, NearCache, strictest};
+use crate::write_back::{Journal, WriteBack};
 use crate::{
     Backend, Charged, Check, Decision, Error, FailurePolicy, KeyState, KeyTimeline, MemoryBackend, MultiDecision,
     Quota, Refunded,
@@ -72,6 +74,8 @@ struct Guard {
     breaker: CircuitBreaker,
     local: MemoryBackend,
     fleet: Fleet,
+    /// What `local` admitted, to be written into the backend when it answers again.
+    journal: Journal,
 }
 
 impl Limiter<MemoryBackend> {
@@ -130,7 +134,13 @@ impl<B: Backend> Limiter<B> {
     }
 
     fn guarded(mut self, policy: Option<FailurePolicy>, breaker: CircuitBreaker) -> Self {
-        self.guard = Some(Arc::new(Guard { policy, breaker, local: MemoryBackend::new(), fleet: Fleet::default() }));
+        self.guard = Some(Arc::new(Guard {
+            policy,
+            breaker,
+            local: MemoryBackend::new(),
+            fleet: Fleet::default(),
+            journal: Journal::default(),
+        }));
         self
     }
 
@@ -157,6 +167,66 @@ impl<B: Backend> Limiter<B> {
     /// The near-cache, when enabled.
     pub fn near_cache(&self) -> Option<&NearCache> {
         self.near_cache.as_deref()
+    }
+
+    /// Writes into the backend what a local failure policy ([`FailurePolicy::Local`],
+    /// [`FailurePolicy::LocalAuto`]) admitted while it was away, so that the window spanning an
+    /// outage counts the fleet's local admissions too: a sliding log's at their own times (the
+    /// window is exact again), a GCRA's at their own arrival, a counter's added to its current
+    /// window; what has left its window since is not written. Each is recorded as
+    /// [`Limiter::charge`] records, within [`crate::MAX_CHARGE_FACTOR`] times the limit, one
+    /// backend call per key and millisecond, in admission order, at most
+    /// [`crate::MAX_WRITE_BACK`] of them. Stops at the first backend failure, keeping the rest
+    /// for the next call; one runs at a time (a call while another runs writes nothing). It
+    /// goes behind the circuit breaker as a check does (while the circuit is open it writes
+    /// nothing, or is the probe), and tells it how the backend answered. The caller runs it in
+    /// the background while [`Limiter::write_back_pending`] is non-zero: decisions never wait
+    /// for it.
+    pub async fn write_back(&self) -> WriteBack {
+        let Some(guard) = &self.guard else { return WriteBack::default() };
+        // Behind the breaker as a check is: while open, its probe may be this.
+        let pending = || WriteBack { pending: guard.journal.len(), ..WriteBack::default() };
+        if guard.journal.len() == 0 || !guard.breaker.allow() {
+            return pending();
+        }
+        let Some((mut entries, dropped)) = guard.journal.take() else {
+            guard.breaker.settled();
+            return pending();
+        };
+        let mut report = WriteBack { dropped, ..WriteBack::default() };
+        while let Some(a) = entries.front() {
+            let now = SystemClock.now_ms();
+            if a.is_stale(now) {
+                report.dropped += a.cost;
+                entries.pop_front();
+                continue;
+            }
+            let ago = Duration::from_millis(now.saturating_sub(a.at_ms));
+            match self.backend.charge_ago(&a.key, &a.quota, a.cost, ago).await {
+                Ok(charged) => {
+                    guard.breaker.succeeded();
+                    report.written += charged.recorded;
+                    report.dropped += a.cost - charged.recorded;
+                }
+                Err(e) if e.is_backend_failure() => {
+                    guard.breaker.failed();
+                    break;
+                }
+                Err(_) => {
+                    guard.breaker.settled();
+                    report.dropped += a.cost;
+                }
+            }
+            entries.pop_front();
+        }
+        report.pending = guard.journal.give_back(entries);
+        report
+    }
+
+    /// Local admissions waiting for [`Limiter::write_back`] (entries of one key and
+    /// millisecond each).
+    pub fn write_back_pending(&self) -> usize {
+        self.guard.as_ref().map_or(0, |g| g.journal.len())
     }
 
     /// Decides one permit of `quota` for `key`.
@@ -396,7 +466,11 @@ impl Guard {
                 if cost > local.max_cost() {
                     Decision::denied(local.limit(), local.limit(), Duration::ZERO, quota.window())
                 } else {
-                    self.local.check_now(key, &local, cost)
+                    let d = self.local.check_now(key, &local, cost);
+                    if d.allowed {
+                        self.journal.keep(key, quota, cost, SystemClock.now_ms());
+                    }
+                    d
                 }
             }
         };
@@ -416,7 +490,11 @@ impl Guard {
         let policy = policy.ok_or(error)?;
         let mut charged = match policy {
             FailurePolicy::Local { .. } | FailurePolicy::LocalAuto { .. } => {
-                self.local.charge_now(key, &self.local_quota(policy, quota), cost)
+                let charged = self.local.charge_now(key, &self.local_quota(policy, quota), cost);
+                if charged.recorded > 0 {
+                    self.journal.keep(key, quota, charged.recorded, SystemClock.now_ms());
+                }
+                charged
             }
             _ => Charged { decision: self.unknown(policy, quota), recorded: 0, clamped: false },
         };
@@ -462,7 +540,12 @@ impl Guard {
                 let local: Vec<Check<'_>> =
                     checks.iter().map(|c| Check { quota: self.local_quota(policy, &c.quota), ..*c }).collect();
                 if local.iter().all(|c| c.cost <= c.quota.max_cost()) {
-                    self.local.check_all_now(&local).decisions
+                    let group = self.local.check_all_now(&local);
+                    if group.allowed {
+                        let now = SystemClock.now_ms();
+                        checks.iter().for_each(|c| self.journal.keep(c.key, &c.quota, c.cost, now));
+                    }
+                    group.decisions
                 } else {
                     let window = |c: &Check<'_>| c.quota.window();
                     local

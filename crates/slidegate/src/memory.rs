@@ -267,7 +267,14 @@ impl MemoryBackend {
     /// limit is not admitted into the table (see [the module](self)): nothing is recorded, and
     /// the answer is that refusal, clamped.
     pub fn charge_now(&self, key: &str, quota: &Quota, cost: u64) -> Charged {
+        self.charge_ago_now(key, quota, cost, Duration::ZERO)
+    }
+
+    /// [`MemoryBackend::charge_now`] as of `ago` before now, where `quota`'s algorithm keeps
+    /// times ([`Backend::charge_ago`]).
+    fn charge_ago_now(&self, key: &str, quota: &Quota, cost: u64, ago: Duration) -> Charged {
         let now = self.inner.clock.now_ms();
+        let at = crate::write_back::as_of(quota, now, ago);
         let hash = self.hash(key);
         let mut table = lock(&self.inner.shards[self.shard_index(hash)]);
         table.count_op(now);
@@ -277,7 +284,7 @@ impl MemoryBackend {
             return Charged::new(refusal, cost, 0);
         }
         let entry = table.get_or_insert(hash, key, quota.algorithm());
-        let charged = entry.counter.charge(now, quota, cost);
+        let charged = entry.counter.charge(at, quota, cost);
         entry.expires_at = entry.counter.expires_at(quota);
         entry.note(now, &charged.decision);
         charged
@@ -499,6 +506,10 @@ impl Backend for MemoryBackend {
 
     async fn charge(&self, key: &str, quota: &Quota, cost: u64) -> Result<Charged, Error> {
         Ok(self.charge_now(key, quota, cost))
+    }
+
+    async fn charge_ago(&self, key: &str, quota: &Quota, cost: u64, ago: Duration) -> Result<Charged, Error> {
+        Ok(self.charge_ago_now(key, quota, cost, ago))
     }
 
     async fn refund(&self, key: &str, quota: &Quota, cost: u64) -> Result<Refunded, Error> {

@@ -35,7 +35,7 @@
 // scripts itself, rather than through one more helper.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionLike;
 
@@ -47,6 +47,7 @@ pub use redis::cluster_async::ClusterConnection;
 pub use sentinel::{RedisSentinelBackend, SentinelConnection};
 pub use tls::{MAX_PEM_BYTES, RedisTls, TlsFiles, pem_certificates, pem_private_key};
 
+use crate::clock::{Clock, SystemClock};
 use crate::{
     Algorithm, Backend, Charged, Check, Decision, Error, KeyState, KeyTimeline, MultiDecision, Quota, Refunded,
 };
@@ -114,14 +115,15 @@ where
         quota: &Quota,
         cost: u64,
         charge: bool,
+        now: Option<u64>,
     ) -> Result<(Decision, u64), Error> {
         if self.module_first()
-            && let Some(answer) = self.module_answer(self.module_charge(key, quota, cost, charge).await)
+            && let Some(answer) = self.module_answer(self.module_charge(key, quota, cost, charge, now).await)
         {
             return answer;
         }
         let what = if charge { "charge" } else { "refund" };
-        self.charge_script(key, quota, cost, charge).await?.ok_or_else(|| {
+        self.charge_script(key, quota, cost, charge, now).await?.ok_or_else(|| {
             Error::Unsupported(format!(
                 "{what} of a {} quota with a warm-up on Redis without slidegate's module",
                 quota.algorithm()
@@ -184,14 +186,28 @@ where
 
     async fn charge(&self, key: &str, quota: &Quota, cost: u64) -> Result<Charged, Error> {
         let started = Instant::now();
-        let answer = self.charge_or_refund(key, quota, cost, true).await;
+        let answer = self.charge_or_refund(key, quota, cost, true, self.now_arg()?).await;
+        let charged = answer.map(|(decision, recorded)| Charged::new(decision, cost, recorded));
+        self.acknowledged(started, self.noting_failure(charged), |c| c.recorded > 0).await
+    }
+
+    async fn charge_ago(&self, key: &str, quota: &Quota, cost: u64, ago: Duration) -> Result<Charged, Error> {
+        let started = Instant::now();
+        // Scripts and module run on Redis' clock unless told the time: told it only when it is
+        // in the past, on the caller's clock if there is one, else on this host's.
+        let now = match (self.now_arg()?, crate::write_back::keeps_times(quota)) {
+            (Some(now), _) => Some(crate::write_back::as_of(quota, now, ago)),
+            (None, true) => Some(crate::write_back::as_of(quota, SystemClock.now_ms(), ago)),
+            (None, false) => None,
+        };
+        let answer = self.charge_or_refund(key, quota, cost, true, now).await;
         let charged = answer.map(|(decision, recorded)| Charged::new(decision, cost, recorded));
         self.acknowledged(started, self.noting_failure(charged), |c| c.recorded > 0).await
     }
 
     async fn refund(&self, key: &str, quota: &Quota, cost: u64) -> Result<Refunded, Error> {
         let started = Instant::now();
-        let answer = self.charge_or_refund(key, quota, cost, false).await;
+        let answer = self.charge_or_refund(key, quota, cost, false, self.now_arg()?).await;
         let refunded = answer.map(|(decision, refunded)| Refunded::new(decision, refunded));
         self.acknowledged(started, self.noting_failure(refunded), |r| r.refunded > 0).await
     }

@@ -20,15 +20,17 @@ where
     }
 
     /// `SLIDEGATE.CHARGE` (`charge`) or `SLIDEGATE.REFUND` of `cost` permits of `quota` on
-    /// `key`: the key's standing after it, and the permits recorded or given back.
+    /// `key`, at `now` (`None`: Redis' clock): the key's standing after it, and the permits
+    /// recorded or given back.
     pub(super) async fn module_charge(
         &self,
         key: &str,
         quota: &Quota,
         cost: u64,
         charge: bool,
+        now: Option<u64>,
     ) -> Result<(Decision, u64), Error> {
-        let cmd = wire::module_charge(charge, self.redis_key(key, quota.algorithm()), quota, cost, self.now_arg()?);
+        let cmd = wire::module_charge(charge, self.redis_key(key, quota.algorithm()), quota, cost, now);
         let reply: Vec<i64> = self.query(&cmd).await?;
         wire::parse_module_charge(&reply)
     }

@@ -184,6 +184,7 @@ where
         quota: &Quota,
         cost: u64,
         charge: bool,
+        now: Option<u64>,
     ) -> Result<Option<(Decision, u64)>, Error> {
         let (algorithm, w) = (quota.algorithm(), quota.window_ms());
         let (code, numbers) = match (algorithm, quota.warm_up()) {
@@ -192,13 +193,12 @@ where
                 let te = quota.emission_us();
                 ("g", [te, MAX_CHARGE_FACTOR * quota.burst() * te, cost])
             }
-            (Algorithm::SlidingLog, None) => return self.charge_log(key, quota, cost, charge).await.map(Some),
+            (Algorithm::SlidingLog, None) => return self.charge_log(key, quota, cost, charge, now).await.map(Some),
             (Algorithm::SlidingWindow { buckets }, None) => {
-                return self.charge_window(key, quota, buckets, cost, charge).await.map(Some);
+                return self.charge_window(key, quota, buckets, cost, charge, now).await.map(Some);
             }
             _ => return Ok(None),
         };
-        let now = self.now_arg()?;
         let reply: Vec<i64> = self
             .run_script(&scripts().charge, &[(key, algorithm)], |cmd| {
                 cmd.arg(code).arg(if charge { "c" } else { "r" }).arg(&numbers[..]).arg(now);
@@ -218,8 +218,15 @@ where
     /// A charge or a refund of a sliding log by `charge_log.lua`, which first rewrites a key of
     /// per-permit members as counted entries when the charge would leave it over its limit (or
     /// its limit is above [`MAX_PER_PERMIT_LIMIT`]).
-    async fn charge_log(&self, key: &str, quota: &Quota, cost: u64, charge: bool) -> Result<(Decision, u64), Error> {
-        let (member, now) = (self.members.next(), self.now_arg()?);
+    async fn charge_log(
+        &self,
+        key: &str,
+        quota: &Quota,
+        cost: u64,
+        charge: bool,
+        now: Option<u64>,
+    ) -> Result<(Decision, u64), Error> {
+        let member = self.members.next();
         let (limit, w) = (quota.limit(), quota.window_ms());
         let reply: redis::Value = self
             .run_script(&scripts().charge_log, &[(key, Algorithm::SlidingLog)], |cmd| {
@@ -243,8 +250,9 @@ where
         buckets: u32,
         cost: u64,
         charge: bool,
+        now: Option<u64>,
     ) -> Result<(Decision, u64), Error> {
-        let now = self.now_arg()?.map_or_else(String::new, |now| now.to_string());
+        let now = now.map_or_else(String::new, |now| now.to_string());
         let n = u64::from(buckets);
         let reply: redis::Value = self
             .run_script(&scripts().sliding_window, &[(key, quota.algorithm())], |cmd| {

@@ -1,0 +1,46 @@
+//! Writes into Redis what a local failure policy admitted while it was away
+//! ([`slidegate::Limiter::write_back`]), in the background, as soon as it answers again: the
+//! window that spans an outage then counts the fleet's local admissions, even on a Redis that
+//! came back empty.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::MissedTickBehavior;
+use tracing::{info, warn};
+
+use crate::app::App;
+use crate::metrics;
+
+/// How often the journal is looked at: how soon after Redis returns the write-back starts.
+pub const EVERY: Duration = Duration::from_millis(250);
+
+/// Writes back while the process runs; a look at an empty journal is all it costs meanwhile.
+pub async fn forever(app: Arc<App>) {
+    let mut tick = tokio::time::interval(EVERY);
+    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if app.limiter.write_back_pending() == 0 {
+            continue;
+        }
+        let done = app.limiter.write_back().await;
+        ::metrics::counter!(metrics::WRITE_BACK_PERMITS, "outcome" => "written").increment(done.written);
+        ::metrics::counter!(metrics::WRITE_BACK_PERMITS, "outcome" => "dropped").increment(done.dropped);
+        ::metrics::gauge!(metrics::WRITE_BACK_PENDING).set(done.pending as f64);
+        if done.written > 0 || done.dropped > 0 {
+            info!(
+                written = done.written,
+                dropped = done.dropped,
+                pending = done.pending,
+                "wrote back what was admitted locally while the backend was away"
+            );
+        }
+        if done.dropped > 0 {
+            warn!(
+                dropped = done.dropped,
+                "local admissions not written back: out of their window, past a bound, or unsupported"
+            );
+        }
+    }
+}

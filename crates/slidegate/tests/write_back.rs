@@ -1,0 +1,177 @@
+//! Write-back against real redis-servers, on the Lua engine and on the module, for every
+//! algorithm: what a local failure policy admitted while Redis was away is written into Redis
+//! once it answers again — into a Redis that came back empty (killed, restarted without its
+//! data) and into one that kept its data (the network reset meanwhile) — so the key then admits
+//! exactly what its limit leaves, and a sliding log's entries keep their own times.
+
+use std::time::{Duration, Instant};
+
+use slidegate::{Algorithm, FailurePolicy, Limiter, Quota, RedisBackend, RedisEngine, SystemClock, WriteBack};
+use slidegate::{Clock, Decision};
+use slidegate_testkit::{Fault, FaultProxy, RedisServer};
+
+const LIMIT: u64 = 10;
+
+/// A day's window, so no fixed window rolls over while a test runs (it would, at midnight UTC,
+/// within a few seconds of it).
+fn quotas() -> Vec<Quota> {
+    let day = Quota::new(LIMIT, Duration::from_secs(86_400)).expect("quota");
+    [
+        Algorithm::SlidingLog,
+        Algorithm::SlidingWindow { buckets: 8 },
+        Algorithm::FixedWindow,
+        Algorithm::Gcra { burst: None },
+    ]
+    .into_iter()
+    .map(|a| day.with_algorithm(a).expect("quota"))
+    .collect()
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Engine {
+    Lua,
+    Module,
+}
+
+fn start(engine: Engine, port: Option<u16>) -> RedisServer {
+    match (engine, port) {
+        (Engine::Lua, None) => RedisServer::start(),
+        (Engine::Lua, Some(port)) => RedisServer::start_on(port),
+        (Engine::Module, None) => RedisServer::start_with_module(&[]),
+        (Engine::Module, Some(port)) => RedisServer::start_with_module_on(port),
+    }
+}
+
+/// A limiter on `url` deciding at half of each limit locally while Redis is away.
+async fn limiter(url: &str, engine: Engine) -> Limiter<RedisBackend> {
+    let engine = match engine {
+        Engine::Lua => RedisEngine::Lua,
+        Engine::Module => RedisEngine::Module,
+    };
+    let backend = RedisBackend::connect(url).await.expect("connect").with_engine(engine);
+    let backend = backend.with_timeout(Duration::from_millis(50));
+    Limiter::new(backend).with_failure_policy(FailurePolicy::local(0.5).expect("policy"))
+}
+
+/// `n` checks of `key`, each answered: how many were admitted, every one by the policy.
+async fn admitted_locally(limiter: &Limiter<RedisBackend>, key: &str, quota: &Quota, n: u64) -> u64 {
+    let mut admitted = 0;
+    for _ in 0..n {
+        let d = limiter.check(key, quota).await.expect("answered by the policy");
+        assert!(d.degraded.is_some(), "{key}: decided locally: {d:?}");
+        admitted += u64::from(d.allowed);
+    }
+    admitted
+}
+
+/// Writes back until nothing waits (Redis may take a reconnect to reach): the report summed.
+async fn write_back_all(limiter: &Limiter<RedisBackend>) -> WriteBack {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut total = WriteBack::default();
+    loop {
+        let w = limiter.write_back().await;
+        (total.written, total.dropped, total.pending) =
+            (total.written + w.written, total.dropped + w.dropped, w.pending);
+        if w.pending == 0 {
+            return total;
+        }
+        assert!(Instant::now() < deadline, "still pending: {w:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Checks `key` until Redis denies it: how many Redis admitted, none by the policy.
+async fn admitted_by_redis(limiter: &Limiter<RedisBackend>, key: &str, quota: &Quota) -> u64 {
+    let mut admitted = 0;
+    loop {
+        let d: Decision = limiter.check(key, quota).await.expect("answered");
+        assert_eq!(d.degraded, None, "{key}: decided by Redis: {d:?}");
+        if !d.allowed {
+            return admitted;
+        }
+        admitted += 1;
+        assert!(admitted <= LIMIT, "{key}: Redis admitted past the limit");
+    }
+}
+
+#[tokio::test]
+async fn a_redis_back_empty_gets_what_was_admitted_locally_and_the_key_admits_only_the_rest() {
+    for engine in [Engine::Lua, Engine::Module] {
+        let mut redis = start(engine, None);
+        let port = redis.port();
+        let limiter = limiter(&redis.url(), engine).await;
+        let keys: Vec<String> = (0..quotas().len()).map(|i| format!("{engine:?}-empty-{i}")).collect();
+        for (key, quota) in keys.iter().zip(quotas()) {
+            assert!(limiter.check(key, &quota).await.expect("check").degraded.is_none(), "Redis is up");
+        }
+        redis.kill();
+        let away_from = SystemClock.now_ms();
+        for (key, quota) in keys.iter().zip(quotas()) {
+            // One went to Redis, and is lost with it; locally, half the limit.
+            assert_eq!(admitted_locally(&limiter, key, &quota, LIMIT).await, LIMIT / 2, "{key}");
+        }
+        let away_until = SystemClock.now_ms();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let redis = start(engine, Some(port));
+        let report = write_back_all(&limiter).await;
+        assert_eq!(report, WriteBack { written: 4 * LIMIT / 2, dropped: 0, pending: 0 }, "{engine:?}");
+        let log = &quotas()[0];
+        let times = limiter.timeline(&keys[0], log, 100).await.expect("timeline").admissions_ms;
+        assert_eq!(times.len() as u64, LIMIT / 2, "{engine:?}");
+        assert!(
+            times.iter().all(|t| (away_from..=away_until).contains(t)),
+            "{engine:?}: each entry at its own time, within {away_from}..={away_until}: {times:?}"
+        );
+        for (key, quota) in keys.iter().zip(quotas()) {
+            assert_eq!(
+                admitted_by_redis(&limiter, key, &quota).await,
+                LIMIT / 2,
+                "{key}: the limit less what was written back"
+            );
+        }
+        drop(redis);
+    }
+}
+
+#[tokio::test]
+async fn a_redis_that_kept_its_data_adds_what_was_admitted_locally() {
+    for engine in [Engine::Lua, Engine::Module] {
+        let redis = start(engine, None);
+        let proxy = FaultProxy::to_port(redis.port());
+        let limiter = limiter(&proxy.url(), engine).await;
+        let keys: Vec<String> = (0..quotas().len()).map(|i| format!("{engine:?}-kept-{i}")).collect();
+        for (key, quota) in keys.iter().zip(quotas()) {
+            for _ in 0..3 {
+                assert!(limiter.check(key, &quota).await.expect("check").allowed, "{key}: Redis admits");
+            }
+        }
+        proxy.set(Fault::Reset);
+        for (key, quota) in keys.iter().zip(quotas()) {
+            assert_eq!(admitted_locally(&limiter, key, &quota, LIMIT).await, LIMIT / 2, "{key}");
+        }
+        proxy.set(Fault::Pass);
+        let report = write_back_all(&limiter).await;
+        assert_eq!(report, WriteBack { written: 4 * LIMIT / 2, dropped: 0, pending: 0 }, "{engine:?}");
+        for (key, quota) in keys.iter().zip(quotas()) {
+            assert_eq!(
+                admitted_by_redis(&limiter, key, &quota).await,
+                LIMIT - 3 - LIMIT / 2,
+                "{key}: 3 before, 5 locally"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn an_admission_that_left_its_window_is_not_written_back() {
+    let mut redis = RedisServer::start();
+    let port = redis.port();
+    let limiter = limiter(&redis.url(), Engine::Lua).await;
+    let quota = Quota::new(LIMIT, Duration::from_millis(500)).expect("quota");
+    redis.kill();
+    assert_eq!(admitted_locally(&limiter, "brief", &quota, LIMIT).await, LIMIT / 2);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let _redis = RedisServer::start_on(port);
+    assert_eq!(write_back_all(&limiter).await, WriteBack { written: 0, dropped: LIMIT / 2, pending: 0 });
+    assert_eq!(limiter.inspect("brief", &quota).await.expect("inspect").count, 0);
+}
