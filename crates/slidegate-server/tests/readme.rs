@@ -18,7 +18,8 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::R
 use serde_json::Value;
 use slidegate::FailurePolicy;
 use slidegate_server::config::Config;
-use slidegate_server::envoy::config::{EnvoyConfig, Unit};
+use slidegate_server::envoy::config::EnvoyConfig;
+use slidegate_server::envoy::limit::Unit;
 use slidegate_testkit::RedisServer;
 use support::{RulesFile, Slidegate, tls};
 

@@ -5,12 +5,14 @@
 //! - [`config`]: the descriptor trees of the configuration directory, and finding a limit;
 //!   `spec` reads one file as upstream reads it, `position` finds where a refused node is
 //!   written, [`wildcard`] matches `*` values.
+//! - [`limit`]: a descriptor's `rate_limit`, checked as upstream checks it, and its quota.
 //! - [`stats`]: the per-descriptor counters under upstream's Prometheus names.
 //! - [`bounds`], [`key`]: what a request may size, and the backend key of a descriptor.
 
 pub mod bounds;
 pub mod config;
 pub mod key;
+pub mod limit;
 mod position;
 mod spec;
 pub mod stats;

@@ -11,7 +11,8 @@ use tonic::Status;
 
 use super::service::EnvoyRateLimit;
 use crate::envoy::bounds::Invalid;
-use crate::envoy::config::{Limit, Node};
+use crate::envoy::config::Node;
+use crate::envoy::limit::Limit;
 use crate::envoy::stats::Counters;
 use crate::overrides::Overrides;
 

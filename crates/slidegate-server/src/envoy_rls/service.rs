@@ -22,8 +22,9 @@ use super::metadata::dynamic_metadata;
 use crate::app::App;
 use crate::config::EnvoyOptions;
 use crate::envoy::bounds::{self, Invalid, MAX_DESCRIPTORS};
-use crate::envoy::config::{EnvoyConfig, Limit, Unit};
+use crate::envoy::config::EnvoyConfig;
 use crate::envoy::key::{descriptor_key, shared_descriptor_key};
+use crate::envoy::limit::{Limit, Unit};
 use crate::envoy::stats::{Counters, Hit, OVERFLOW_SUFFIX, count_domain_not_found};
 use crate::metrics::{ENVOY_GLOBAL_SHADOW_MODE, GRPC_ERRORS, GRPC_REQUESTS, GRPC_SECONDS};
 
