@@ -9,7 +9,9 @@
 -- ARGV[2]  window in ms, ARGV[3] limit, ARGV[4] cost (1 <= cost; the caller bounds it)
 -- ARGV[5]  'c' (charge) or 'r' (refund)
 -- ARGV[6]  the most the key may hold (MAX_CHARGE_FACTOR times the limit)
--- ARGV[7]  now in ms; absent or "" for Redis' own TIME (see sliding_log.lua)
+-- ARGV[7]  now in ms; absent or "" for Redis' own TIME (see sliding_log.lua); "-<ms>" for that
+--          long before Redis' TIME (a write-back of an admission made while Redis was away:
+--          placed at its own time, and the key's TTL still runs out when its newest entry leaves)
 -- Returns  {now ms, permits in the window after, the oldest and the newest of their times, the
 --          time of the permit at index count - limit from the oldest when count > limit (else 0),
 --          permits recorded or given back}
@@ -27,11 +29,15 @@
 -- MAX_LOG_LIMIT entries).
 local key = KEYS[1]
 local now_s = ARGV[7]
-local server_time = not now_s or now_s == ''
+local ago = 0
+if now_s and string.sub(now_s, 1, 1) == '-' then
+  ago = tonumber(string.sub(now_s, 2))
+end
+local server_time = not now_s or now_s == '' or ago > 0
 local now
 if server_time then
   local t = redis.call('TIME')
-  now = t[1] * 1000 + math.floor(t[2] / 1000)
+  now = t[1] * 1000 + math.floor(t[2] / 1000) - ago
 else
   now = tonumber(now_s)
 end
@@ -86,9 +92,15 @@ if not counted then
     end
     if #args > 0 then
       redis.call('ZADD', key, unpack(args))
-      -- Every member written is in the window from now on: it leaves within a window.
-      if server_time then
+      -- Every member written is in the window from now on: it leaves within a window. Written
+      -- `ago`, it leaves sooner, and must not cut short a newer member's time.
+      if server_time and ago == 0 then
         redis.call('PEXPIRE', key, ARGV[2])
+      elseif server_time then
+        local left = math.max(window - ago, 1)
+        if redis.call('PTTL', key) < left then
+          redis.call('PEXPIRE', key, fmt('%d', left))
+        end
       else
         redis.call('PEXPIRE', key, fmt('%d', window + 60000))
       end

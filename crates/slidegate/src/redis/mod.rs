@@ -102,6 +102,35 @@ impl<C> std::fmt::Debug for RedisBackend<C> {
     }
 }
 
+/// When a charge is recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Stamp {
+    /// At this time in ms, or now on Redis' clock (`None`).
+    At(Option<u64>),
+    /// This many ms before now on Redis' clock: a write-back ([`Backend::charge_ago`]).
+    Ago(u64),
+}
+
+impl Stamp {
+    /// As the one time the module and `charge.lua` take (`None`: Redis' clock); `Ago` by this
+    /// host's clock.
+    pub(super) fn time(self) -> Option<u64> {
+        match self {
+            Self::At(at) => at,
+            Self::Ago(ago) => Some(SystemClock.now_ms().saturating_sub(ago)),
+        }
+    }
+
+    /// As the ARGV of the scripts that take it: a time, `""` for Redis' clock, `-<ago>`
+    /// (`charge_log.lua`).
+    pub(super) fn arg(self) -> String {
+        match self {
+            Self::At(at) => at.map_or_else(String::new, |at| at.to_string()),
+            Self::Ago(ago) => format!("-{ago}"),
+        }
+    }
+}
+
 impl<C> RedisBackend<C>
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
@@ -115,15 +144,15 @@ where
         quota: &Quota,
         cost: u64,
         charge: bool,
-        now: Option<u64>,
+        at: Stamp,
     ) -> Result<(Decision, u64), Error> {
         if self.module_first()
-            && let Some(answer) = self.module_answer(self.module_charge(key, quota, cost, charge, now).await)
+            && let Some(answer) = self.module_answer(self.module_charge(key, quota, cost, charge, at.time()).await)
         {
             return answer;
         }
         let what = if charge { "charge" } else { "refund" };
-        self.charge_script(key, quota, cost, charge, now).await?.ok_or_else(|| {
+        self.charge_script(key, quota, cost, charge, at).await?.ok_or_else(|| {
             Error::Unsupported(format!(
                 "{what} of a {} quota with a warm-up on Redis without slidegate's module",
                 quota.algorithm()
@@ -186,28 +215,28 @@ where
 
     async fn charge(&self, key: &str, quota: &Quota, cost: u64) -> Result<Charged, Error> {
         let started = Instant::now();
-        let answer = self.charge_or_refund(key, quota, cost, true, self.now_arg()?).await;
+        let answer = self.charge_or_refund(key, quota, cost, true, Stamp::At(self.now_arg()?)).await;
         let charged = answer.map(|(decision, recorded)| Charged::new(decision, cost, recorded));
         self.acknowledged(started, self.noting_failure(charged), |c| c.recorded > 0).await
     }
 
     async fn charge_ago(&self, key: &str, quota: &Quota, cost: u64, ago: Duration) -> Result<Charged, Error> {
         let started = Instant::now();
-        // Scripts and module run on Redis' clock unless told the time: told it only when it is
-        // in the past, on the caller's clock if there is one, else on this host's.
-        let now = match (self.now_arg()?, crate::write_back::keeps_times(quota)) {
-            (Some(now), _) => Some(crate::write_back::as_of(quota, now, ago)),
-            (None, true) => Some(crate::write_back::as_of(quota, SystemClock.now_ms(), ago)),
-            (None, false) => None,
+        // Past where the algorithm keeps times: on the caller's clock if there is one, else on
+        // Redis' (the module and the GCRA's script are told this host's time then).
+        let at = match (self.now_arg()?, crate::write_back::keeps_times(quota)) {
+            (Some(now), _) => Stamp::At(Some(crate::write_back::as_of(quota, now, ago))),
+            (None, true) => Stamp::Ago(u64::try_from(ago.as_millis()).unwrap_or(u64::MAX)),
+            (None, false) => Stamp::At(None),
         };
-        let answer = self.charge_or_refund(key, quota, cost, true, now).await;
+        let answer = self.charge_or_refund(key, quota, cost, true, at).await;
         let charged = answer.map(|(decision, recorded)| Charged::new(decision, cost, recorded));
         self.acknowledged(started, self.noting_failure(charged), |c| c.recorded > 0).await
     }
 
     async fn refund(&self, key: &str, quota: &Quota, cost: u64) -> Result<Refunded, Error> {
         let started = Instant::now();
-        let answer = self.charge_or_refund(key, quota, cost, false, self.now_arg()?).await;
+        let answer = self.charge_or_refund(key, quota, cost, false, Stamp::At(self.now_arg()?)).await;
         let refunded = answer.map(|(decision, refunded)| Refunded::new(decision, refunded));
         self.acknowledged(started, self.noting_failure(refunded), |r| r.refunded > 0).await
     }

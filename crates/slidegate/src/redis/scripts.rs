@@ -10,7 +10,7 @@ use redis::aio::ConnectionLike;
 use redis::{Cmd, ErrorKind, FromRedisValue, ServerErrorKind};
 
 use super::outlook::remember_outcome;
-use super::{RedisBackend, wire};
+use super::{RedisBackend, Stamp, wire};
 use crate::{Algorithm, Check, Decision, Error, MAX_CHARGE_FACTOR, MultiDecision, Quota, spec};
 
 /// The largest limit whose sliding log `sliding_log.lua` keeps as one member per permit (cheapest
@@ -184,7 +184,7 @@ where
         quota: &Quota,
         cost: u64,
         charge: bool,
-        now: Option<u64>,
+        at: Stamp,
     ) -> Result<Option<(Decision, u64)>, Error> {
         let (algorithm, w) = (quota.algorithm(), quota.window_ms());
         let (code, numbers) = match (algorithm, quota.warm_up()) {
@@ -193,12 +193,13 @@ where
                 let te = quota.emission_us();
                 ("g", [te, MAX_CHARGE_FACTOR * quota.burst() * te, cost])
             }
-            (Algorithm::SlidingLog, None) => return self.charge_log(key, quota, cost, charge, now).await.map(Some),
+            (Algorithm::SlidingLog, None) => return self.charge_log(key, quota, cost, charge, at).await.map(Some),
             (Algorithm::SlidingWindow { buckets }, None) => {
-                return self.charge_window(key, quota, buckets, cost, charge, now).await.map(Some);
+                return self.charge_window(key, quota, buckets, cost, charge, at.time()).await.map(Some);
             }
             _ => return Ok(None),
         };
+        let now = at.time();
         let reply: Vec<i64> = self
             .run_script(&scripts().charge, &[(key, algorithm)], |cmd| {
                 cmd.arg(code).arg(if charge { "c" } else { "r" }).arg(&numbers[..]).arg(now);
@@ -224,14 +225,14 @@ where
         quota: &Quota,
         cost: u64,
         charge: bool,
-        now: Option<u64>,
+        at: Stamp,
     ) -> Result<(Decision, u64), Error> {
         let member = self.members.next();
         let (limit, w) = (quota.limit(), quota.window_ms());
         let reply: redis::Value = self
             .run_script(&scripts().charge_log, &[(key, Algorithm::SlidingLog)], |cmd| {
                 cmd.arg(&member).arg(w).arg(limit).arg(cost).arg(if charge { "c" } else { "r" });
-                cmd.arg(MAX_CHARGE_FACTOR * limit).arg(now.map_or_else(String::new, |now| now.to_string()));
+                cmd.arg(MAX_CHARGE_FACTOR * limit).arg(at.arg());
             })
             .await?;
         let unexpected = || Error::UnexpectedReply(format!("{reply:?}"));
