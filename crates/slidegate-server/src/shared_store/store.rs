@@ -28,7 +28,7 @@ use std::time::Duration;
 use redis::aio::{ConnectionLike, PubSub};
 use redis::{Cmd, Pipeline, RedisFuture, Script, Value};
 use slidegate::RedisTls;
-use slidegate::redis::{ClusterConnection, PipelinedConnection, SentinelConnection};
+use slidegate::redis::{PipelinedConnection, RenewingClusterConnection, SentinelConnection};
 
 use super::document::MAX_DOCUMENT_BYTES;
 use crate::config::BackendConfig;
@@ -118,7 +118,7 @@ pub enum SetOutcome {
 #[derive(Clone)]
 enum Connection {
     Single(PipelinedConnection),
-    Cluster(ClusterConnection),
+    Cluster(RenewingClusterConnection),
     Sentinel(SentinelConnection),
 }
 
@@ -427,7 +427,10 @@ async fn cluster(nodes: &[String], tls: &RedisTls) -> Result<Connection, StoreEr
     let nodes: Vec<&str> = nodes.iter().map(String::as_str).collect();
     let client =
         tls.cluster_builder(&nodes)?.connection_timeout(STORE_TIMEOUT).response_timeout(STORE_TIMEOUT).build()?;
-    Ok(Connection::Cluster(within(STORE_TIMEOUT, client.get_async_connection()).await?))
+    // Renewed when it stalls, as the backend's is: redis-rs' can stop answering after a
+    // master's death (see `RenewingClusterConnection`).
+    let conn = within(STORE_TIMEOUT, client.get_async_connection()).await?;
+    Ok(Connection::Cluster(RenewingClusterConnection::new(client, conn)))
 }
 
 /// `call`, failed with [`StoreError::Timeout`] past `limit`.
