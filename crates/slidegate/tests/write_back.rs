@@ -1,14 +1,14 @@
 //! Write-back against real redis-servers, on the Lua engine and on the module, for every
 //! algorithm: what a local failure policy admitted while Redis was away is written into Redis
 //! once it answers again — into a Redis that came back empty (killed, restarted without its
-//! data) and into one that kept its data (the network reset meanwhile) — so the key then admits
+//! data) and into one that kept its data (the network reset meanwhile), on a Cluster too — so the key then admits
 //! exactly what its limit leaves, and a sliding log's entries keep their own times.
 
 use std::time::{Duration, Instant};
 
 use slidegate::{Algorithm, FailurePolicy, Limiter, Quota, RedisBackend, RedisEngine, SystemClock, WriteBack};
-use slidegate::{Clock, Decision};
-use slidegate_testkit::{Fault, FaultProxy, RedisServer};
+use slidegate::{Backend, Clock, Decision};
+use slidegate_testkit::{Fault, FaultProxy, RedisCluster, RedisServer};
 
 const LIMIT: u64 = 10;
 
@@ -54,7 +54,7 @@ async fn limiter(url: &str, engine: Engine) -> Limiter<RedisBackend> {
 }
 
 /// `n` checks of `key`, each answered: how many were admitted, every one by the policy.
-async fn admitted_locally(limiter: &Limiter<RedisBackend>, key: &str, quota: &Quota, n: u64) -> u64 {
+async fn admitted_locally<B: Backend>(limiter: &Limiter<B>, key: &str, quota: &Quota, n: u64) -> u64 {
     let mut admitted = 0;
     for _ in 0..n {
         let d = limiter.check(key, quota).await.expect("answered by the policy");
@@ -65,7 +65,7 @@ async fn admitted_locally(limiter: &Limiter<RedisBackend>, key: &str, quota: &Qu
 }
 
 /// Writes back until nothing waits (Redis may take a reconnect to reach): the report summed.
-async fn write_back_all(limiter: &Limiter<RedisBackend>) -> WriteBack {
+async fn write_back_all<B: Backend>(limiter: &Limiter<B>) -> WriteBack {
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut total = WriteBack::default();
     loop {
@@ -81,7 +81,7 @@ async fn write_back_all(limiter: &Limiter<RedisBackend>) -> WriteBack {
 }
 
 /// Checks `key` until Redis denies it: how many Redis admitted, none by the policy.
-async fn admitted_by_redis(limiter: &Limiter<RedisBackend>, key: &str, quota: &Quota) -> u64 {
+async fn admitted_by_redis<B: Backend>(limiter: &Limiter<B>, key: &str, quota: &Quota) -> u64 {
     let mut admitted = 0;
     loop {
         let d: Decision = limiter.check(key, quota).await.expect("answered");
@@ -210,5 +210,32 @@ async fn a_sliding_log_written_back_resets_when_its_newest_entry_leaves() {
                 "PTTL {ttl} ms, the newest entry leaves within {most:?}"
             );
         }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_that_kept_its_data_adds_what_was_admitted_locally() {
+    let cluster = RedisCluster::start(3, 0);
+    let proxies = cluster.behind_proxies();
+    let urls: Vec<String> = proxies.iter().map(FaultProxy::url).collect();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let backend = RedisBackend::connect_cluster(&urls).await.expect("connect").with_timeout(Duration::from_millis(50));
+    let limiter = Limiter::new(backend).with_failure_policy(FailurePolicy::local(0.5).expect("policy"));
+    // Keys spread over the masters.
+    let keys: Vec<String> = (0..quotas().len()).map(|i| format!("cluster-{i}")).collect();
+    for (key, quota) in keys.iter().zip(quotas()) {
+        for _ in 0..3 {
+            assert!(limiter.check(key, &quota).await.expect("check").allowed, "{key}: Redis admits");
+        }
+    }
+    proxies.iter().for_each(|p| p.set(Fault::Reset));
+    for (key, quota) in keys.iter().zip(quotas()) {
+        assert_eq!(admitted_locally(&limiter, key, &quota, LIMIT).await, LIMIT / 2, "{key}");
+    }
+    proxies.iter().for_each(|p| p.set(Fault::Pass));
+    let report = write_back_all(&limiter).await;
+    assert_eq!(report, WriteBack { written: 4 * LIMIT / 2, dropped: 0, pending: 0 });
+    for (key, quota) in keys.iter().zip(quotas()) {
+        assert_eq!(admitted_by_redis(&limiter, key, &quota).await, LIMIT - 3 - LIMIT / 2, "{key}: 3 before, 5 locally");
     }
 }
