@@ -102,7 +102,11 @@ impl Limiter {
                 })
             })
             .map_err(|e| to_py(&e))?;
-        Ok(Self { engine: Arc::new(engine), backend })
+        let engine = Arc::new(engine);
+        if matches!(options.policy, Some(FailurePolicy::Local { .. } | FailurePolicy::LocalAuto { .. })) {
+            runtime().spawn(write_back_while_used(Arc::downgrade(&engine)));
+        }
+        Ok(Self { engine, backend })
     }
 
     /// `memory`, `redis`, `redis_cluster` or `redis_sentinel`.
@@ -300,6 +304,23 @@ impl Limiter {
 
     fn __repr__(&self) -> String {
         format!("Limiter(backend={:?}, engine={:?})", self.backend, self.engine.name())
+    }
+}
+
+/// How often a limiter with a local failure policy looks for local admissions to write back.
+const WRITE_BACK_EVERY: Duration = Duration::from_millis(250);
+
+/// Writes into Redis, once it answers again, what the local policy admitted while it was away
+/// ([`slidegate::Limiter::write_back`]), until the limiter is dropped.
+async fn write_back_while_used(engine: std::sync::Weak<Engine>) {
+    let mut tick = tokio::time::interval(WRITE_BACK_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(engine) = engine.upgrade() else { return };
+        on_limiter!(&*engine, limiter => if limiter.write_back_pending() > 0 {
+            limiter.write_back().await;
+        });
     }
 }
 

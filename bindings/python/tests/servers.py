@@ -39,9 +39,9 @@ def wait_for(condition, what: str, within: float = 15.0) -> None:
 class RedisServer:
     """A redis-server child process with no persistence, in a directory of its own."""
 
-    def __init__(self, *args: str, module: bool = False):
+    def __init__(self, *args: str, module: bool = False, port: Optional[int] = None):
         self.dir = tempfile.mkdtemp(prefix="slidegate-py-redis-")
-        self.port = free_port()
+        self.port = port or free_port()
         command = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
                    "--appendonly", "no", "--enable-debug-command", "yes", "--dir", self.dir, *args]
         if module:

@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from servers import RedisServer
+from servers import RedisServer, wait_for
 from threads import admitted_from_threads
 from slidegate import BackendUnavailable, InvalidArgument, Limiter
 
@@ -123,6 +123,24 @@ def test_redis_gone_raises_or_the_failure_policy_answers():
     degraded = [local.check("k", limit=10, window="1m") for _ in range(6)]
     assert [d.allowed for d in degraded] == [True] * 5 + [False], "half of the limit, locally"
     assert all(d.degraded == "local" for d in degraded)
+
+
+def test_what_was_admitted_locally_is_written_back_into_a_redis_back_empty():
+    server = RedisServer()
+    local = Limiter.redis(server.url, timeout=0.05, failure_policy="local", local_share=0.5)
+    server.stop()
+    assert [local.check("wb", limit=10, window="1m").allowed for _ in range(6)] == [True] * 5 + [False]
+    back = RedisServer(port=server.port)
+    try:
+        def written_back() -> bool:
+            keys = back.client().keys("*wb*")
+            return bool(keys) and back.client().zcard(keys[0]) == 5
+        wait_for(written_back, "the five local admissions written back")
+        decided = [local.check("wb", limit=10, window="1m") for _ in range(6)]
+        assert [d.degraded for d in decided] == [None] * 6, "decided by Redis again"
+        assert [d.allowed for d in decided] == [True] * 5 + [False], "the limit less what was written back"
+    finally:
+        back.stop()
 
 
 def test_redis_options_are_checked():
