@@ -78,13 +78,14 @@ pub(crate) struct Journal {
 
 impl Journal {
     /// Keeps a local admission, merged with the last one when it is of the same key, quota
-    /// and millisecond.
+    /// and millisecond and the two together are a cost the quota takes in one call.
     pub(crate) fn keep(&self, key: &str, quota: &Quota, cost: u64, at_ms: u64) {
         let mut entries = lock(&self.entries);
         if let Some(last) = entries.back_mut()
             && (last.at_ms, last.key.as_str(), &last.quota) == (at_ms, key, quota)
+            && last.cost + cost <= quota.max_cost()
         {
-            last.cost = last.cost.saturating_add(cost);
+            last.cost += cost;
             return;
         }
         if entries.len() >= MAX_WRITE_BACK {
@@ -143,14 +144,15 @@ mod tests {
         let quota = Quota::new(10, Duration::from_secs(1)).expect("quota");
         journal.keep("a", &quota, 1, 5);
         journal.keep("a", &quota, 2, 5);
+        journal.keep("a", &quota, 8, 5);
         journal.keep("b", &quota, 1, 5);
-        assert_eq!(journal.len(), 2);
+        assert_eq!(journal.len(), 3, "a's third would make a cost past the limit: kept apart");
         for i in 0..MAX_WRITE_BACK as u64 {
             journal.keep("c", &quota, 1, 10 + i);
         }
         assert_eq!(journal.len(), MAX_WRITE_BACK);
         let (entries, dropped) = journal.take().expect("not writing");
-        assert_eq!((entries[0].cost, dropped), (3, 2), "a's two merged; two of c's past the bound");
+        assert_eq!((entries[0].cost, dropped), (3, 3), "a's first two merged; three of c's past the bound");
         assert!(journal.take().is_none(), "one write-back at a time");
         assert_eq!(journal.give_back(entries), MAX_WRITE_BACK);
         assert!(journal.take().is_some());
