@@ -112,6 +112,18 @@ impl AnyBackend {
             Self::Sentinel(r) => r.ready().await,
         }
     }
+
+    /// Renews instance `id`'s heartbeat in Redis for `lapse` and counts the fleet's live
+    /// instances ([`slidegate::RedisBackend::heartbeat`]); `None` on the memory backend, which
+    /// no other instance shares.
+    pub async fn heartbeat(&self, id: &str, lapse: Duration) -> Option<Result<u32, Error>> {
+        Some(match self {
+            Self::Memory(_) => return None,
+            Self::Redis(r) => r.heartbeat(id, lapse).await,
+            Self::Cluster(r) => r.heartbeat(id, lapse).await,
+            Self::Sentinel(r) => r.heartbeat(id, lapse).await,
+        })
+    }
 }
 
 // The Redis branch's futures are boxed: a future is as large as its largest variant, and the

@@ -17,7 +17,7 @@ mod sync;
 
 use std::time::{Duration, UNIX_EPOCH};
 
-pub use fleet::{BEAT, LAPSE, beat_forever};
+pub use fleet::beat_forever;
 pub use sync::{CHECK_INTERVAL, start};
 
 /// Unix ms as an RFC 3339 time, for logs and `rules show`.

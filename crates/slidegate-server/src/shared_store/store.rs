@@ -9,8 +9,8 @@
 //! - `<prefix>:{rules}:overrides` — a hash: `<len(rule)>:<rule>:<key>` → the override as JSON.
 //! - `<prefix>:{rules}:expiries` — a sorted set: the same fields → the Unix ms they lapse at.
 //!
-//! - `<prefix>:{rules}:fleet` — a sorted set: each instance's id → the Redis ms its heartbeat
-//!   lapses at, while some failure policy has `local_share = "auto"` (`fleet.lua`).
+//! - `<prefix>:{rules}:fleet` — beside them, not the store's: each instance's heartbeat, while
+//!   some failure policy has `local_share = "auto"` ([`slidegate::redis::fleet_key`]).
 //!
 //! Every change bumps `version` and is published, in the same script, on the channel
 //! `<prefix>:{rules}:changes` as `{"v": version, "op": "rules" | "set" | "del" | "lapse",
@@ -172,7 +172,6 @@ pub struct Store {
     overrides: String,
     expiries: String,
     channel: String,
-    fleet: String,
 }
 
 impl std::fmt::Debug for Store {
@@ -204,7 +203,6 @@ static PUSH_RULES: LazyLock<Script> = script!("push_rules.lua");
 static SET_OVERRIDE: LazyLock<Script> = script!("set_override.lua");
 static REMOVE_OVERRIDES: LazyLock<Script> = script!("remove_overrides.lua");
 // Neither changes the rules or overrides: no checks before them.
-static HEARTBEAT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("fleet.lua")));
 static READ_RULES: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("read_rules.lua")));
 
 impl Store {
@@ -217,7 +215,6 @@ impl Store {
             overrides: name(prefix, "overrides"),
             expiries: name(prefix, "expiries"),
             channel: name(prefix, "changes"),
-            fleet: name(prefix, "fleet"),
         }
     }
 
@@ -313,14 +310,6 @@ impl Store {
             pushed_at_ms: at.unwrap_or(0),
             pushed_from: by.unwrap_or_default(),
         }))
-    }
-
-    /// Renews instance `id`'s heartbeat for `lapse` and counts the live instances.
-    pub async fn heartbeat(&self, id: &str, lapse: Duration) -> Result<u32, StoreError> {
-        let mut invocation = HEARTBEAT.key(&self.fleet);
-        invocation.arg(id).arg(u64::try_from(lapse.as_millis()).unwrap_or(u64::MAX));
-        let live: u64 = within(STORE_TIMEOUT, invocation.invoke_async(&mut self.conn.clone())).await?;
-        Ok(u32::try_from(live).unwrap_or(u32::MAX))
     }
 
     /// The version of the latest change (0: none yet).
@@ -448,7 +437,8 @@ mod tests {
     #[test]
     fn the_store_keys_share_one_cluster_slot_and_meet_no_limiter_key() {
         for prefix in ["slidegate", "", "rl"] {
-            let names = ["state", "overrides", "expiries", "fleet"].map(|part| name(prefix, part));
+            let mut names = ["state", "overrides", "expiries"].map(|part| name(prefix, part)).to_vec();
+            names.push(slidegate::redis::fleet_key(prefix));
             let slot = slidegate::key_slot(&names[0]);
             assert!(names.iter().all(|n| slidegate::key_slot(n) == slot), "{names:?}");
             // Limiter keys are `<prefix>:<rule|inline|digits>:...`: none starts with `{`.

@@ -22,6 +22,7 @@
 // - `module.rs`: the module's two commands;
 // - `wire.rs`: the arguments of those commands and the parsing of their replies (no I/O);
 // - `replicas.rs`: the `WAIT` after each admission that `with_replicas_ack` asks for;
+// - `fleet.rs` (`fleet.lua`): the heartbeat that counts a fleet's live instances;
 // - `members.rs`: the unique sorted-set members a sliding log records;
 // - `outlook.rs`: the per-key guess of the next outcome that orders the sliding-log script;
 // - one file per kind of server: `standalone.rs` (over `pipelined.rs`, with its RESP framing in
@@ -42,6 +43,7 @@ use redis::aio::ConnectionLike;
 pub use cluster::{CLUSTER_STALL_BEFORE_RENEWAL, RedisClusterBackend, RenewingClusterConnection};
 pub use config::{DEFAULT_PREFIX, DEFAULT_TIMEOUT};
 pub use engine::RedisEngine;
+pub use fleet::{FLEET_BEAT, FLEET_LAPSE, fleet_key, instance_id};
 pub use pipelined::{DEFAULT_MAX_QUEUED, MAX_IN_FLIGHT, PipelinedConnection};
 pub use redis::cluster_async::ClusterConnection;
 pub use sentinel::{RedisSentinelBackend, SentinelConnection};
@@ -56,6 +58,7 @@ mod call;
 mod cluster;
 mod config;
 mod engine;
+mod fleet;
 mod members;
 mod module;
 mod outlook;
