@@ -9,7 +9,7 @@ use std::time::Duration;
 use pyo3::prelude::*;
 use pyo3::types::PyString;
 use slidegate::memory::DEFAULT_MAX_KEYS;
-use slidegate::redis::{DEFAULT_PREFIX, DEFAULT_TIMEOUT};
+use slidegate::redis::{DEFAULT_PREFIX, DEFAULT_TIMEOUT, FLEET_BEAT, FLEET_LAPSE, instance_id};
 use slidegate::{Check, FailurePolicy, Limiter as CoreLimiter, MAX_CHECKS, MemoryBackend, RedisBackend, RedisEngine};
 
 use crate::answer::{Charged, Decision, KeyState, MultiDecision, Refunded};
@@ -48,8 +48,8 @@ impl Limiter {
     #[staticmethod]
     #[pyo3(signature = (
         url, *, cluster = false, sentinel_service = None, prefix = DEFAULT_PREFIX.to_owned(), engine = "auto",
-        timeout = DEFAULT_TIMEOUT.as_secs_f64(), failure_policy = None, local_share = None, near_cache = 0,
-        cluster_slot_check = false,
+        timeout = DEFAULT_TIMEOUT.as_secs_f64(), failure_policy = None, local_share = None,
+        local_share_fallback = None, near_cache = 0, cluster_slot_check = false,
     ))]
     #[allow(clippy::too_many_arguments)] // Python's keyword arguments, each with its default
     fn redis(
@@ -61,7 +61,8 @@ impl Limiter {
         engine: &str,
         timeout: f64,
         failure_policy: Option<&str>,
-        local_share: Option<f64>,
+        local_share: Option<&Bound<'_, PyAny>>,
+        local_share_fallback: Option<f64>,
         near_cache: usize,
         cluster_slot_check: bool,
     ) -> PyResult<Self> {
@@ -80,7 +81,7 @@ impl Limiter {
             prefix,
             engine: engine.parse::<RedisEngine>().map_err(|e| to_py(&e))?,
             timeout,
-            policy: policy(failure_policy, local_share)?,
+            policy: policy(failure_policy, share(local_share)?, local_share_fallback)?,
             near_cache,
         };
         let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
@@ -106,6 +107,9 @@ impl Limiter {
         if matches!(options.policy, Some(FailurePolicy::Local { .. } | FailurePolicy::LocalAuto { .. })) {
             runtime().spawn(write_back_while_used(Arc::downgrade(&engine)));
         }
+        if matches!(options.policy, Some(FailurePolicy::LocalAuto { .. })) {
+            runtime().spawn(count_the_fleet_while_used(Arc::downgrade(&engine)));
+        }
         Ok(Self { engine, backend })
     }
 
@@ -119,6 +123,13 @@ impl Limiter {
     #[getter]
     fn engine(&self) -> &'static str {
         self.engine.name()
+    }
+
+    /// The fleet's live instances as last counted in Redis (`local_share="auto"`): what each
+    /// limit is divided by while Redis is away; `None` before the first count, or without it.
+    #[getter]
+    fn fleet_instances(&self) -> Option<u32> {
+        on_limiter!(&*self.engine, limiter => limiter.fleet().and_then(slidegate::Fleet::live))
     }
 
     /// Decides `cost` permits of `limit` per `window` for `key`, waiting without the GIL.
@@ -324,6 +335,33 @@ async fn write_back_while_used(engine: std::sync::Weak<Engine>) {
     }
 }
 
+/// Renews this limiter's heartbeat in Redis every [`FLEET_BEAT`] and records the fleet's live
+/// instances it reads back (`local_share="auto"`), until the limiter is dropped; the last count
+/// stands while Redis is away. The service beats into the same set: a fleet of both counts as one.
+async fn count_the_fleet_while_used(engine: std::sync::Weak<Engine>) {
+    async fn beat<C>(limiter: &CoreLimiter<RedisBackend<C>>, id: &str)
+    where
+        C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
+    {
+        if let (Some(fleet), Ok(live)) = (limiter.fleet(), limiter.backend().heartbeat(id, FLEET_LAPSE).await) {
+            fleet.set_live(live);
+        }
+    }
+    let id = instance_id();
+    let mut tick = tokio::time::interval(FLEET_BEAT);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(engine) = engine.upgrade() else { return };
+        match &*engine {
+            Engine::Memory(_) => return,
+            Engine::Redis(limiter) => beat(limiter, &id).await,
+            Engine::Cluster(limiter) => beat(limiter, &id).await,
+            Engine::Sentinel(limiter) => beat(limiter, &id).await,
+        }
+    }
+}
+
 /// The checks of `check_all`, read after their number is checked against [`MAX_CHECKS`].
 fn read_checks(checks: &Bound<'_, PyAny>) -> PyResult<Vec<CheckArgs>> {
     let n = checks.len().map_err(|_| invalid("check_all takes a list of dicts".into()))?;
@@ -375,18 +413,49 @@ fn urls(url: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
     url.extract::<Vec<String>>().map_err(|_| invalid("url must be a str or a list of str".into()))
 }
 
-/// The failure policy by the name the service's configuration uses; `local` takes a share.
-fn policy(name: Option<&str>, local_share: Option<f64>) -> PyResult<Option<FailurePolicy>> {
-    match (name, local_share) {
-        (None, None) => Ok(None),
-        (Some("fail_open"), None) => Ok(Some(FailurePolicy::FailOpen)),
-        (Some("fail_closed"), None) => Ok(Some(FailurePolicy::FailClosed)),
-        (Some("local"), Some(share)) => FailurePolicy::local(share).map(Some).map_err(|e| to_py(&e)),
-        (Some("local"), None) => Err(invalid("failure_policy=\"local\" needs local_share (0.001 to 1)".into())),
-        (Some("fail_open" | "fail_closed") | None, Some(_)) => {
+/// `local_share` as given: a share of each limit, or `"auto"` (the limit ÷ the fleet).
+enum Share {
+    Fixed(f64),
+    Auto,
+}
+
+fn share(value: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Share>> {
+    let Some(value) = value else { return Ok(None) };
+    let wrong = || invalid(format!("local_share must be a number (0.001 to 1) or \"auto\", got {value}"));
+    match value.extract::<String>() {
+        Ok(s) if s == "auto" => Ok(Some(Share::Auto)),
+        Ok(_) => Err(wrong()),
+        Err(_) => value.extract::<f64>().map(|f| Some(Share::Fixed(f))).map_err(|_| wrong()),
+    }
+}
+
+/// The failure policy by the name the service's configuration uses; `local` takes a share, or
+/// `"auto"` with the share while the fleet has never been counted.
+fn policy(name: Option<&str>, share: Option<Share>, fallback: Option<f64>) -> PyResult<Option<FailurePolicy>> {
+    match (name, share, fallback) {
+        (None, None, None) => Ok(None),
+        (Some("fail_open"), None, None) => Ok(Some(FailurePolicy::FailOpen)),
+        (Some("fail_closed"), None, None) => Ok(Some(FailurePolicy::FailClosed)),
+        (Some("local"), Some(Share::Fixed(share)), None) => {
+            FailurePolicy::local(share).map(Some).map_err(|e| to_py(&e))
+        }
+        (Some("local"), Some(Share::Auto), Some(fallback)) => {
+            FailurePolicy::local_auto(fallback).map(Some).map_err(|e| to_py(&e))
+        }
+        (Some("local"), Some(Share::Auto), None) => Err(invalid(
+            "local_share=\"auto\" needs local_share_fallback: the share while the fleet has never been counted (e.g. 0.25)"
+                .into(),
+        )),
+        (Some("local"), None, _) => {
+            Err(invalid("failure_policy=\"local\" needs local_share (0.001 to 1, or \"auto\")".into()))
+        }
+        (Some("local" | "fail_open" | "fail_closed") | None, _, Some(_)) => {
+            Err(invalid("local_share_fallback applies to local_share=\"auto\" only".into()))
+        }
+        (Some("fail_open" | "fail_closed") | None, Some(_), None) => {
             Err(invalid("local_share applies to failure_policy=\"local\" only".into()))
         }
-        (Some(other), _) => {
+        (Some(other), ..) => {
             Err(invalid(format!("failure_policy must be fail_open, fail_closed or local, got {other:?}")))
         }
     }

@@ -143,11 +143,31 @@ def test_what_was_admitted_locally_is_written_back_into_a_redis_back_empty():
         back.stop()
 
 
+def test_with_local_share_auto_limiters_count_each_other_and_share_the_limit_while_redis_is_away():
+    server = RedisServer()
+    fleet = [Limiter.redis(server.url, timeout=0.05, failure_policy="local", local_share="auto",
+                           local_share_fallback=0.9) for _ in range(2)]
+    try:
+        wait_for(lambda: all(f.fleet_instances == 2 for f in fleet), "each limiter counting two")
+        server.stop()
+        admitted = [sum(f.check("shared", limit=10, window="1m").allowed for _ in range(10)) for f in fleet]
+        assert admitted == [5, 5], "the limit ÷ the two instances, each"
+        assert all(f.fleet_instances == 2 for f in fleet), "the last count stands through the outage"
+    finally:
+        server.stop()
+
+
 def test_redis_options_are_checked():
     with pytest.raises(InvalidArgument, match="timeout must be more than 0 and at most 60 s"):
         Limiter.redis("redis://127.0.0.1:1", timeout=0)
     with pytest.raises(InvalidArgument, match="needs local_share"):
         Limiter.redis("redis://127.0.0.1:1", failure_policy="local")
+    with pytest.raises(InvalidArgument, match="needs local_share_fallback"):
+        Limiter.redis("redis://127.0.0.1:1", failure_policy="local", local_share="auto")
+    with pytest.raises(InvalidArgument, match="applies to local_share=\"auto\" only"):
+        Limiter.redis("redis://127.0.0.1:1", failure_policy="local", local_share=0.5, local_share_fallback=0.5)
+    with pytest.raises(InvalidArgument, match="must be a number"):
+        Limiter.redis("redis://127.0.0.1:1", failure_policy="local", local_share="half")
     with pytest.raises(InvalidArgument, match="failure_policy must be"):
         Limiter.redis("redis://127.0.0.1:1", failure_policy="retry")
     with pytest.raises(InvalidArgument, match="unknown Redis engine"):
