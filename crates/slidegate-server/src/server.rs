@@ -77,6 +77,11 @@ pub struct ServeOptions {
     /// mutual TLS, a client without one refused at the handshake (`[server] tls_client_ca`).
     #[arg(long, env = "SLIDEGATE_TLS_CLIENT_CA", value_name = "FILE")]
     pub tls_client_ca: Option<PathBuf>,
+    /// Require also that a client's certificate be valid for this DNS name or IP address (a
+    /// subject alternative name; envoyproxy/ratelimit's GRPC_CLIENT_TLS_SAN; `[server]
+    /// tls_client_san`; with --tls-client-ca).
+    #[arg(long, env = "SLIDEGATE_TLS_CLIENT_SAN", value_name = "NAME")]
+    pub tls_client_san: Option<String>,
     /// Serve the Envoy rate limit service (gRPC) on this address.
     #[arg(long, env = "SLIDEGATE_GRPC")]
     pub grpc: Option<SocketAddr>,
@@ -349,7 +354,7 @@ fn log_start(app: &App, addr: SocketAddr, where_: &str, limits: &HttpLimits, tls
         info!("{}", admin_state(false));
     }
     if let Some(tls) = tls {
-        let clients = if tls.requires_client_certificates() { "required" } else { "not asked for" };
+        let clients = tls.client_certificates();
         info!(client_certificates = clients, "listeners serve TLS");
     }
 }
@@ -410,6 +415,9 @@ fn listener_tls_flags(files: &mut ListenerTlsFiles, options: &ServeOptions) -> a
         (&mut files.key, &options.tls_key),
         (&mut files.client_ca, &options.tls_client_ca),
     ]);
+    if options.tls_client_san.is_some() {
+        files.client_san.clone_from(&options.tls_client_san);
+    }
     files.check().map_err(|m| anyhow::anyhow!("--tls-* ([server] tls_*): {m}"))
 }
 

@@ -3,7 +3,8 @@
 //! configurations in force, which [`watch`] replaces whole when the files change.
 //!
 //! rustls on ring, as TLS to Redis: nothing to build against. With a client CA, a client must
-//! present a certificate that chains to it, or the handshake fails (mutual TLS). The HTTP
+//! present a certificate that chains to it, or the handshake fails (mutual TLS); with a client
+//! SAN too (`--tls-client-san`), one valid for that name. The HTTP
 //! listener offers HTTP/1.1 by ALPN, the gRPC one HTTP/2 (gRPC clients require it). The
 //! listeners bound the handshake as they bound a request head: see [`crate::http`] and
 //! [`crate::grpc`].
@@ -11,15 +12,17 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, PoisonError, RwLock};
 
-use rustls::ServerConfig;
-use rustls::pki_types::CertificateDer;
+use rustls::client::danger::HandshakeSignatureValid;
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::server::WebPkiClientVerifier;
-use rustls::server::danger::ClientCertVerifier;
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use rustls::{CertificateError, DigitallySignedStruct, DistinguishedName, ServerConfig, SignatureScheme};
 use tokio_rustls::TlsAcceptor;
 
 use slidegate::redis::{pem_certificates, pem_private_key};
 
 pub use crate::config::ListenerTlsFiles;
+use crate::config::client_san;
 use crate::file;
 
 pub mod watch;
@@ -47,6 +50,7 @@ pub struct ListenerTls {
     cert: PathBuf,
     key: PathBuf,
     client_ca: Option<PathBuf>,
+    client_san: Option<String>,
     current: RwLock<Arc<Configs>>,
 }
 
@@ -62,6 +66,7 @@ impl std::fmt::Debug for ListenerTls {
             .field("cert", &self.cert)
             .field("key", &self.key)
             .field("client_ca", &self.client_ca)
+            .field("client_san", &self.client_san)
             .finish_non_exhaustive()
     }
 }
@@ -75,7 +80,13 @@ impl ListenerTls {
             cert: cert.clone(),
             key: key.clone(),
             client_ca: files.client_ca.clone(),
-            current: RwLock::new(Arc::new(Configs::read(cert, key, files.client_ca.as_deref())?)),
+            client_san: files.client_san.clone(),
+            current: RwLock::new(Arc::new(Configs::read(
+                cert,
+                key,
+                files.client_ca.as_deref(),
+                files.client_san.as_deref(),
+            )?)),
         };
         Ok(Some(tls))
     }
@@ -83,7 +94,7 @@ impl ListenerTls {
     /// Reads the files again and puts what they hold in force for new connections; on a
     /// problem, the configurations in force stay.
     pub fn reload(&self) -> Result<(), TlsFileError> {
-        let configs = Configs::read(&self.cert, &self.key, self.client_ca.as_deref())?;
+        let configs = Configs::read(&self.cert, &self.key, self.client_ca.as_deref(), self.client_san.as_deref())?;
         *self.current.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(configs);
         Ok(())
     }
@@ -93,9 +104,14 @@ impl ListenerTls {
         [Some(self.cert.as_path()), Some(self.key.as_path()), self.client_ca.as_deref()].into_iter().flatten()
     }
 
-    /// Whether clients must present a certificate.
-    pub fn requires_client_certificates(&self) -> bool {
-        self.client_ca.is_some()
+    /// What is asked of clients' certificates, for a log line: `required`, `required, for
+    /// <name>`, or `not asked for`.
+    pub fn client_certificates(&self) -> String {
+        match (&self.client_ca, &self.client_san) {
+            (Some(_), Some(name)) => format!("required, for {name}"),
+            (Some(_), None) => "required".to_owned(),
+            (None, _) => "not asked for".to_owned(),
+        }
     }
 
     /// The acceptor of a new HTTP connection, with the configuration in force now.
@@ -114,7 +130,7 @@ impl ListenerTls {
 }
 
 impl Configs {
-    fn read(cert: &Path, key: &Path, client_ca: Option<&Path>) -> Result<Self, TlsFileError> {
+    fn read(cert: &Path, key: &Path, client_ca: Option<&Path>, client_san: Option<&str>) -> Result<Self, TlsFileError> {
         let chain = certificates(cert, &read(cert)?)?;
         let pem = read(key)?;
         let private = pem_private_key(&pem).map_err(|reason| problem(key, reason))?;
@@ -123,7 +139,7 @@ impl Configs {
             .with_safe_default_protocol_versions()
             .map_err(|e| problem(cert, e.to_string()))?;
         let builder = match client_ca {
-            Some(ca) => builder.with_client_cert_verifier(client_verifier(ca, provider)?),
+            Some(ca) => builder.with_client_cert_verifier(client_verifier(ca, client_san, provider)?),
             None => builder.with_no_client_auth(),
         };
         let config = builder
@@ -138,18 +154,83 @@ impl Configs {
     }
 }
 
-/// The check of client certificates: they chain to the CA certificates in `ca`.
+/// The check of client certificates: they chain to the CA certificates in `ca` and, with
+/// `san`, are valid for that name.
 fn client_verifier(
     ca: &Path,
+    san: Option<&str>,
     provider: Arc<rustls::crypto::CryptoProvider>,
 ) -> Result<Arc<dyn ClientCertVerifier>, TlsFileError> {
     let mut roots = rustls::RootCertStore::empty();
     for c in certificates(ca, &read(ca)?)? {
         roots.add(c).map_err(|e| problem(ca, format!("not a usable CA certificate: {e}")))?;
     }
-    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+    let chain = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
         .build()
-        .map_err(|e| problem(ca, e.to_string()))
+        .map_err(|e| problem(ca, e.to_string()))?;
+    Ok(match san {
+        // Checked when the settings were read; a name that fails here fails the start all the same.
+        Some(name) => Arc::new(NamedClients { chain, name: client_san(name).map_err(|m| problem(ca, m))? }),
+        None => chain,
+    })
+}
+
+/// Client certificates that chain to the CA and name `name` among their subject alternative
+/// names (envoyproxy/ratelimit's `GRPC_CLIENT_TLS_SAN`): any other is refused at the handshake.
+#[derive(Debug)]
+struct NamedClients {
+    chain: Arc<dyn ClientCertVerifier>,
+    name: ServerName<'static>,
+}
+
+impl ClientCertVerifier for NamedClients {
+    fn offer_client_auth(&self) -> bool {
+        self.chain.offer_client_auth()
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        self.chain.client_auth_mandatory()
+    }
+
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        self.chain.root_hint_subjects()
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        let verified = self.chain.verify_client_cert(end_entity, intermediates, now)?;
+        let cert = webpki::EndEntityCert::try_from(end_entity)
+            .map_err(|_| rustls::Error::InvalidCertificate(CertificateError::BadEncoding))?;
+        cert.verify_is_valid_for_subject_name(&self.name)
+            .map_err(|_| rustls::Error::InvalidCertificate(CertificateError::NotValidForName))?;
+        Ok(verified)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.chain.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.chain.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.chain.supported_verify_schemes()
+    }
 }
 
 /// The bytes of `path`, read as every configuration file is ([`file::read`]).

@@ -122,7 +122,7 @@ fn describe(path: &Path, config: &Config) -> Vec<String> {
 /// The listeners' TLS line of the summary.
 fn describe_tls(tls: &ListenerTls) -> String {
     let files: Vec<String> = tls.files().map(|f| f.display().to_string()).collect();
-    let clients = if tls.requires_client_certificates() { "required" } else { "not asked for" };
+    let clients = tls.client_certificates();
     format!("  tls: {} (client certificates {clients})", files.join(", "))
 }
 

@@ -15,7 +15,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
-use slidegate_testkit::{CertFiles, TestPki};
+use slidegate_testkit::{CertFiles, Flaw, TestPki};
 use support::envoy::{Dir, OK, USER_EDGE, request};
 use support::tls::{curl, curl_with, grpc_call, serve_https, trust};
 use support::{Slidegate, closed_before, path, run};
@@ -86,6 +86,37 @@ fn mutual_tls_refuses_a_client_without_a_certificate_or_with_one_of_another_ca()
     assert!(answer.contains("\"remaining\":98"), "{answer}");
 }
 
+#[test]
+fn a_client_san_refuses_certificates_of_the_ca_issued_for_another_name() {
+    let pki = TestPki::new("san");
+    let envoy = pki.issue_for("envoy", &["envoy.mesh.internal"], Flaw::None);
+    let mut args = cert_flags(&pki.server());
+    args.extend(["--tls-client-ca".into(), path(&pki.ca()).into()]);
+    args.extend(["--tls-client-san".into(), "envoy.mesh.internal".into()]);
+    let named = trust(&pki.ca(), Some(&envoy));
+    let server = serve_https(&strs(&args), &[], &named);
+    let (code, answer) = https_check(&server, &named, "erin");
+    assert!(code == 0 && answer.contains("\"allowed\":true"), "{code} {answer}");
+    // The attack: a certificate of the same CA, for another name (localhost). Refused at the
+    // handshake, so no decision and no count.
+    let (code, answer) = https_check(&server, &trust(&pki.ca(), Some(&pki.client())), "erin");
+    assert!(code != 0 && !answer.contains("allowed"), "{code} {answer}");
+    let (_, answer) = https_check(&server, &named, "erin");
+    assert!(answer.contains("\"remaining\":98"), "{answer}");
+    // The same through the variable and through `[server] tls_client_san`.
+    let by_variable =
+        serve_https(&strs(&args[..args.len() - 2]), &[("SLIDEGATE_TLS_CLIENT_SAN", "envoy.mesh.internal")], &named);
+    let rules = pki.dir().join("rules.toml");
+    let fields = "[server]\ntls_cert = \"server.pem\"\ntls_key = \"server.key\"\ntls_client_ca = \"ca.pem\"\n\
+                  tls_client_san = \"envoy.mesh.internal\"\n";
+    std::fs::write(&rules, fields).expect("write rules");
+    let by_fields = serve_https(&["--config", path(&rules)], &[], &named);
+    for server in [&by_variable, &by_fields] {
+        assert_eq!(https_check(server, &named, "fay").0, 0);
+        assert_ne!(https_check(server, &trust(&pki.ca(), Some(&pki.client())), "fay").0, 0, "another name was served");
+    }
+}
+
 /// A gRPC server over TLS with `pki`'s certificate (and its client CA when `mutual`), serving
 /// `USER_EDGE`; its gRPC address and config directory.
 fn serve_grpc(pki: &TestPki, mutual: bool, extra: &[&str]) -> (Slidegate, String, Dir) {
@@ -131,6 +162,18 @@ async fn grpc_is_served_over_tls_and_mutual_tls_refuses_clients_without_a_certif
         assert!(answer.is_err(), "{who}: {answer:?}");
     }
     assert_eq!(call(&grpc, &pki.ca(), Some(&pki.client()), "ada").await, Ok(OK));
+
+    // With a client SAN, a certificate of the CA for another name is refused too.
+    let envoy = pki.issue_for("envoy", &["envoy.mesh.internal"], Flaw::None);
+    let (dir, grpc) = (Dir::with(&[("edge.yaml", USER_EDGE)]), format!("127.0.0.1:{}", slidegate_testkit::free_port()));
+    let mut args = cert_flags(&pki.server());
+    args.extend(["--grpc".into(), grpc.clone(), "--envoy-config".into(), dir.arg().into()]);
+    args.extend(["--tls-client-ca".into(), path(&pki.ca()).into()]);
+    args.extend(["--tls-client-san".into(), "envoy.mesh.internal".into()]);
+    let _named = serve_https(&strs(&args), &[], &trust(&pki.ca(), Some(&envoy)));
+    assert_eq!(call(&grpc, &pki.ca(), Some(&envoy), "bo").await, Ok(OK));
+    let answer = call(&grpc, &pki.ca(), Some(&pki.client()), "bo").await;
+    assert!(answer.is_err(), "a certificate for localhost: {answer:?}");
 }
 
 /// The attack on `addr` (limits: 2 connections, 1 s header deadline): both slots taken by
@@ -268,13 +311,23 @@ fn each_listener_tls_problem_fails_the_start_naming_the_file_and_the_reason() {
     let missing = pki.dir().join("nowhere.pem");
     let fifo = pki.dir().join("fifo.pem");
     assert!(Command::new("mkfifo").arg(&fifo).status().expect("mkfifo").success());
-    let cases: [(&[&str], &str, &str); 6] = [
+    let cases: [(&[&str], &str, &str); 8] = [
         (&["--tls-cert", path(&missing), "--tls-key", key], path(&missing), "cannot read it"),
         (&["--tls-cert", cert, "--tls-key", path(&client.key)], path(&client.key), "not the key of"),
         (&["--tls-cert", key, "--tls-key", key], key, "no PEM certificate"),
         (&["--tls-cert", cert, "--tls-key", key, "--tls-client-ca", path(&fifo)], path(&fifo), "not a regular file"),
         (&["--tls-cert", cert], "--tls-*", "tls_cert needs tls_key"),
         (&["--tls-client-ca", ca], "--tls-*", "tls_client_ca needs tls_cert and tls_key"),
+        (
+            &["--tls-cert", cert, "--tls-key", key, "--tls-client-san", "envoy"],
+            "--tls-*",
+            "tls_client_san needs tls_client_ca",
+        ),
+        (
+            &["--tls-cert", cert, "--tls-key", key, "--tls-client-ca", ca, "--tls-client-san", "not a name!"],
+            "--tls-*",
+            "neither a DNS name nor an IP address",
+        ),
     ];
     for (args, names, reason) in cases {
         let (code, stderr) = start_fails(args);

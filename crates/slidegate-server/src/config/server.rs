@@ -21,6 +21,7 @@ pub(super) struct ServerSpec {
     tls_cert: Option<Spanned<String>>,
     tls_key: Option<Spanned<String>>,
     tls_client_ca: Option<Spanned<String>>,
+    tls_client_san: Option<Spanned<String>>,
     otlp_endpoint: Option<Spanned<String>>,
     otlp_protocol: Option<Spanned<OtlpProtocol>>,
     otlp_sampling_ratio: Option<Spanned<f64>>,
@@ -72,9 +73,11 @@ impl ServerSpec {
             cert: path(&self.tls_cert),
             key: path(&self.tls_key),
             client_ca: path(&self.tls_client_ca),
+            client_san: self.tls_client_san.as_ref().map(|s| s.get_ref().clone()),
         };
         files.check().map_err(|m| {
-            let given = [&self.tls_cert, &self.tls_key, &self.tls_client_ca].into_iter().flatten().next();
+            let given = [&self.tls_cert, &self.tls_key, &self.tls_client_ca, &self.tls_client_san];
+            let given = given.into_iter().flatten().next();
             Invalid::new("server", given.map_or(0..0, Spanned::span), m)
         })?;
         Ok(files)
@@ -112,12 +115,21 @@ pub struct ListenerTlsFiles {
     /// The CA certificates (PEM) a client's certificate must chain to; none: no client
     /// certificate asked for.
     pub client_ca: Option<PathBuf>,
+    /// A DNS name or IP address a client's certificate must also be valid for (a subject
+    /// alternative name, as envoyproxy/ratelimit's `GRPC_CLIENT_TLS_SAN`); with `client_ca` only.
+    pub client_san: Option<String>,
 }
 
 impl ListenerTlsFiles {
     /// Checks that the files given make a set-up: a certificate with its key, a client CA only
     /// beside them. The message names the settings by their `[server]` fields.
     pub fn check(&self) -> Result<(), String> {
+        if let Some(name) = &self.client_san {
+            if self.client_ca.is_none() {
+                return Err("tls_client_san needs tls_client_ca: it checks the certificates clients present".to_owned());
+            }
+            client_san(name)?;
+        }
         match (&self.cert, &self.key, &self.client_ca) {
             (Some(_), None, _) => Err("tls_cert needs tls_key, the certificate's private key".to_owned()),
             (None, Some(_), _) => Err("tls_key needs tls_cert, the certificate it is the key of".to_owned()),
@@ -128,4 +140,11 @@ impl ListenerTlsFiles {
             _ => Ok(()),
         }
     }
+}
+
+/// `name` as the subject alternative name a client certificate must hold: a DNS name or an IP
+/// address.
+pub fn client_san(name: &str) -> Result<rustls::pki_types::ServerName<'static>, String> {
+    rustls::pki_types::ServerName::try_from(name.to_owned())
+        .map_err(|_| format!("tls_client_san {name:?} is neither a DNS name nor an IP address"))
 }

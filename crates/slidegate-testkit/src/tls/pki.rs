@@ -90,10 +90,20 @@ impl TestPki {
     /// # Panics
     /// When the certificate cannot be made or written.
     pub fn issue(&self, name: &str, flaw: Flaw) -> CertFiles {
-        let names = match flaw {
-            Flaw::OtherHost => vec!["redis.invalid".to_owned()],
-            Flaw::None | Flaw::Expired => vec!["localhost".to_owned(), "127.0.0.1".to_owned()],
+        let names: &[&str] = match flaw {
+            Flaw::OtherHost => &["redis.invalid"],
+            Flaw::None | Flaw::Expired => &["localhost", "127.0.0.1"],
         };
+        self.issue_for(name, names, flaw)
+    }
+
+    /// Issues `<name>.pem` and `<name>.key` for the subject alternative names `names` (DNS
+    /// names or IP addresses), with `flaw`'s validity.
+    ///
+    /// # Panics
+    /// When the certificate cannot be made or written.
+    pub fn issue_for(&self, name: &str, names: &[&str], flaw: Flaw) -> CertFiles {
+        let names = names.iter().map(|&n| n.to_owned()).collect::<Vec<_>>();
         let mut params = CertificateParams::new(names).expect("certificate params");
         params.distinguished_name.push(DnType::CommonName, format!("slidegate test {name}"));
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
