@@ -394,6 +394,9 @@ impl Options {
         let backend = backend.with_prefix(self.prefix.clone()).with_timeout(self.timeout).with_engine(self.engine);
         let limiter = CoreLimiter::new(backend);
         let limiter = match self.policy {
+            Some(p @ (FailurePolicy::Local { .. } | FailurePolicy::LocalAuto { .. })) => {
+                limiter.with_failure_policy(p).with_write_back()
+            }
             Some(p) => limiter.with_failure_policy(p),
             None => limiter,
         };

@@ -74,7 +74,8 @@ impl AnyBackend {
         if matches!(self, Self::Memory(_)) {
             return Limiter::new(self);
         }
-        let limiter = Limiter::new(self).with_failure_policy(config.failure_policy).with_failure_observer(|e| {
+        let limiter = Limiter::new(self).with_failure_policy(config.failure_policy).with_write_back();
+        let limiter = limiter.with_failure_observer(|e| {
             ::metrics::counter!(crate::metrics::POLICY_ANSWERS, "kind" => crate::metrics::failure_kind(e)).increment(1);
         });
         if config.near_cache > 0 { limiter.with_near_cache(config.near_cache) } else { limiter }

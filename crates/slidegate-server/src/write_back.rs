@@ -1,7 +1,9 @@
 //! Writes into Redis what a local failure policy admitted while it was away
 //! ([`slidegate::Limiter::write_back`]), in the background, as soon as it answers again: the
 //! window that spans an outage then counts the fleet's local admissions, even on a Redis that
-//! came back empty.
+//! came back empty. Until its journal is written, the instance keeps deciding locally (the
+//! limiter holds the circuit open): Redis, which does not hold those admissions yet, would
+//! admit them again.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,7 +23,9 @@ pub async fn forever(app: Arc<App>) {
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        if app.limiter.write_back_pending() == 0 {
+        let pending = app.limiter.write_back_pending();
+        ::metrics::gauge!(metrics::WRITE_BACK_PENDING).set(pending as f64);
+        if pending == 0 {
             continue;
         }
         let done = app.limiter.write_back().await;

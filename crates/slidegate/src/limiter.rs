@@ -74,8 +74,9 @@ struct Guard {
     breaker: CircuitBreaker,
     local: MemoryBackend,
     fleet: Fleet,
-    /// What `local` admitted, to be written into the backend when it answers again.
-    journal: Journal,
+    /// What `local` admitted, to be written into the backend when it answers again: with
+    /// [`Limiter::with_write_back`] only.
+    journal: Option<Journal>,
 }
 
 impl Limiter<MemoryBackend> {
@@ -134,13 +135,27 @@ impl<B: Backend> Limiter<B> {
     }
 
     fn guarded(mut self, policy: Option<FailurePolicy>, breaker: CircuitBreaker) -> Self {
-        self.guard = Some(Arc::new(Guard {
-            policy,
-            breaker,
-            local: MemoryBackend::new(),
-            fleet: Fleet::default(),
-            journal: Journal::default(),
-        }));
+        let journal = self.guard.as_ref().and_then(|g| g.journal.as_ref()).map(|_| Journal::default());
+        self.guard =
+            Some(Arc::new(Guard { policy, breaker, local: MemoryBackend::new(), fleet: Fleet::default(), journal }));
+        self
+    }
+
+    /// Keeps what a local failure policy admits while the backend is away, to be written into
+    /// it by [`Limiter::write_back`], which the caller then runs in the background (see there);
+    /// until it has, after an outage, decisions stay local. Without it, local admissions are
+    /// forgotten when the backend returns and a window spanning an outage can hold up to twice
+    /// the limit.
+    #[must_use]
+    pub fn with_write_back(mut self) -> Self {
+        let (policy, breaker) = match &self.guard {
+            Some(g) => (g.policy, CircuitBreaker::new(g.breaker.failures(), g.breaker.open_for())),
+            None => (None, CircuitBreaker::default()),
+        };
+        self = self.guarded(policy, breaker);
+        if let Some(g) = self.guard.as_mut().and_then(Arc::get_mut) {
+            g.journal = Some(Journal::default());
+        }
         self
     }
 
@@ -173,43 +188,49 @@ impl<B: Backend> Limiter<B> {
     /// [`FailurePolicy::LocalAuto`]) admitted while it was away, so that the window spanning an
     /// outage counts the fleet's local admissions too: a sliding log's at their own times (the
     /// window is exact again), a GCRA's at their own arrival, a counter's added to its current
-    /// window; what has left its window since is not written. Each is recorded as
-    /// [`Limiter::charge`] records, within [`crate::MAX_CHARGE_FACTOR`] times the limit, one
-    /// backend call per key and millisecond, in admission order, at most
-    /// [`crate::MAX_WRITE_BACK`] of them. Stops at the first backend failure, keeping the rest
-    /// for the next call; one runs at a time (a call while another runs writes nothing). It
-    /// goes behind the circuit breaker as a check does (while the circuit is open it writes
-    /// nothing, or is the probe), and tells it how the backend answered. The caller runs it in
-    /// the background while [`Limiter::write_back_pending`] is non-zero: decisions never wait
-    /// for it.
+    /// window; what has left its window since is not written, nor a GCRA's arrivals once its
+    /// bucket drained. Each is recorded as [`Limiter::charge`] records, within
+    /// [`crate::MAX_CHARGE_FACTOR`] times the limit, one backend call per key and millisecond,
+    /// in admission order, at most [`crate::MAX_WRITE_BACK`] of them. Stops at the first
+    /// backend failure, keeping the rest for the next call (a write that timed out may have
+    /// run: it is then counted twice); one runs at a time (a call while another runs writes
+    /// nothing). It goes behind the circuit breaker: while the circuit is open it is the probe,
+    /// and the circuit stays open — decisions stay local — until the journal is written, for
+    /// the backend, which does not hold those admissions yet, would admit them again. The
+    /// caller runs it in the background while [`Limiter::write_back_pending`] is non-zero:
+    /// decisions never wait for it.
     pub async fn write_back(&self) -> WriteBack {
-        let Some(guard) = &self.guard else { return WriteBack::default() };
-        // Behind the breaker as a check is: while open, its probe may be this.
-        let pending = || WriteBack { pending: guard.journal.len(), ..WriteBack::default() };
-        if guard.journal.len() == 0 || !guard.breaker.allow() {
+        let Some((guard, journal)) = self.guard.as_ref().and_then(|g| Some((g, g.journal.as_ref()?))) else {
+            return WriteBack::default();
+        };
+        // Behind the breaker as a check is: while open, its probe is this.
+        let pending = || WriteBack { pending: journal.len(), ..WriteBack::default() };
+        if journal.len() == 0 || !guard.breaker.allow() {
             return pending();
         }
-        let Some((mut entries, dropped)) = guard.journal.take() else {
+        let Some((entries, dropped)) = journal.take() else {
             guard.breaker.settled();
             return pending();
         };
-        let mut report = WriteBack { dropped, ..WriteBack::default() };
-        while let Some(a) = entries.front() {
+        let (mut report, mut failed) = (WriteBack { dropped, ..WriteBack::default() }, false);
+        let mut done = 0;
+        for a in &entries.list {
             let now = SystemClock.now_ms();
-            if a.is_stale(now) {
+            if a.is_stale(now, entries.newest_ms(&a.key).unwrap_or(a.at_ms)) {
                 report.dropped += a.cost;
-                entries.pop_front();
+                done += 1;
                 continue;
             }
             let ago = Duration::from_millis(now.saturating_sub(a.at_ms));
             match self.backend.charge_ago(&a.key, &a.quota, a.cost, ago).await {
                 Ok(charged) => {
-                    guard.breaker.succeeded();
+                    guard.breaker.hold_open();
                     report.written += charged.recorded;
                     report.dropped += a.cost - charged.recorded;
                 }
                 Err(e) if e.is_backend_failure() => {
                     guard.breaker.failed();
+                    failed = true;
                     break;
                 }
                 Err(_) => {
@@ -217,16 +238,21 @@ impl<B: Backend> Limiter<B> {
                     report.dropped += a.cost;
                 }
             }
-            entries.pop_front();
+            done += 1;
         }
-        report.pending = guard.journal.give_back(entries);
+        let mut entries = entries.list;
+        report.pending = journal.give_back(entries.drain(done..));
+        if !failed {
+            // Written (what came in since goes next time): Redis decides again.
+            guard.breaker.succeeded();
+        }
         report
     }
 
-    /// Local admissions waiting for [`Limiter::write_back`] (entries of one key and
-    /// millisecond each).
+    /// Local admissions waiting for [`Limiter::write_back`], those it is writing included
+    /// (entries of one key and millisecond each).
     pub fn write_back_pending(&self) -> usize {
-        self.guard.as_ref().map_or(0, |g| g.journal.len())
+        self.guard.as_ref().map_or(0, |g| g.waiting())
     }
 
     /// Decides one permit of `quota` for `key`.
@@ -247,13 +273,13 @@ impl<B: Backend> Limiter<B> {
             return Ok(d);
         };
         let policy = quota.failure_policy().or(guard.policy);
-        if !guard.breaker.allow() {
+        if !guard.allow() {
             self.observe(policy, &Error::CircuitOpen);
             return guard.single(policy, key, quota, cost, Error::CircuitOpen);
         }
         match self.backend.check(key, quota, cost).await {
             Ok(d) => {
-                guard.breaker.succeeded();
+                guard.succeeded();
                 self.remember(key, quota, cost, &d);
                 Ok(d)
             }
@@ -294,13 +320,13 @@ impl<B: Backend> Limiter<B> {
         };
         // One policy answers for the group: the strictest of its checks'.
         let policy = strictest(checks.iter().filter_map(|c| c.quota.failure_policy().or(guard.policy)));
-        if !guard.breaker.allow() {
+        if !guard.allow() {
             self.observe(policy, &Error::CircuitOpen);
             return guard.group(policy, checks, Error::CircuitOpen);
         }
         match self.backend.check_all(checks).await {
             Ok(d) => {
-                guard.breaker.succeeded();
+                guard.succeeded();
                 Ok(d)
             }
             Err(e) if e.is_backend_failure() => {
@@ -386,13 +412,13 @@ impl<B: Backend> Limiter<B> {
     ) -> Result<T, Error> {
         let Some(guard) = &self.guard else { return call.await };
         let policy = quota.failure_policy().or(guard.policy);
-        if !guard.breaker.allow() {
+        if !guard.allow() {
             self.observe(policy, &Error::CircuitOpen);
             return degrade(guard, policy, Error::CircuitOpen);
         }
         match call.await {
             Ok(answer) => {
-                guard.breaker.succeeded();
+                guard.succeeded();
                 Ok(answer)
             }
             Err(e) if e.is_backend_failure() => {
@@ -437,6 +463,35 @@ impl<B: Backend> Limiter<B> {
 }
 
 impl Guard {
+    /// A backend call answered: the circuit closes — unless it is open and local admissions
+    /// wait to be written back. Until they are, decisions stay local: Redis, which does not
+    /// hold them yet, would admit them again. [`Limiter::write_back`] closes it once written.
+    fn succeeded(&self) {
+        if self.breaker.is_open() && self.waiting() > 0 {
+            self.breaker.hold_open();
+        } else {
+            self.breaker.succeeded();
+        }
+    }
+
+    /// Local admissions waiting to be written back (none without a journal).
+    fn waiting(&self) -> usize {
+        self.journal.as_ref().map_or(0, Journal::len)
+    }
+
+    /// Keeps a local admission for the write-back, when there is one.
+    fn keep(&self, key: &str, quota: &Quota, cost: u64) {
+        if let Some(journal) = &self.journal {
+            journal.keep(key, quota, cost, SystemClock.now_ms());
+        }
+    }
+
+    /// Whether a call may go to the backend now ([`CircuitBreaker`]); while the circuit is
+    /// open and local admissions wait, the probe is the write-back's.
+    fn allow(&self) -> bool {
+        !(self.breaker.is_open() && self.waiting() > 0) && self.breaker.allow()
+    }
+
     /// What this instance enforces alone of `quota` under a local `policy`.
     fn local_quota(&self, policy: FailurePolicy, quota: &Quota) -> Quota {
         match (policy, self.fleet.live()) {
@@ -468,7 +523,7 @@ impl Guard {
                 } else {
                     let d = self.local.check_now(key, &local, cost);
                     if d.allowed {
-                        self.journal.keep(key, quota, cost, SystemClock.now_ms());
+                        self.keep(key, quota, cost);
                     }
                     d
                 }
@@ -492,7 +547,7 @@ impl Guard {
             FailurePolicy::Local { .. } | FailurePolicy::LocalAuto { .. } => {
                 let charged = self.local.charge_now(key, &self.local_quota(policy, quota), cost);
                 if charged.recorded > 0 {
-                    self.journal.keep(key, quota, charged.recorded, SystemClock.now_ms());
+                    self.keep(key, quota, charged.recorded);
                 }
                 charged
             }
@@ -542,8 +597,7 @@ impl Guard {
                 if local.iter().all(|c| c.cost <= c.quota.max_cost()) {
                     let group = self.local.check_all_now(&local);
                     if group.allowed {
-                        let now = SystemClock.now_ms();
-                        checks.iter().for_each(|c| self.journal.keep(c.key, &c.quota, c.cost, now));
+                        checks.iter().for_each(|c| self.keep(c.key, &c.quota, c.cost));
                     }
                     group.decisions
                 } else {

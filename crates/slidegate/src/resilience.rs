@@ -192,6 +192,17 @@ impl CircuitBreaker {
         }
     }
 
+    /// A call the backend answered while the circuit is open, which must stay open for now
+    /// (local admissions wait to be written back): the next probe comes after `open_for`, as
+    /// after a failure, but the failure count starts over. Nothing while closed.
+    pub(crate) fn hold_open(&self) {
+        self.consecutive.store(0, Ordering::Relaxed);
+        if self.open_until.load(Ordering::Relaxed) != 0 {
+            self.open_until.store(self.now().saturating_add(self.open_for_ns()), Ordering::Release);
+            self.probe_since.store(0, Ordering::Release);
+        }
+    }
+
     /// A call that ended in an error that is not the backend failing (see
     /// [`crate::Error::is_backend_failure`]): it neither counts as a failure nor closes the
     /// circuit, but a probe that ends so is over — the next call probes again. Without this, a

@@ -50,7 +50,7 @@ async fn limiter(url: &str, engine: Engine) -> Limiter<RedisBackend> {
     };
     let backend = RedisBackend::connect(url).await.expect("connect").with_engine(engine);
     let backend = backend.with_timeout(Duration::from_millis(50));
-    Limiter::new(backend).with_failure_policy(FailurePolicy::local(0.5).expect("policy"))
+    Limiter::new(backend).with_failure_policy(FailurePolicy::local(0.5).expect("policy")).with_write_back()
 }
 
 /// `n` checks of `key`, each answered: how many were admitted, every one by the policy.
@@ -220,7 +220,8 @@ async fn a_cluster_that_kept_its_data_adds_what_was_admitted_locally() {
     let urls: Vec<String> = proxies.iter().map(FaultProxy::url).collect();
     let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
     let backend = RedisBackend::connect_cluster(&urls).await.expect("connect").with_timeout(Duration::from_millis(50));
-    let limiter = Limiter::new(backend).with_failure_policy(FailurePolicy::local(0.5).expect("policy"));
+    let limiter =
+        Limiter::new(backend).with_failure_policy(FailurePolicy::local(0.5).expect("policy")).with_write_back();
     // Keys spread over the masters.
     let keys: Vec<String> = (0..quotas().len()).map(|i| format!("cluster-{i}")).collect();
     for (key, quota) in keys.iter().zip(quotas()) {
@@ -238,4 +239,43 @@ async fn a_cluster_that_kept_its_data_adds_what_was_admitted_locally() {
     for (key, quota) in keys.iter().zip(quotas()) {
         assert_eq!(admitted_by_redis(&limiter, key, &quota).await, LIMIT - 3 - LIMIT / 2, "{key}: 3 before, 5 locally");
     }
+}
+
+/// The race of a Redis that is back: checks keep coming while the journal is not written yet.
+/// Until it is, they are decided locally (Redis, which does not hold them yet, would admit them
+/// again); then by Redis, which holds them: the key admits its limit, not more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checks_while_redis_is_back_but_the_journal_unwritten_stay_local_and_the_limit_holds() {
+    let mut redis = RedisServer::start();
+    let port = redis.port();
+    let limiter = std::sync::Arc::new(limiter(&redis.url(), Engine::Lua).await);
+    let quota = Quota::new(LIMIT, Duration::from_secs(60)).expect("quota");
+    redis.kill();
+    let mut admitted = admitted_locally(&limiter, "race", &quota, LIMIT).await;
+    let _redis = RedisServer::start_on(port);
+    let writer = {
+        let limiter = std::sync::Arc::clone(&limiter);
+        tokio::spawn(async move {
+            // As `slidegate serve` runs it: every 250 ms.
+            while limiter.write_back_pending() > 0 {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+                limiter.write_back().await;
+            }
+        })
+    };
+    let until = Instant::now() + Duration::from_secs(3);
+    let mut by_redis_before_written = 0;
+    while Instant::now() < until {
+        let d = limiter.check("race", &quota).await.expect("answered");
+        admitted += u64::from(d.allowed);
+        if d.degraded.is_none() && limiter.write_back_pending() > 0 {
+            by_redis_before_written += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    writer.await.expect("writer");
+    assert_eq!(limiter.write_back_pending(), 0);
+    assert_eq!(by_redis_before_written, 0, "decided by Redis while the journal was unwritten");
+    assert_eq!(admitted, LIMIT, "local half, then Redis' rest: the limit");
+    assert_eq!(limiter.inspect("race", &quota).await.expect("inspect").count, LIMIT);
 }
