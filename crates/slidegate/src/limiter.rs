@@ -119,26 +119,16 @@ impl<B: Backend> Limiter<B> {
     /// [`Decision::degraded`].
     #[must_use]
     pub fn with_failure_policy(self, policy: FailurePolicy) -> Self {
-        let breaker = self
-            .guard
-            .as_ref()
-            .map_or_else(CircuitBreaker::default, |g| CircuitBreaker::new(g.breaker.failures(), g.breaker.open_for()));
-        self.guarded(Some(policy), breaker)
+        let (breaker, write_back) = (self.breaker_as_set(), self.writes_back());
+        self.guarded(Some(policy), breaker, write_back)
     }
 
     /// The circuit breaker's settings: open after `failures` consecutive failures, probe after
     /// `open_for`. Without a failure policy an open circuit answers [`Error::CircuitOpen`].
     #[must_use]
     pub fn with_circuit_breaker(self, failures: u32, open_for: Duration) -> Self {
-        let policy = self.guard.as_ref().and_then(|g| g.policy);
-        self.guarded(policy, CircuitBreaker::new(failures, open_for))
-    }
-
-    fn guarded(mut self, policy: Option<FailurePolicy>, breaker: CircuitBreaker) -> Self {
-        let journal = self.guard.as_ref().and_then(|g| g.journal.as_ref()).map(|_| Journal::default());
-        self.guard =
-            Some(Arc::new(Guard { policy, breaker, local: MemoryBackend::new(), fleet: Fleet::default(), journal }));
-        self
+        let (policy, write_back) = (self.guard.as_ref().and_then(|g| g.policy), self.writes_back());
+        self.guarded(policy, CircuitBreaker::new(failures, open_for), write_back)
     }
 
     /// Keeps what a local failure policy admits while the backend is away, to be written into
@@ -147,15 +137,25 @@ impl<B: Backend> Limiter<B> {
     /// forgotten when the backend returns and a window spanning an outage can hold up to twice
     /// the limit.
     #[must_use]
-    pub fn with_write_back(mut self) -> Self {
-        let (policy, breaker) = match &self.guard {
-            Some(g) => (g.policy, CircuitBreaker::new(g.breaker.failures(), g.breaker.open_for())),
-            None => (None, CircuitBreaker::default()),
-        };
-        self = self.guarded(policy, breaker);
-        if let Some(g) = self.guard.as_mut().and_then(Arc::get_mut) {
-            g.journal = Some(Journal::default());
-        }
+    pub fn with_write_back(self) -> Self {
+        let (policy, breaker) = (self.guard.as_ref().and_then(|g| g.policy), self.breaker_as_set());
+        self.guarded(policy, breaker, true)
+    }
+
+    /// A new breaker with the settings of the one set, or the defaults.
+    fn breaker_as_set(&self) -> CircuitBreaker {
+        let settings = self.guard.as_ref().map(|g| (g.breaker.failures(), g.breaker.open_for()));
+        settings.map_or_else(CircuitBreaker::default, |(failures, open_for)| CircuitBreaker::new(failures, open_for))
+    }
+
+    fn writes_back(&self) -> bool {
+        self.guard.as_ref().is_some_and(|g| g.journal.is_some())
+    }
+
+    fn guarded(mut self, policy: Option<FailurePolicy>, breaker: CircuitBreaker, write_back: bool) -> Self {
+        let journal = write_back.then(Journal::default);
+        self.guard =
+            Some(Arc::new(Guard { policy, breaker, local: MemoryBackend::new(), fleet: Fleet::default(), journal }));
         self
     }
 
