@@ -76,23 +76,12 @@ impl IntoResponse for ApiError {
 }
 
 /// Only the backend failing (unreachable, slow: [`slidegate::Error::is_backend_failure`]) is a
-/// 503 and counts in `slidegate_backend_errors_total`; what the configured engine cannot do (a
-/// charge of a warm-up rule on Redis without slidegate's module) is a 501 `unsupported` saying
-/// so; a backend that answered wrongly (a Redis error reply, a reply no script gives) is a 500
-/// `backend_error`, counted nowhere as degraded; everything else is about what the caller sent:
-/// a 400, never a 503.
+/// 503 and counts in `slidegate_backend_errors_total`; a backend that answered wrongly (a Redis
+/// error reply, a reply no script gives) is a 500 `backend_error`, counted nowhere as degraded;
+/// everything else is about what the caller sent: a 400, never a 503.
 impl From<slidegate::Error> for ApiError {
     fn from(e: slidegate::Error) -> Self {
         use slidegate::Error as E;
-        if let E::Unsupported(_) = e {
-            // The limiter's own words, naming the algorithm and the backend: nothing of Redis'.
-            return Self {
-                status: StatusCode::NOT_IMPLEMENTED,
-                code: "unsupported",
-                message: e.to_string(),
-                request_id: None,
-            };
-        }
         match e.class() {
             ErrorClass::BackendFailure => {
                 let code = if matches!(e, E::Timeout(_)) { "backend_timeout" } else { "backend_unavailable" };

@@ -41,10 +41,7 @@ pub async fn forever(app: Arc<App>) {
             );
         }
         if done.dropped > 0 {
-            warn!(
-                dropped = done.dropped,
-                "local admissions not written back: out of their window, past a bound, or unsupported"
-            );
+            warn!(dropped = done.dropped, "local admissions not written back: out of their window or past a bound");
         }
     }
 }

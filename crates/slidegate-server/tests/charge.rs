@@ -350,30 +350,54 @@ async fn bad_input_is_refused_as_a_check_refuses_it_and_groups_settle_check_by_c
     assert_eq!(count(&client, server, "budget/g").await, 10_000);
 }
 
-/// What the Lua engine cannot charge (a warm-up, without slidegate's module) is answered as
-/// such, in slidegate's words, recording nothing: HTTP 501 `unsupported`. A check of the same
-/// rule still decides.
+/// A rule with a warm-up is charged and refunded on every engine: a charge into an idle key
+/// starts the ramp (the cold limit, half of 10, for the hour it lasts), so a check that a warm
+/// key would admit is denied; a charge past the cold limit is recorded whole; refunds give it
+/// back, no more than it holds. The memory backend, Lua scripts on Redis' clock, the module.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn what_the_lua_engine_cannot_charge_is_answered_unsupported_and_changes_nothing() {
-    let redis = RedisServer::start();
-    let rules = RulesFile::new(&format!(
-        "admin_token = \"t\"\n[backend]\n{}\n[[rules]]\nname = \"warm\"\nlimit = 10\nwindow = \"60s\"\nwarm_up = \"30s\"\n",
-        on_redis(&redis, "lua")
-    ));
-    let server = Slidegate::serve(&["--config", rules.arg()]);
-    let client = Client::new();
-    for path in ["/v1/charge", "/v1/refund"] {
-        let (status, v) = post(&client, &server.base, path, r#"{"rule":"warm","key":"x","cost":2}"#).await;
-        assert_eq!((status, v["error"]["code"].as_str()), (501, Some("unsupported")), "{path}: {v}");
-        let message = v["error"]["message"].as_str().unwrap_or_default();
-        assert!(message.contains("warm-up") && message.contains("module"), "{path}: {message}");
+async fn warm_up_rules_are_charged_and_refunded_on_every_engine() {
+    let (plain, with_module) = (RedisServer::start(), RedisServer::start_with_module(&[]));
+    for backend in [String::new(), on_redis(&plain, "lua"), on_redis(&with_module, "module")] {
+        let mut text = format!("admin_token = \"t\"\n[backend]\n{backend}\n");
+        for algorithm in ["sliding_log", "sliding_window", "fixed_window", "gcra"] {
+            text += &format!(
+                "[[rules]]\nname = \"{algorithm}\"\nlimit = 10\nwindow = \"1h\"\nalgorithm = \"{algorithm}\"\n\
+                 warm_up = \"1h\"\ncold_fraction = 0.5\n"
+            );
+        }
+        let rules = RulesFile::new(&text);
+        let server = Slidegate::serve(&["--config", rules.arg()]);
+        let client = Client::new();
+        for rule in ["sliding_log", "sliding_window", "fixed_window", "gcra"] {
+            let at = |cost: u64| format!(r#"{{"rule":"{rule}","key":"x","cost":{cost}}}"#);
+            let (status, v) = post(&client, &server.base, "/v1/charge", &at(4)).await;
+            let answer = (&v["recorded"], &v["allowed"], &v["limit"], &v["remaining"]);
+            assert_eq!(
+                (status, answer),
+                (200, (&json!(4), &json!(true), &json!(5), &json!(1))),
+                "{backend} {rule}: {v}"
+            );
+            let (_, v) = post(&client, &server.base, "/v1/check", &at(2)).await;
+            assert_eq!((&v["allowed"], &v["limit"]), (&json!(false), &json!(5)), "{rule} on {backend}: cold, {v}");
+            let (_, v) = post(&client, &server.base, "/v1/charge", &at(3)).await;
+            assert_eq!((&v["recorded"], &v["allowed"]), (&json!(3), &json!(false)), "{backend} {rule}: {v}");
+            if rule == "sliding_log" {
+                // (The counters' count is what they use of the limit, at most 5: the refunds
+                // below show the 7 they hold.)
+                assert_eq!(count(&client, &server, &format!("{rule}/x")).await, 7, "{backend} {rule}");
+            }
+            // A refund's cost is bounded as a check's: what an idle key admits, the cold 5.
+            for (refunded, remaining) in [(5, 3), (2, 5)] {
+                let (_, v) = post(&client, &server.base, "/v1/refund", &at(5)).await;
+                let answer = (&v["refunded"], &v["allowed"], &v["remaining"]);
+                assert_eq!(answer, (&json!(refunded), &json!(true), &json!(remaining)), "{backend} {rule}: {v}");
+            }
+            assert_eq!(count(&client, &server, &format!("{rule}/x")).await, 0, "{backend} {rule}");
+        }
     }
-    assert_eq!(count(&client, &server, "warm/x").await, 0, "nothing charged");
-    let (_, v) = post(&client, &server.base, "/v1/check", r#"{"rule":"warm","key":"x","cost":2}"#).await;
-    assert_eq!(v["allowed"], true, "{v}");
 }
 
-/// Every algorithm without a warm-up is charged and refunded by the Lua scripts: a sliding
+/// Every algorithm is charged and refunded by the Lua scripts: a sliding
 /// window counter's and a GCRA's charge past the limit is recorded, the key then denied; the
 /// refund brings it back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -71,10 +71,6 @@ pub enum Error {
         /// A Redis key in another slot.
         other: String,
     },
-    /// What this engine cannot do yet (a charge or a refund of some quotas on Redis): nothing
-    /// was changed.
-    #[error("not supported: {0}")]
-    Unsupported(String),
     /// The circuit breaker is open (the backend kept failing) and no failure policy applies.
     #[error("the backend's circuit is open after repeated failures")]
     CircuitOpen,
@@ -178,7 +174,7 @@ impl Error {
             | Self::UnknownAlgorithm(_)
             | Self::CrossSlot { .. } => ErrorClass::Caller,
             Self::CircuitOpen | Self::Timeout(_) => ErrorClass::BackendFailure,
-            Self::UnexpectedReply(_) | Self::Unsupported(_) => ErrorClass::BackendError,
+            Self::UnexpectedReply(_) => ErrorClass::BackendError,
             #[cfg(feature = "redis")]
             Self::UnknownEngine(_) => ErrorClass::Caller,
             #[cfg(feature = "redis")]

@@ -65,8 +65,7 @@ pub struct WriteBack {
     /// Permits written into the backend.
     pub written: u64,
     /// Permits not written: no longer in their window, past the backend's
-    /// [`crate::MAX_CHARGE_FACTOR`] bound, refused by the backend as unsupported (a warm-up
-    /// quota on Redis without the module), or — since the last write-back — past
+    /// [`crate::MAX_CHARGE_FACTOR`] bound, or — since the last write-back — past
     /// [`MAX_WRITE_BACK`].
     pub dropped: u64,
     /// Entries still waiting: the backend failed again part way, or another write-back runs.

@@ -1,10 +1,10 @@
 //! Charges and refunds ([`Limiter::charge`], [`Limiter::refund`]) mixed with checks, on every
 //! algorithm: each engine answers what the specification does (`slidegate::spec`, "Charges and
 //! refunds") — the standing decision, what was recorded, what was given back — and concurrent
-//! charges sum exactly: memory, the Lua scripts (`charge.lua`: fixed windows and GCRAs without
-//! warm-up; `charge_log.lua`: sliding logs, in both of their forms; `sliding_window.lua`: sliding
-//! window counters; none with warm-up), slidegate's module (`SLIDEGATE.CHARGE`, `SLIDEGATE.REFUND`: everything), and a
-//! Redis Cluster on each.
+//! charges sum exactly: memory, the Lua scripts (`charge.lua`: fixed windows and GCRAs;
+//! `charge_log.lua`: sliding logs, in both of their forms; `sliding_window.lua`: sliding window
+//! counters; each with or without a warm-up, beside `check.lua`'s checks of the same keys),
+//! slidegate's module (`SLIDEGATE.CHARGE`, `SLIDEGATE.REFUND`), and a Redis Cluster on each.
 
 use std::time::Duration;
 
@@ -25,14 +25,6 @@ const ALL: [Algorithm; 4] = [
     Algorithm::FixedWindow,
     Algorithm::Gcra { burst: None },
 ];
-
-/// What the Lua engine charges and refunds (`charge_log.lua`, `sliding_window.lua`,
-/// `charge.lua`), without warm-up: a warm-up answers `Error::Unsupported`.
-const ON_LUA: [Algorithm; 4] = ALL;
-
-fn on_lua(q: &Quota) -> bool {
-    q.warm_up().is_none()
-}
 
 async fn lua(server: &RedisServer, clock: &ManualClock) -> Limiter<RedisBackend> {
     on_engine(server, clock, RedisEngine::Lua).await
@@ -129,9 +121,10 @@ fn quota(limit: u64, window_ms: u64, algorithm: Algorithm) -> Quota {
     Quota::new(limit, Duration::from_millis(window_ms)).and_then(|q| q.with_algorithm(algorithm)).expect("valid")
 }
 
-/// Any algorithm, sometimes with a warm-up; small limits (so that charges reach the bound) and
-/// limits above 256 (a Lua sliding log's counted entries).
-fn quotas() -> impl Strategy<Value = Quota> {
+/// Any algorithm, with a warm-up (period ms, cold thousandths) as `warm_up` draws it; small
+/// limits (so that charges reach the bound) and limits above 256 (a Lua sliding log's counted
+/// entries).
+fn quotas(warm_up: BoxedStrategy<Option<(u64, u64)>>) -> impl Strategy<Value = Quota> {
     let algorithm = prop_oneof![
         Just(Algorithm::SlidingLog),
         (1u32..=10).prop_map(|buckets| Algorithm::SlidingWindow { buckets }),
@@ -139,7 +132,6 @@ fn quotas() -> impl Strategy<Value = Quota> {
         prop::option::of(1u64..=30).prop_map(|burst| Algorithm::Gcra { burst }),
     ];
     let limit = prop_oneof![4 => 1u64..=20, 1 => 257u64..=2_000];
-    let warm_up = prop::option::weighted(0.2, (1u64..=3_000, 1u64..=1_000));
     (limit, 1u64..=300, 1u64..=10, algorithm, warm_up).prop_filter_map(
         "the warm-up leaves an idle key room for a permit",
         |(limit, bucket_ms, buckets, algorithm, warm_up)| {
@@ -156,8 +148,18 @@ fn quotas() -> impl Strategy<Value = Quota> {
     )
 }
 
+/// Scenarios of one key, a fifth of them with a warm-up.
 fn scenarios() -> impl Strategy<Value = Scenario> {
-    quotas().prop_flat_map(|quota| {
+    scenarios_of(prop::option::weighted(0.2, warm_ups()).boxed())
+}
+
+/// A warm-up's period in ms and cold share in thousandths.
+fn warm_ups() -> impl Strategy<Value = (u64, u64)> {
+    (1u64..=3_000, 1u64..=1_000)
+}
+
+fn scenarios_of(warm_up: BoxedStrategy<Option<(u64, u64)>>) -> impl Strategy<Value = Scenario> {
+    quotas(warm_up).prop_flat_map(|quota| {
         let window_ms = quota.window_ms();
         let gap = prop_oneof![4 => 0..=window_ms / 4, 1 => 0..=window_ms * 2];
         let max = quota.max_cost();
@@ -208,23 +210,37 @@ fn lua_charges_and_refunds_agree_with_the_spec() {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     let (server, clock) = (RedisServer::start(), ManualClock::new(0));
     let redis = rt.block_on(lua(&server, &clock));
-    run_property(384, scenarios().prop_filter("served by the scripts", |s| on_lua(&s.quota)), |s, n| {
+    run_property(384, scenarios(), |s, n| {
         let got = rt.block_on(s.run(&redis, &clock, &format!("prop{n}")));
         s.assert_agrees("redis (Lua)", &got);
+    });
+}
+
+/// A warm-up's start is kept by `check.lua` (a sliding log's member scored -inf, a sliding
+/// window's value of kind 2, a hash's `s`) and by the charge scripts alike: a charge into an
+/// idle key starts the ramp, and each answers by the ramp the other started.
+#[test]
+fn lua_charges_and_refunds_under_a_warm_up_agree_with_the_spec() {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let (server, clock) = (RedisServer::start(), ManualClock::new(0));
+    let redis = rt.block_on(lua(&server, &clock));
+    run_property(256, scenarios_of(warm_ups().prop_map(Some).boxed()), |s, n| {
+        let got = rt.block_on(s.run(&redis, &clock, &format!("warm{n}")));
+        s.assert_agrees("redis (Lua), warm-up", &got);
     });
 }
 
 #[tokio::test]
 async fn lua_estimate_charge_refund() {
     let (server, clock) = (RedisServer::start(), ManualClock::new(0));
-    estimate_charge_refund(&lua(&server, &clock).await, &clock, "tokens", &ON_LUA).await;
+    estimate_charge_refund(&lua(&server, &clock).await, &clock, "tokens", &ALL).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn lua_concurrent_charges_sum_exactly() {
     let server = RedisServer::start();
     let backend = RedisBackend::connect(&server.url()).await.expect("connect").with_engine(RedisEngine::Lua);
-    concurrent_charges_sum_exactly(Limiter::new(backend), "many", &ON_LUA).await;
+    concurrent_charges_sum_exactly(Limiter::new(backend), "many", &ALL).await;
 }
 
 #[test]
@@ -237,13 +253,11 @@ fn module_charges_and_refunds_agree_with_the_spec() {
         let got = rt.block_on(s.run(&module, &clock, &format!("prop{n}")));
         s.assert_agrees("redis (module)", &got);
         // What the scripts started, the module carries on: a key they wrote is converted.
-        if on_lua(&s.quota) {
-            let (key, half) = (format!("handover{n}"), s.steps.len() / 2);
-            let (first, second) = s.steps.split_at(half);
-            let mut got = rt.block_on(Scenario { steps: first.to_vec(), ..s.clone() }.run(&lua, &clock, &key));
-            got.extend(rt.block_on(Scenario { steps: second.to_vec(), ..s.clone() }.run(&module, &clock, &key)));
-            s.assert_agrees("Lua then the module", &got);
-        }
+        let (key, half) = (format!("handover{n}"), s.steps.len() / 2);
+        let (first, second) = s.steps.split_at(half);
+        let mut got = rt.block_on(Scenario { steps: first.to_vec(), ..s.clone() }.run(&lua, &clock, &key));
+        got.extend(rt.block_on(Scenario { steps: second.to_vec(), ..s.clone() }.run(&module, &clock, &key)));
+        s.assert_agrees("Lua then the module", &got);
     });
 }
 
@@ -265,7 +279,7 @@ async fn module_concurrent_charges_sum_exactly() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn charges_and_refunds_on_a_cluster_reach_each_keys_master() {
     for (cluster, engine, algorithms) in [
-        (RedisCluster::start(3, 0), RedisEngine::Lua, &ON_LUA[..]),
+        (RedisCluster::start(3, 0), RedisEngine::Lua, &ALL[..]),
         (RedisCluster::start_with_module(3, 0), RedisEngine::Module, &ALL[..]),
     ] {
         let urls = cluster.urls();
@@ -352,7 +366,7 @@ async fn a_group_reads_a_key_that_a_charge_left_over_its_limit() {
     let (server, clock) = (RedisServer::start_with_module(&[]), ManualClock::new(0));
     let memory = Limiter::new(MemoryBackend::with_clock(clock.clone()));
     let (lua, module) = (lua(&server, &clock).await, on_engine(&server, &clock, RedisEngine::Module).await);
-    let mut quotas: Vec<Quota> = ON_LUA.iter().map(|&a| quota(20, 10_000, a)).collect();
+    let mut quotas: Vec<Quota> = ALL.iter().map(|&a| quota(20, 10_000, a)).collect();
     quotas.push(quota(300, 10_000, Algorithm::SlidingLog));
     for (i, q) in quotas.iter().enumerate() {
         let (over, other) = (format!("over{i}"), format!("other{i}"));
@@ -425,18 +439,6 @@ async fn a_key_rewritten_as_counted_entries_still_expires() {
         let first: Vec<String> = server.query(&["ZRANGE", &format!("slidegate:{key}"), "0", "0"]);
         assert!(first[0].starts_with('c'), "{key}: rewritten as counted entries, {first:?}");
         assert!((1..=60_000).contains(&expiry(key)), "{key}: expires in {} ms", expiry(key));
-    }
-}
-
-#[tokio::test]
-async fn what_lua_does_not_charge_yet_is_a_typed_error_that_changes_nothing() {
-    let (server, clock) = (RedisServer::start(), ManualClock::new(0));
-    let redis = lua(&server, &clock).await;
-    for algorithm in ALL {
-        let q = quota(10, 60_000, algorithm).with_warm_up(Duration::from_secs(60), 0.5).expect("valid");
-        assert!(matches!(redis.charge("k", &q, 3).await, Err(slidegate::Error::Unsupported(_))), "{algorithm}");
-        assert!(matches!(redis.refund("k", &q, 3).await, Err(slidegate::Error::Unsupported(_))), "{algorithm}");
-        assert_eq!(redis.inspect("k", &q).await.expect("inspect").count, 0, "{algorithm}");
     }
 }
 

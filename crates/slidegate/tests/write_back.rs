@@ -164,6 +164,30 @@ async fn a_redis_that_kept_its_data_adds_what_was_admitted_locally() {
     }
 }
 
+/// A rule with a warm-up is written back on both engines: the local limiter (half of 10) admits
+/// its cold half, 2; written into a Redis back empty, they start the key's ramp there, whose
+/// cold limit (5) then leaves 3.
+#[tokio::test]
+async fn a_warm_up_rule_is_written_back_and_its_ramp_starts_with_it() {
+    let day = Duration::from_secs(86_400);
+    for engine in [Engine::Lua, Engine::Module] {
+        let mut redis = start(engine, None);
+        let port = redis.port();
+        let limiter = limiter(&redis.url(), engine).await;
+        redis.kill();
+        let quotas: Vec<Quota> = quotas().into_iter().map(|q| q.with_warm_up(day, 0.5).expect("warm-up")).collect();
+        let keys: Vec<String> = (0..quotas.len()).map(|i| format!("{engine:?}-warm-{i}")).collect();
+        for (key, quota) in keys.iter().zip(&quotas) {
+            assert_eq!(admitted_locally(&limiter, key, quota, LIMIT).await, 2, "{key}: cold, half of half");
+        }
+        let _redis = start(engine, Some(port));
+        assert_eq!(write_back_all(&limiter).await, WriteBack { written: 4 * 2, dropped: 0, pending: 0 }, "{engine:?}");
+        for (key, quota) in keys.iter().zip(&quotas) {
+            assert_eq!(admitted_by_redis(&limiter, key, quota).await, 3, "{key}: the cold 5 less the 2 written");
+        }
+    }
+}
+
 #[tokio::test]
 async fn an_admission_that_left_its_window_is_not_written_back() {
     let mut redis = RedisServer::start();

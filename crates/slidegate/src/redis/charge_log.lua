@@ -1,8 +1,8 @@
--- slidegate: a charge or a refund (src/spec.rs, "Charges and refunds") of a sliding log without
--- warm-up, one key, one atomic step, in either of its two forms: one member per permit
--- (sliding_log.lua's) or counted entries (counted_log.lua's, whose header gives their format).
--- Only the state changes here; the caller computes the key's standing from the few admissions
--- this returns (spec::LogSummary), by the specification's own code.
+-- slidegate: a charge or a refund (src/spec.rs, "Charges and refunds") of a sliding log, one
+-- key, one atomic step, in either of its two forms: one member per permit (sliding_log.lua's)
+-- or counted entries (counted_log.lua's, whose header gives their format). Only the state
+-- changes here; the caller computes the key's standing from the few admissions this returns
+-- (spec::LogSummary), by the specification's own code. Runs with warm_up.lua prepended.
 --
 -- KEYS[1]  the key's sorted set
 -- ARGV[1]  id: unique per call across all clients (the client's random id + a counter)
@@ -12,9 +12,14 @@
 -- ARGV[7]  now in ms; absent or "" for Redis' own TIME (see sliding_log.lua); "-<ms>" for that
 --          long before Redis' TIME (a write-back of an admission made while Redis was away:
 --          placed at its own time, and the key's TTL still runs out when its newest entry leaves)
+-- ARGV[8..9]  a warm-up: its period in ms (0 or absent: none) and its cold share in
+--          thousandths. Its start is check.lua's member '0:<ms>' scored -inf, taken out here
+--          first and put back last (while the key exists: it keeps its expiry); a charge into
+--          an idle key starts the ramp now.
 -- Returns  {now ms, permits in the window after, the oldest and the newest of their times, the
---          time of the permit at index count - limit from the oldest when count > limit (else 0),
---          permits recorded or given back}
+--          time of the permit at index count - limit from the oldest when count > limit (else
+--          0; limit the effective one), permits recorded or given back, the warm-up's start
+--          (0: none)}
 -- A charge that finds per-permit members under a limit above 256, or would leave them over the
 -- limit, first rewrites them as counted entries, one of weight 1 per member, in the same call:
 -- sliding_log.lua relies on a per-permit key holding no more than its limit (its denial of one
@@ -45,6 +50,31 @@ local window, limit, cost, full = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber
 local charge = ARGV[5] == 'c'
 local edge = now - window
 local fmt, match = string.format, string.match
+local period, cold = tonumber(ARGV[8] or '0'), tonumber(ARGV[9] or '0')
+local since
+if period > 0 then
+  local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+  if first[2] == '-inf' then
+    since = tonumber(string.sub(first[1], 3))
+    redis.call('ZREM', key, first[1])
+  end
+end
+-- The effective limit the key's standing is measured by once it holds `count` permits (a
+-- charge into an idle key, `live` == 0, starts the ramp now).
+local function effective(live, permits, count)
+  if charge and live == 0 and permits > 0 then
+    since = now
+  end
+  return warm_limit(limit, period, cold, since, count == 0, now)
+end
+
+-- The answer, the ramp's start put back first (ranks are read before: it sits at rank 0).
+local function answer(count, oldest, newest, blocking, permits)
+  if since and count > 0 then
+    redis.call('ZADD', key, '-inf', fmt('0:%d', since))
+  end
+  return {now, count, oldest, newest, blocking, permits, since or 0}
+end
 local ENTRY = '^c(%d+):(%a)(%d+):(%d+):(%d+):'
 
 local function at_rank(r)
@@ -60,10 +90,11 @@ else
   counted = limit > 256 or (charge and math.min(cost, full) > limit)
 end
 
-local count, permits
+local count, permits, live
 if not counted then
   redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt('%d', edge))
   count = redis.call('ZCARD', key)
+  live = count
   if not charge then
     permits = math.min(cost, count)
     if permits > 0 then
@@ -108,15 +139,16 @@ if not counted then
   end
 end
 if not counted then
+  local most = effective(live, permits, count)
   if count == 0 then
-    return {now, 0, 0, 0, 0, permits}
+    return answer(0, 0, 0, 0, permits)
   end
   local time = function(r) return tonumber(match(at_rank(r), '^%d+')) end
   local blocking = 0
-  if count > limit then
-    blocking = time(count - limit)
+  if count > most then
+    blocking = time(count - most)
   end
-  return {now, count, time(0), time(count - 1), blocking, permits}
+  return answer(count, time(0), time(count - 1), blocking, permits)
 end
 
 -- Counted entries: ranks r0 .. n - 1 are live (the expired ones, and a warm-up marker scored
@@ -133,6 +165,7 @@ if r0 < n then
   lt, base = t + 0, c - w
   count = ncum - base
 end
+live = count
 -- The first live entry whose cumulative count, less base, reaches `need`: its rank and fields.
 local function find(need)
   local lo, hi = r0 - 1, n - 1
@@ -204,12 +237,13 @@ else
     end
   end
 end
+local most = effective(live, permits, count)
 if count == 0 then
-  return {now, 0, 0, 0, 0, permits}
+  return answer(0, 0, 0, 0, permits)
 end
 local blocking = 0
-if count > limit then
-  local _, t = find(count - limit + 1)
+if count > most then
+  local _, t = find(count - most + 1)
   blocking = t + 0
 end
-return {now, count, lt, nt, blocking, permits}
+return answer(count, lt, nt, blocking, permits)

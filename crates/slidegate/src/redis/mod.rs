@@ -139,8 +139,7 @@ where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
     /// A charge or a refund by the module when the server has it, as a check chooses
-    /// ([`RedisEngine`]), or else by the Lua scripts for every quota without warm-up (one with
-    /// a warm-up answers [`Error::Unsupported`]).
+    /// ([`RedisEngine`]), or else by the Lua scripts.
     async fn charge_or_refund(
         &self,
         key: &str,
@@ -154,13 +153,7 @@ where
         {
             return answer;
         }
-        let what = if charge { "charge" } else { "refund" };
-        self.charge_script(key, quota, cost, charge, at).await?.ok_or_else(|| {
-            Error::Unsupported(format!(
-                "{what} of a {} quota with a warm-up on Redis without slidegate's module",
-                quota.algorithm()
-            ))
-        })
+        self.charge_script(key, quota, cost, charge, at).await
     }
 }
 

@@ -50,8 +50,8 @@ pub(super) fn scripts() -> &'static Scripts {
         one_key: LuaScript::new(include_str!("one_key.lua")),
         sliding_window: LuaScript::new(include_str!("sliding_window.lua")),
         check: LuaScript::new(include_str!("check.lua")),
-        charge: LuaScript::new(include_str!("charge.lua")),
-        charge_log: LuaScript::new(include_str!("charge_log.lua")),
+        charge: LuaScript::new(concat!(include_str!("warm_up.lua"), include_str!("charge.lua"))),
+        charge_log: LuaScript::new(concat!(include_str!("warm_up.lua"), include_str!("charge_log.lua"))),
         inspect: LuaScript::new(include_str!("inspect.lua")),
     })
 }
@@ -174,10 +174,10 @@ where
     }
 
     /// A charge (`charge == true`) or a refund of `cost` permits by `charge.lua` (a fixed window
-    /// or a GCRA without warm-up) or `charge_log.lua` (a sliding log without warm-up). The
-    /// script changes the state atomically and returns it; the key's standing is computed here
-    /// from it by the specification's own code, so it answers exactly what the memory backend
-    /// does. `None` for the quotas they do not serve.
+    /// or a GCRA), `charge_log.lua` (a sliding log) or `sliding_window.lua`, a warm-up included.
+    /// The script changes the state atomically and returns it; the key's standing is computed
+    /// here from it by the specification's own code, so it answers exactly what the memory
+    /// backend does.
     pub(super) async fn charge_script(
         &self,
         key: &str,
@@ -185,35 +185,40 @@ where
         cost: u64,
         charge: bool,
         at: Stamp,
-    ) -> Result<Option<(Decision, u64)>, Error> {
+    ) -> Result<(Decision, u64), Error> {
         let (algorithm, w) = (quota.algorithm(), quota.window_ms());
-        let (code, numbers) = match (algorithm, quota.warm_up()) {
-            (Algorithm::FixedWindow, None) => ("f", [w, MAX_CHARGE_FACTOR * quota.limit(), cost]),
-            (Algorithm::Gcra { .. }, None) => {
+        let (code, numbers) = match algorithm {
+            Algorithm::FixedWindow => ("f", [w, MAX_CHARGE_FACTOR * quota.limit(), cost]),
+            Algorithm::Gcra { .. } => {
                 let te = quota.emission_us();
                 ("g", [te, MAX_CHARGE_FACTOR * quota.burst() * te, cost])
             }
-            (Algorithm::SlidingLog, None) => return self.charge_log(key, quota, cost, charge, at).await.map(Some),
-            (Algorithm::SlidingWindow { buckets }, None) => {
-                return self.charge_window(key, quota, buckets, cost, charge, at.time()).await.map(Some);
+            Algorithm::SlidingLog => return self.charge_log(key, quota, cost, charge, at).await,
+            Algorithm::SlidingWindow { buckets } => {
+                return self.charge_window(key, quota, buckets, cost, charge, at.time()).await;
             }
-            _ => return Ok(None),
         };
-        let now = at.time();
+        // "" for Redis' clock: the warm-up's arguments follow.
+        let now = at.time().map_or_else(String::new, |now| now.to_string());
         let reply: Vec<i64> = self
             .run_script(&scripts().charge, &[(key, algorithm)], |cmd| {
-                cmd.arg(code).arg(if charge { "c" } else { "r" }).arg(&numbers[..]).arg(now);
+                cmd.arg(code).arg(if charge { "c" } else { "r" }).arg(&numbers[..]).arg(&now);
+                if let Some(warm) = quota.warm_up() {
+                    cmd.arg(warm.period_ms()).arg(warm.cold_permille()).arg(quota.limit()).arg(w);
+                }
             })
             .await?;
-        let number = |v: i64| u64::try_from(v).map_err(|_| Error::UnexpectedReply(format!("{reply:?}")));
-        let [now, state, permits] = reply[..] else { return Err(Error::UnexpectedReply(format!("{reply:?}"))) };
+        let unexpected = || Error::UnexpectedReply(format!("{reply:?}"));
+        let number = |v: i64| u64::try_from(v).map_err(|_| unexpected());
+        let [now, state, permits, index, since] = reply[..] else { return Err(unexpected()) };
         let (now, state) = (number(now)?, number(state)?);
         let state = match algorithm {
-            Algorithm::FixedWindow => spec::State::Fixed(Some((now / w, state))),
+            // The window the hash holds (none: -1) tells whether the key is idle.
+            Algorithm::FixedWindow => spec::State::Fixed(u64::try_from(index).ok().map(|i| (i, state))),
             _ => spec::State::Gcra(state),
         };
-        let key = spec::Key { state, warm_since: 0 };
-        Ok(Some((key.standing(now, quota), number(permits)?)))
+        let key = spec::Key { state, warm_since: number(since)? };
+        Ok((key.standing(now, quota), number(permits)?))
     }
 
     /// A charge or a refund of a sliding log by `charge_log.lua`, which first rewrites a key of
@@ -233,13 +238,18 @@ where
             .run_script(&scripts().charge_log, &[(key, Algorithm::SlidingLog)], |cmd| {
                 cmd.arg(&member).arg(w).arg(limit).arg(cost).arg(if charge { "c" } else { "r" });
                 cmd.arg(MAX_CHARGE_FACTOR * limit).arg(at.arg());
+                if let Some(warm) = quota.warm_up() {
+                    cmd.arg(warm.period_ms()).arg(warm.cold_permille());
+                }
             })
             .await?;
         let unexpected = || Error::UnexpectedReply(format!("{reply:?}"));
         let numbers: Vec<u64> = redis::from_redis_value_ref(&reply).map_err(|_| unexpected())?;
-        let [now, count, oldest, newest, blocking, permits] = numbers[..] else { return Err(unexpected()) };
+        let [now, count, oldest, newest, blocking, permits, since] = numbers[..] else { return Err(unexpected()) };
+        // An idle key starts its ramp over; one with no recorded start counts as warm.
+        let elapsed = if count == 0 { 0 } else { now.saturating_sub(since) };
         let summary = spec::LogSummary { count, oldest, newest, blocking };
-        Ok((summary.standing(now, limit, w), permits))
+        Ok((summary.standing(now, quota.limit_at(elapsed), w), permits))
     }
 
     /// A charge or a refund of a sliding window counter by `sliding_window.lua`, which returns
@@ -255,17 +265,18 @@ where
     ) -> Result<(Decision, u64), Error> {
         let now = now.map_or_else(String::new, |now| now.to_string());
         let n = u64::from(buckets);
+        let warm = if quota.warm_up().is_some() { "1" } else { "0" };
         let reply: redis::Value = self
             .run_script(&scripts().sliding_window, &[(key, quota.algorithm())], |cmd| {
                 cmd.arg(quota.window_ms() / n).arg(n).arg(quota.limit()).arg(cost).arg(&now);
-                cmd.arg(if charge { "c" } else { "r" }).arg(MAX_CHARGE_FACTOR * quota.limit());
+                cmd.arg(if charge { "c" } else { "r" }).arg(MAX_CHARGE_FACTOR * quota.limit()).arg(warm);
             })
             .await?;
         let unexpected = || Error::UnexpectedReply(format!("{reply:?}"));
         let (now, permits, value): (u64, u64, Vec<u8>) =
             redis::from_redis_value_ref(&reply).map_err(|_| unexpected())?;
         let counts = wire::window_counts(&value, quota.window_ms() / n).ok_or_else(unexpected)?;
-        let key = spec::Key { state: spec::State::Window(counts), warm_since: 0 };
+        let key = spec::Key { state: spec::State::Window(counts), warm_since: wire::window_since(&value) };
         Ok((key.standing(now, quota), permits))
     }
 

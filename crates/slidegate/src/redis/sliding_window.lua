@@ -21,6 +21,8 @@
 --          fully counted buckets, newest first); either then returns {now ms, permits recorded
 --          or given back, the value after (as GET returns it; "" when there is none)}, from
 --          which the caller computes the key's standing by the specification's own code.
+-- ARGV[8]  '1' when the quota has a warm-up: a charge into an idle key starts its ramp now (the
+--          value then carries that start, a byte 2 ahead).
 -- Returns  one integer when it stays below 2^53, with base = (buckets + 2) * bucket ms + 1
 --          (above any reset_after, retry_after or next_permit_after): admitted,
 --          (remaining * base + reset_after_ms) * base + next_permit_after_ms; denied,
@@ -169,11 +171,16 @@ end
 local share = floor(old * (b - r) / b)
 local estimate = full + share
 local admit
+local warm_start = false
 if mode then
   cost = math.min(cost, math.max(ARGV[7] - estimate, 0))
   admit = cost > 0
   if not admit then
     return {now, 0, v or ''}
+  end
+  -- An idle key (no count from the weighted bucket on) is written anew, with the ramp's start.
+  if ARGV[8] == '1' and newest == weighted and old == 0 then
+    since, warm_start = now, true
   end
 else
   admit = estimate + cost <= limit
@@ -208,7 +215,7 @@ if admit then
   if j == t then
     count = cost + (u[o] or 0)
   end
-  if j > t or not v then
+  if j > t or not v or warm_start then
     local value
     if since then
       value = struct.pack('<BI7I7I4', 2, j * b, since, count)
@@ -216,7 +223,8 @@ if admit then
       value = struct.pack('<BI7I4', 1, j * b, count)
     end
     local keep = math.min(t - lo + 1, n + 1 - (j - t))
-    if v and keep > 0 then
+    -- (A ramp started into bucket t = j keeps nothing behind it: the key held nothing.)
+    if v and keep > 0 and j > t then
       value = value .. string.rep('\0\0\0\0', j - t - 1) .. string.sub(v, hs + 1, hs + 4 * keep)
     end
     redis.call('SET', key, value, 'PX', string.format('%d', reset + slack))

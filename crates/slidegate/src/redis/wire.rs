@@ -117,7 +117,7 @@ pub(super) fn window_counts(value: &[u8], b: u64) -> Option<Vec<(u64, u64)>> {
         2 => 15,
         _ => return None,
     };
-    let start = value.get(1..8)?.iter().rev().fold(0u64, |acc, &byte| acc << 8 | u64::from(byte));
+    let start = seven_bytes(value.get(1..8)?);
     let counts = value.get(head..).filter(|c| c.len() % 4 == 0)?;
     let newest = start / b;
     let mut out: Vec<(u64, u64)> = counts
@@ -130,6 +130,19 @@ pub(super) fn window_counts(value: &[u8], b: u64) -> Option<Vec<(u64, u64)>> {
         .collect();
     out.reverse();
     Some(out)
+}
+
+/// The warm-up start a sliding window counter's value carries (a kind byte 2), or 0: none.
+pub(super) fn window_since(value: &[u8]) -> u64 {
+    match value {
+        [2, _, _, _, _, _, _, _, since @ ..] => since.get(..7).map_or(0, seven_bytes),
+        _ => 0,
+    }
+}
+
+/// A 7-byte little-endian integer, as the sliding window's values hold times.
+fn seven_bytes(bytes: &[u8]) -> u64 {
+    bytes.iter().rev().fold(0u64, |acc, &byte| acc << 8 | u64::from(byte))
 }
 
 /// Reads `sliding_window.lua`'s answer: one integer in `base` (`(remaining * base + reset) *
