@@ -90,35 +90,23 @@ impl<B: Backend> Shared<B> {
     }
 
     /// The decisions: all together when one script can see every key; otherwise (keys in
-    /// several Redis Cluster slots, more than [`MAX_CHECKS`] rules) [`Shared::one_by_one`].
+    /// several Redis Cluster slots, more than [`MAX_CHECKS`] rules) one by one
+    /// ([`slidegate::Limiter::check_in_order`]): in rule order, stopping at the first denial —
+    /// the rules before it stay charged, those after it are not asked (nor charged) — or at
+    /// the first error, which is the answer.
     async fn check(&self, applied: &[Applied]) -> Result<Vec<Decision>, slidegate::Error> {
         if let [one] = applied {
             // The one-key path, which the near-cache can answer.
             return self.limiter.check_cost(&one.key, &one.quota, one.cost).await.map(|d| vec![d]);
         }
+        let checks: Vec<Check<'_>> = applied.iter().map(|a| Check::new(&a.key, a.quota).with_cost(a.cost)).collect();
         if applied.len() <= MAX_CHECKS {
-            let checks: Vec<Check<'_>> =
-                applied.iter().map(|a| Check::new(&a.key, a.quota).with_cost(a.cost)).collect();
             match self.limiter.check_all(&checks).await {
                 Err(slidegate::Error::CrossSlot { .. }) => {}
                 decided => return decided.map(|group| group.decisions),
             }
         }
-        self.one_by_one(applied).await
-    }
-
-    /// In rule order, stopping at the first denial: the rules before it stay charged, those
-    /// after it are not asked (nor charged). Each check follows the failure policy on its own.
-    async fn one_by_one(&self, applied: &[Applied]) -> Result<Vec<Decision>, slidegate::Error> {
-        let mut decisions = Vec::with_capacity(applied.len());
-        for a in applied {
-            let d = self.limiter.check_cost(&a.key, &a.quota, a.cost).await?;
-            decisions.push(d);
-            if !d.allowed {
-                break;
-            }
-        }
-        Ok(decisions)
+        self.limiter.check_in_order(&checks).await.into_iter().collect()
     }
 
     /// The answer from the decisions (as many as the rules that were asked, in order): counted

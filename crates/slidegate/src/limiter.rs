@@ -341,6 +341,31 @@ impl<B: Backend> Limiter<B> {
         }
     }
 
+    /// Decides `checks` one after another, each by itself ([`Limiter::check_cost`], its own
+    /// failure policy included), in order, stopping after the first denial or the first error
+    /// that is not the caller's: the checks before it stay charged, those after it are not
+    /// asked. A check the caller got wrong ([`crate::ErrorClass::Caller`]) is its own answer and
+    /// the next is asked. The answers of the checks asked, in order.
+    ///
+    /// For checks that [`Limiter::check_all`] cannot decide together (keys in several Redis
+    /// Cluster slots, [`Error::CrossSlot`]): not all or nothing, so a denial after an admission
+    /// leaves the admission charged.
+    pub async fn check_in_order(&self, checks: &[Check<'_>]) -> Vec<Result<Decision, Error>> {
+        let mut answers = Vec::with_capacity(checks.len());
+        for c in checks {
+            let answer = self.check_cost(c.key, &c.quota, c.cost).await;
+            let last = match &answer {
+                Ok(d) => !d.allowed,
+                Err(e) => e.class() != crate::ErrorClass::Caller,
+            };
+            answers.push(answer);
+            if last {
+                break;
+            }
+        }
+        answers
+    }
+
     /// Records `cost` permits of `quota` for `key` whatever the key holds: a cost known only
     /// after the work (a response's tokens, charged at its end), which an over-limit check
     /// would refuse and so not count. Never denied; [`Charged::decision`] says whether the key

@@ -97,3 +97,21 @@ fn sixty_four_threads_of_multi_limit_checks_charge_all_or_nothing() {
     let probe = backend.check_now("ip", &ip, 1);
     assert_eq!(probe.remaining, 1_000 - 100 - 1, "the ip limit was charged exactly once per admitted group");
 }
+
+/// `check_in_order` asks check after check: a caller's mistake is that check's answer and the
+/// next is asked; the first denial is the last answer, the checks after it not asked (nor
+/// charged); those before it stay charged.
+#[tokio::test]
+async fn checks_in_order_stop_at_the_first_denial_and_pass_a_callers_mistake() {
+    let limiter = Limiter::in_memory();
+    let (five, one) = (Quota::per_minute(5).expect("valid"), Quota::per_minute(1).expect("valid"));
+    assert!(limiter.check("full", &one).await.expect("check").allowed);
+    let checks = [Check::new("first", five), Check::new("", five), Check::new("full", one), Check::new("after", five)];
+    let answers = limiter.check_in_order(&checks).await;
+    assert_eq!(answers.len(), 3, "the check after the denial is not asked: {answers:?}");
+    assert!(answers[0].as_ref().is_ok_and(|d| d.allowed), "{answers:?}");
+    assert!(matches!(answers[1], Err(Error::EmptyKey)), "{answers:?}");
+    assert!(answers[2].as_ref().is_ok_and(|d| !d.allowed), "{answers:?}");
+    assert_eq!(limiter.inspect("first", &five).await.expect("inspect").count, 1, "stays charged");
+    assert_eq!(limiter.inspect("after", &five).await.expect("inspect").count, 0, "not charged");
+}

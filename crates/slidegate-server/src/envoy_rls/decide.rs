@@ -193,14 +193,16 @@ impl EnvoyRateLimit {
                 // Not one check (keys in several Redis Cluster slots, which no script can see
                 // together; sliding-log hits summing past what one call records): one by one,
                 // in request order, stopping at the first over limit — the descriptors before
-                // it are charged, those after it are not.
+                // it are charged, those after it only read, for their standing.
                 Err(_) => {
-                    let mut one_by_one: Vec<Outcome> = Vec::with_capacity(checks.len());
-                    for c in checks {
-                        let over = one_by_one.iter().any(Outcome::is_over);
-                        one_by_one.push(if over { self.standing(c).await? } else { self.one(c).await? });
+                    let mut outcomes = Vec::with_capacity(checks.len());
+                    for answer in self.app.timed(limiter.check_in_order(checks)).await {
+                        outcomes.push(answer.map(Outcome::decided).or_else(|e| own_problem(&e))?);
                     }
-                    Ok(one_by_one)
+                    for c in &checks[outcomes.len()..] {
+                        outcomes.push(self.standing(c).await?);
+                    }
+                    Ok(outcomes)
                 }
             },
         }
