@@ -213,7 +213,17 @@ fn lua_charges_and_refunds_agree_with_the_spec() {
     run_property(384, scenarios(), |s, n| {
         let got = rt.block_on(s.run(&redis, &clock, &format!("prop{n}")));
         s.assert_agrees("redis (Lua)", &got);
+        assert_expires(&server, &format!("prop{n}"), &s);
     });
+}
+
+/// Every Redis key of `key` that a scenario left expires: none kept forever.
+fn assert_expires(server: &RedisServer, key: &str, s: &Scenario) {
+    let names: Vec<String> = server.query(&["KEYS", &format!("*:{key}")]);
+    for name in names {
+        let ttl: i64 = server.query(&["PTTL", &name]);
+        assert!(ttl > 0, "{name} has no expiry ({ttl}) after {:?}, steps {:?}", s.quota, s.steps);
+    }
 }
 
 /// A warm-up's start is kept by `check.lua` (a sliding log's member scored -inf, a sliding
@@ -227,6 +237,7 @@ fn lua_charges_and_refunds_under_a_warm_up_agree_with_the_spec() {
     run_property(256, scenarios_of(warm_ups().prop_map(Some).boxed()), |s, n| {
         let got = rt.block_on(s.run(&redis, &clock, &format!("warm{n}")));
         s.assert_agrees("redis (Lua), warm-up", &got);
+        assert_expires(&server, &format!("warm{n}"), &s);
     });
 }
 

@@ -62,7 +62,7 @@ end
 -- The effective limit the key's standing is measured by once it holds `count` permits (a
 -- charge into an idle key, `live` == 0, starts the ramp now).
 local function effective(live, permits, count)
-  if charge and live == 0 and permits > 0 then
+  if period > 0 and charge and live == 0 and permits > 0 then
     since = now
   end
   return warm_limit(limit, period, cold, since, count == 0, now)
@@ -211,11 +211,16 @@ else
   if permits > 0 then
     local target = ncum - permits
     local p, t, letter, s, w, c = find(target - base + 1)
+    -- Removing from rank 0 removes the key with its expiry: the entry that stays then takes it back.
+    local ttl = p == 0 and redis.call('PTTL', key)
     redis.call('ZREMRANGEBYRANK', key, fmt('%d', p), '-1')
     local start = c - w
     if start < target then
       -- The entry straddles what stays: it keeps its time and place with fewer permits.
       redis.call('ZADD', key, t, fmt('c%s:%s%s:%d:%d:%s', t, letter, s, target - start, target, ARGV[1]))
+      if ttl and ttl > 0 then
+        redis.call('PEXPIRE', key, ttl)
+      end
       n = p + 1
     elseif p > 0 then
       -- The newest entry left is one an admission wrote before; a tail of counted_log.lua's
