@@ -26,7 +26,7 @@ use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::http::Request;
 use slidegate_server::app::App;
-use slidegate_server::config::Config;
+use slidegate_server::config::{Config, Source};
 use slidegate_server::overrides::{Limits, Override};
 use tower_service::Service;
 
@@ -43,7 +43,9 @@ fn main() {
     let loaded = args.next().unwrap_or_else(|| "none".to_owned());
     let decisions: u64 = args.next().and_then(|n| n.parse().ok()).unwrap_or(100_000);
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
-    let app = runtime.block_on(App::start(Config::parse(RULES, "rules.toml").expect("valid"), None)).expect("app");
+    let app = runtime
+        .block_on(App::start(Config::parse(RULES, "rules.toml").expect("valid"), Source::default()))
+        .expect("app");
     let before = resident_bytes();
     let names: Vec<String> = match loaded.as_str() {
         "none" => Vec::new(),

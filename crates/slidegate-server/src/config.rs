@@ -21,15 +21,16 @@ mod inline;
 mod proxies;
 mod rule;
 mod server;
+mod settings;
 mod shared;
 mod ui;
 mod value;
 
 use std::ops::Range;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
-use toml::Spanned;
+use toml::{Spanned, Table};
 
 pub use algorithm::{AlgorithmError, AlgorithmField, AlgorithmSpec, DEFAULT_COLD_FRACTION};
 use backend::BackendSpec;
@@ -48,6 +49,7 @@ use rule::RuleSpec;
 pub use rule::{MAX_RULES, Rule, Rules};
 use server::ServerSpec;
 pub use server::{ListenerTlsFiles, client_san};
+pub use settings::{Kind, LOCATIONS, SETTINGS, Setting, reference as settings_reference};
 pub use shared::{DEFAULT_MAX_OVERRIDES, MAX_DOCUMENT_BYTES, MAX_OVERRIDES_CAP, local_only};
 pub use ui::UiConfig;
 use ui::UiSpec;
@@ -96,6 +98,15 @@ pub enum ConfigError {
         column: usize,
         /// The field, as the file spells it: `backend.timeout`, `rules[0].tiers.vip.limit`.
         field: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A setting given on the command line (or as its variable) cannot be used: its flag, or,
+    /// when it does not fit the file's other settings, the table or field it makes wrong.
+    #[error("{setting}: {message}")]
+    Setting {
+        /// `--max-overrides`, or `server` (with the flags given).
+        setting: String,
         /// What is wrong.
         message: String,
     },
@@ -224,32 +235,77 @@ struct FileSpec {
     rules: Vec<RuleSpec>,
 }
 
+/// Where the configuration comes from: the rules file, if any, and the settings given over it
+/// on the command line (a document of the file's shape, see [`SETTINGS`]); read at start and
+/// at each reload alike.
+#[derive(Debug, Clone, Default)]
+pub struct Source {
+    /// The rules file.
+    pub path: Option<PathBuf>,
+    /// The settings given as flags or variables.
+    pub settings: Table,
+}
+
+impl Source {
+    /// The configuration: the file with the settings over it, validated.
+    pub fn load(&self) -> Result<Config, ConfigError> {
+        Config::load_over(self.path.as_deref(), &self.settings)
+    }
+}
+
 impl Config {
     /// Reads and validates the rules file at `path`. A relative `envoy_config` directory, and a
     /// relative `[backend]` or `[server]` TLS file, is relative to the file.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let text = crate::file::read_text(path, MAX_DOCUMENT_BYTES, "rules")
-            .map_err(|source| ConfigError::Read { path: path.display().to_string(), source })?;
-        let mut config = Self::parse(&text, &path.display().to_string())?;
-        let beside = path.parent().unwrap_or(Path::new("."));
-        if let Some(dir) = config.envoy_config.take() {
-            config.envoy_config = Some(if dir.is_relative() { beside.join(dir) } else { dir });
+        Self::load_over(Some(path), &Table::new())
+    }
+
+    /// The rules file at `path` (or none: the defaults), and over its fields the settings
+    /// given on the command line, as a document of the file's shape (see [`SETTINGS`]): the
+    /// file is validated first on its own (its errors at its lines), then with them; an error
+    /// then names the flag. A path a flag gives stays as given.
+    pub fn load_over(path: Option<&Path>, flags: &Table) -> Result<Self, ConfigError> {
+        let (text, shown) = match path {
+            Some(path) => {
+                let text = crate::file::read_text(path, MAX_DOCUMENT_BYTES, "rules")
+                    .map_err(|source| ConfigError::Read { path: path.display().to_string(), source })?;
+                (text, path.display().to_string())
+            }
+            None => (String::new(), "the command line".to_owned()),
+        };
+        let mut config = Self::parse(&text, &shown)?;
+        if !flags.is_empty() {
+            let mut document: Table = toml::from_str(&text).unwrap_or_default();
+            settings::write_over(&mut document, flags);
+            let merged = toml::to_string(&document)
+                .map_err(|e| ConfigError::Setting { setting: "the flags".to_owned(), message: e.to_string() })?;
+            config = Self::parse(&merged, &shown).map_err(|e| settings::name_flag(e, flags))?;
         }
-        let (redis, listeners) = (&mut config.backend.tls, &mut config.tls);
+        if let Some(beside) = path.and_then(Path::parent) {
+            config.beside(beside, flags);
+        }
+        Ok(config)
+    }
+
+    /// Makes the file's relative paths relative to `beside`, its directory; those `flags` give
+    /// stay as given.
+    fn beside(&mut self, beside: &Path, flags: &Table) {
+        let from_file = |field: &str| !settings::sets(flags, field);
+        let (redis, listeners) = (&mut self.backend.tls, &mut self.tls);
         let files = [
-            &mut redis.ca,
-            &mut redis.cert,
-            &mut redis.key,
-            &mut listeners.cert,
-            &mut listeners.key,
-            &mut listeners.client_ca,
+            ("envoy_config", &mut self.envoy_config),
+            ("backend.tls_ca", &mut redis.ca),
+            ("backend.tls_cert", &mut redis.cert),
+            ("backend.tls_key", &mut redis.key),
+            ("server.tls_cert", &mut listeners.cert),
+            ("server.tls_key", &mut listeners.key),
+            ("server.tls_client_ca", &mut listeners.client_ca),
         ];
-        for file in files.into_iter().flatten() {
-            if file.is_relative() {
+        for (field, file) in files {
+            if let Some(file) = file.as_mut().filter(|f| f.is_relative() && from_file(field)) {
                 *file = beside.join(&*file);
             }
         }
-        Ok(config)
     }
 
     /// Validates `text`, reporting errors against `path`.
@@ -358,6 +414,49 @@ limit = 10
 window = "60s"
 tiers = { vip = { limit = 100 } }
 "#;
+
+    /// A document of the rules file's shape, as the command line's settings are.
+    fn given(text: &str) -> Table {
+        toml::from_str(text).expect("a document")
+    }
+
+    #[test]
+    fn settings_given_go_over_the_file_and_are_validated_with_it_naming_their_flag() {
+        let dir = std::env::temp_dir().join(format!("slidegate-settings-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("rules.toml");
+        let file =
+            "[backend]\nredis_cluster = [\"rediss://a:1\"]\ntls_ca = \"ca.pem\"\n[server]\nmax_connections = 5\n";
+        std::fs::write(&path, file).expect("write");
+        let over = given(
+            "max_overrides = 7\nenvoy_shadow_mode = true\n[backend]\nredis = \"rediss://b:2\"\n\
+             [server]\nheader_read_timeout = \"3s\"\ntls_cert = \"c.pem\"\ntls_key = \"k.pem\"\n",
+        );
+        let c = Config::load_over(Some(&path), &over).expect("valid");
+        assert_eq!((c.max_overrides, c.envoy.shadow_mode), (7, true));
+        assert_eq!(
+            (c.backend.redis.as_deref(), c.backend.redis_cluster.len()),
+            (Some("rediss://b:2"), 0),
+            "one location"
+        );
+        assert_eq!((c.server.max_connections, c.server.header_read_timeout), (5, Duration::from_secs(3)));
+        assert_eq!(c.backend.tls.ca, Some(dir.join("ca.pem")), "the file's path: beside the file");
+        assert_eq!(c.tls.cert, Some("c.pem".into()), "a flag's: as given");
+        for (flags, says) in [
+            ("max_overrides = 0", "--max-overrides: must be between 1 and"),
+            ("[server]\nrequest_timeout = \"10ms\"", "--request-timeout: "),
+            ("[backend]\nredis = \"redis://b:2\"", "--redis (backend): TLS settings are given"),
+            ("envoy_near_limit_ratio = 2.0", "--envoy-near-limit-ratio: must be between 0 and 1"),
+        ] {
+            let error = Config::load_over(Some(&path), &given(flags)).expect_err(flags).to_string();
+            assert!(error.starts_with(says) || error.contains(says), "{flags}: {error}");
+        }
+        // The file's own errors keep their line, whatever the flags.
+        std::fs::write(&path, "max_overrides = 0\n").expect("write");
+        let error = Config::load_over(Some(&path), &given("max_overrides = 3")).expect_err("the file's").to_string();
+        assert!(error.contains("rules.toml:1:17: max_overrides"), "{error}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn the_documented_example_loads() {

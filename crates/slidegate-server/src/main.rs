@@ -19,7 +19,7 @@ use slidegate_server::logging::LogOptions;
 use slidegate_server::redact::redact;
 use slidegate_server::server::{self, ServeOptions};
 use slidegate_server::shared_rules::cli::{self as rules, RulesArgs};
-use slidegate_server::trace::export::{Exporter, OtlpOptions};
+use slidegate_server::trace::export::Exporter;
 use slidegate_server::validate::{self, ValidateArgs};
 
 // The service allocates a few small buffers per request (JSON in and out, headers); mimalloc
@@ -109,14 +109,13 @@ struct CheckArgs {
 /// The command line (and the `SLIDEGATE_*` variables): a usage error exits 2 with clap's words.
 fn parse() -> Cli {
     let matches = Cli::command().get_matches();
-    let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
-    if let (Command::Serve(options), Some(("serve", serve))) = (&mut cli.command, matches.subcommand()) {
-        if let Err(e) = options.prefer_command_line(serve) {
-            let mut command = Cli::command();
-            e.format(command.find_subcommand_mut("serve").expect("the serve command")).exit();
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| {
+        let mut command = Cli::command();
+        match command.find_subcommand_mut("serve") {
+            Some(serve) if matches.subcommand_name() == Some("serve") => e.format(serve).exit(),
+            _ => e.format(&mut command).exit(),
         }
-    }
-    cli
+    })
 }
 
 fn main() -> ExitCode {
@@ -167,11 +166,8 @@ fn start_logging(cli: &Cli) -> Result<Option<Exporter>, String> {
         Command::Serve(options) => {
             // The exporter feeds the logger, so it starts before `serve` reads its rules file:
             // the file's tracing fields are read here, once.
-            let file = match &options.config {
-                Some(path) => Config::load(path).map_err(|e| redact(&e.to_string()).into_owned())?.tracing,
-                None => OtlpOptions::default(),
-            };
-            options.otlp.clone().or(&file).install()?
+            let config = Config::load_over(options.config.as_deref(), &options.settings);
+            config.map_err(|e| redact(&e.to_string()).into_owned())?.tracing.install()?
         }
         _ => None,
     };

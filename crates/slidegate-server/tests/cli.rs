@@ -187,6 +187,18 @@ fn every_serve_flag_names_its_environment_variable_in_help() {
     assert!(!help.contains("hunter2"), "{help}");
 }
 
+/// docs/settings.md shows the settings table `--help` is built from, as it is.
+#[test]
+fn the_settings_page_is_the_table_serve_is_built_from() {
+    let page = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/settings.md")).expect("page");
+    let table = page.split("<!-- settings -->\n").nth(1).and_then(|t| t.split("<!-- /settings -->").next());
+    assert_eq!(table, Some(slidegate_server::config::settings_reference().as_str()), "docs/settings.md is stale");
+    let help = text(&run(&["serve", "--help"]).stdout);
+    for s in slidegate_server::config::SETTINGS {
+        assert!(help.contains(&format!("--{} ", s.flag)) || help.contains(&format!("--{}\n", s.flag)), "--{}", s.flag);
+    }
+}
+
 #[tokio::test]
 async fn environment_variables_configure_serve_and_flags_win() {
     let from_env = RulesFile::new("[[rules]]\nname = \"from_env\"\nlimit = 5\nwindow = \"1s\"\n");
@@ -260,6 +272,18 @@ fn json_logs_are_one_object_per_line_with_level_message_and_fields() {
     assert_eq!(reload["path"], rules.arg(), "{reload}");
     let start = events.iter().find(|e| e["message"] == "slidegate serving").expect("the start event");
     assert_eq!((start["backend"].as_str(), start["rules"].as_u64()), (Some("memory"), Some(1)), "{start}");
+}
+
+/// A reload reads the rules file with the flags over it, as the start did: a backend given as a
+/// flag is not taken for a change of the file's backend settings.
+#[test]
+fn a_reload_reads_the_flags_over_the_file_again() {
+    let redis = slidegate_testkit::RedisServer::start();
+    let rules = RulesFile::new("[[rules]]\nname = \"sms\"\nlimit = 5\nwindow = \"60s\"\n");
+    let server = Slidegate::serve(&["--config", rules.arg(), "--redis", &redis.url(), "--max-overrides", "9"]);
+    rules.write(RULES);
+    let log = wait_for_log(&server, |l| l.contains("rules reloaded"));
+    assert!(!log.contains("backend settings changed"), "{log}");
 }
 
 #[test]

@@ -316,16 +316,16 @@ fn each_listener_tls_problem_fails_the_start_naming_the_file_and_the_reason() {
         (&["--tls-cert", cert, "--tls-key", path(&client.key)], path(&client.key), "not the key of"),
         (&["--tls-cert", key, "--tls-key", key], key, "no PEM certificate"),
         (&["--tls-cert", cert, "--tls-key", key, "--tls-client-ca", path(&fifo)], path(&fifo), "not a regular file"),
-        (&["--tls-cert", cert], "--tls-*", "tls_cert needs tls_key"),
-        (&["--tls-client-ca", ca], "--tls-*", "tls_client_ca needs tls_cert and tls_key"),
+        (&["--tls-cert", cert], "--tls-cert (server)", "tls_cert needs tls_key"),
+        (&["--tls-client-ca", ca], "--tls-client-ca (server)", "tls_client_ca needs tls_cert and tls_key"),
         (
             &["--tls-cert", cert, "--tls-key", key, "--tls-client-san", "envoy"],
-            "--tls-*",
+            "--tls-cert, --tls-key, --tls-client-san (server)",
             "tls_client_san needs tls_client_ca",
         ),
         (
             &["--tls-cert", cert, "--tls-key", key, "--tls-client-ca", ca, "--tls-client-san", "not a name!"],
-            "--tls-*",
+            "--tls-client-san",
             "neither a DNS name nor an IP address",
         ),
     ];

@@ -16,7 +16,7 @@ use tracing::{info, warn};
 
 use crate::admin::AdminToken;
 use crate::backend::AnyBackend;
-use crate::config::{BackendConfig, Config, ConfigError, ForwardAuthConfig, INLINE_RULE, Rules, UiConfig};
+use crate::config::{BackendConfig, Config, ConfigError, ForwardAuthConfig, INLINE_RULE, Rules, Source, UiConfig};
 use crate::envoy::{EnvoyConfig, EnvoyConfigError, EnvoyOptions};
 use crate::inline::InlineConfig;
 use crate::metrics::{self, DecisionCounters, Timed};
@@ -104,7 +104,7 @@ pub struct App {
     envoy: RwLock<Arc<EnvoyConfig>>,
     envoy_dir: Option<PathBuf>,
     envoy_options: EnvoyOptions,
-    config_path: Option<PathBuf>,
+    source: Source,
     backend_config: BackendConfig,
     backend_seconds: Histogram,
     /// The per-key overrides in force.
@@ -119,8 +119,8 @@ pub struct App {
 
 impl App {
     /// Connects the backend `config` names, loads the Envoy configuration directory (when
-    /// given) and builds the state.
-    pub async fn start(config: Config, config_path: Option<PathBuf>) -> Result<Self, StartError> {
+    /// given) and builds the state; a reload reads `source` again.
+    pub async fn start(config: Config, source: Source) -> Result<Self, StartError> {
         // Install the recorder before the first count, or it would be lost.
         let _ = metrics::handle();
         let envoy = match &config.envoy_config {
@@ -145,7 +145,7 @@ impl App {
             envoy: RwLock::new(Arc::new(envoy)),
             envoy_dir,
             envoy_options,
-            config_path,
+            source,
             backend_config,
             overrides,
             shared,
@@ -228,17 +228,17 @@ impl App {
 
     /// The rules file, when the service has one.
     pub fn config_path(&self) -> Option<&PathBuf> {
-        self.config_path.as_ref()
+        self.source.path.as_ref()
     }
 
     /// Reads the rules file again and, if it is valid, puts it in force for the next request.
     /// An invalid file changes nothing.
     pub fn reload(&self) -> Result<usize, ConfigError> {
-        let Some(path) = &self.config_path else {
+        let Some(path) = &self.source.path else {
             return Ok(self.live().rules.len());
         };
         let from_redis = self.shared.as_ref().is_some_and(Shared::rules_from_redis);
-        let result = Config::load(path).and_then(|c| shared_store::check_local(c, from_redis, path));
+        let result = self.source.load().and_then(|c| shared_store::check_local(c, from_redis, path));
         let outcome = if result.is_ok() { "ok" } else { "failed" };
         ::metrics::counter!(metrics::RELOADS, "result" => outcome, "file" => "rules").increment(1);
         let config = result?;

@@ -1,4 +1,4 @@
-//! `slidegate serve`'s tracing flags, and the OTLP exporter they install.
+//! `slidegate serve`'s tracing settings, and the OTLP exporter they install.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -23,7 +23,7 @@ const EXPORT_DELAY: Duration = Duration::from_secs(1);
 pub const FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How spans travel to the collector.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum OtlpProtocol {
     /// OTLP over gRPC (`http://collector:4317`).
@@ -32,22 +32,19 @@ pub enum OtlpProtocol {
     Http,
 }
 
-/// The tracing settings of `slidegate serve`: its `--otlp-*` flags, or the rules file's
-/// `[server]` fields of the same names, read once at start.
-#[derive(Debug, Clone, Default, PartialEq, clap::Args)]
+/// The tracing settings of `slidegate serve`: the rules file's `[server] otlp_*` fields, or
+/// its `--otlp-*` flags over them, read once at start.
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct OtlpOptions {
     /// Export a span per decision over OTLP to this collector: `http://host:4317` (gRPC) or
     /// `http://host:4318/v1/traces` (HTTP/protobuf). Without it nothing is traced
     /// (`[server] otlp_endpoint`).
-    #[arg(long, env = "SLIDEGATE_OTLP_ENDPOINT", value_name = "URL", help_heading = "Tracing")]
     pub otlp_endpoint: Option<String>,
     /// `grpc` or `http` (HTTP/protobuf); default `http` when the endpoint's path ends in
     /// `/v1/traces`, `grpc` otherwise (`[server] otlp_protocol`).
-    #[arg(long, env = "SLIDEGATE_OTLP_PROTOCOL", value_enum, help_heading = "Tracing")]
     pub otlp_protocol: Option<OtlpProtocol>,
     /// The share of new traces exported, 0.0 to 1.0 (default 1.0); a request continuing a
     /// trace follows its parent's sampling decision instead (`[server] otlp_sampling_ratio`).
-    #[arg(long, env = "SLIDEGATE_OTLP_SAMPLING_RATIO", help_heading = "Tracing")]
     pub otlp_sampling_ratio: Option<f64>,
 }
 
@@ -73,16 +70,6 @@ pub struct Exporter {
 }
 
 impl OtlpOptions {
-    /// These settings, with each one `self` leaves unset taken from `file`.
-    #[must_use]
-    pub fn or(self, file: &OtlpOptions) -> OtlpOptions {
-        OtlpOptions {
-            otlp_endpoint: self.otlp_endpoint.or_else(|| file.otlp_endpoint.clone()),
-            otlp_protocol: self.otlp_protocol.or(file.otlp_protocol),
-            otlp_sampling_ratio: self.otlp_sampling_ratio.or(file.otlp_sampling_ratio),
-        }
-    }
-
     /// The settings checked: the endpoint's URL and protocol, when one is given.
     pub fn checked(&self) -> Result<Option<(&str, OtlpProtocol)>, BadSetting> {
         let bad = |field, message: String| BadSetting { field, message };
