@@ -279,7 +279,7 @@ impl Config {
             settings::write_over(&mut document, flags);
             let merged = toml::to_string(&document)
                 .map_err(|e| ConfigError::Setting { setting: "the flags".to_owned(), message: e.to_string() })?;
-            config = Self::parse(&merged, &shown).map_err(|e| settings::name_flag(e, flags))?;
+            config = Self::parse(&merged, &shown).map_err(|e| settings::name_flag(e, flags, &merged))?;
         }
         if let Some(beside) = path.and_then(Path::parent) {
             config.beside(beside, flags);
@@ -367,7 +367,8 @@ impl FileSpec {
 fn rules_from_redis(setting: Option<&Spanned<bool>>, rules: &Rules, inline: &InlineConfig) -> Result<bool, Invalid> {
     match setting {
         Some(s) if *s.get_ref() && !local_only(rules, inline) => {
-            let message = "the rules come from Redis: remove [[rules]] and [inline] from this file";
+            let message = "the rules come from Redis: remove [[rules]] and [inline] from this file, or push it with \
+                           `slidegate rules push`";
             Err(Invalid::new("rules_from_redis", s.span(), message))
         }
         s => Ok(s.is_some_and(|s| *s.get_ref())),
@@ -447,6 +448,8 @@ tiers = { vip = { limit = 100 } }
             ("[server]\nrequest_timeout = \"10ms\"", "--request-timeout: "),
             ("[backend]\nredis = \"redis://b:2\"", "--redis (backend): TLS settings are given"),
             ("envoy_near_limit_ratio = 2.0", "--envoy-near-limit-ratio: must be between 0 and 1"),
+            ("[server]\notlp_protocol = \"carrier pigeon\"", "--otlp-protocol: unknown variant"),
+            ("[backend]\nreplicas_ack = 99999999999", "--redis-replicas-ack: "),
         ] {
             let error = Config::load_over(Some(&path), &given(flags)).expect_err(flags).to_string();
             assert!(error.starts_with(says) || error.contains(says), "{flags}: {error}");

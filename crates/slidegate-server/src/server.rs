@@ -69,13 +69,15 @@ impl clap::Args for ServeOptions {
             }
             arg = match s.kind {
                 Kind::Switch => arg.action(ArgAction::SetTrue),
-                Kind::Whole => arg.value_parser(value_parser!(u64)),
+                // A TOML integer is an i64.
+                Kind::Whole => arg.value_parser(value_parser!(u64).range(..=i64::MAX.unsigned_abs())),
                 Kind::Ratio => arg.value_parser(value_parser!(f64)),
                 Kind::Duration => arg.value_parser(|v: &str| parse_duration(v).map(|_| v.to_owned())),
                 Kind::Location { many } => {
                     let arg = arg.hide_env_values(true);
                     if many { arg.value_delimiter(',').action(ArgAction::Append) } else { arg }
                 }
+                Kind::Text if !s.choices.is_empty() => arg.value_parser(s.choices.to_vec()),
                 Kind::Text | Kind::Path => arg,
             };
             command.arg(arg)
@@ -100,8 +102,8 @@ impl clap::FromArgMatches for ServeOptions {
                     Some(urls) => toml::Value::Array(urls.map(|u| toml::Value::String(u.clone())).collect()),
                     None => continue,
                 },
-                Kind::Whole => match matches.get_one::<u64>(s.flag) {
-                    Some(&n) => toml::Value::Integer(i64::try_from(n).unwrap_or(i64::MAX)),
+                Kind::Whole => match matches.get_one::<u64>(s.flag).and_then(|&n| i64::try_from(n).ok()) {
+                    Some(n) => toml::Value::Integer(n),
                     None => continue,
                 },
                 Kind::Ratio => match matches.get_one::<f64>(s.flag) {

@@ -49,6 +49,8 @@ pub struct Setting {
     pub help: &'static str,
     /// Another flag it is given only with (a certificate and its key), or `""`.
     pub requires: &'static str,
+    /// The values a text takes, when they are few (`--help` lists them); empty: any.
+    pub choices: &'static [&'static str],
 }
 
 const fn setting(
@@ -58,7 +60,11 @@ const fn setting(
     kind: Kind,
     help: &'static str,
 ) -> Setting {
-    Setting { flag, env, field, kind, value_name: "", help, requires: "" }
+    Setting { flag, env, field, kind, value_name: "", help, requires: "", choices: &[] }
+}
+
+const fn one_of(choices: &'static [&'static str], s: Setting) -> Setting {
+    Setting { choices, ..s }
 }
 
 const fn with(requires: &'static str, s: Setting) -> Setting {
@@ -148,15 +154,18 @@ pub const SETTINGS: &[Setting] = &[
         "Accept a Redis certificate that does not name the host connected to, still checking its chain and dates \
          (providers whose certificates name no endpoint; logged as a warning).",
     ),
-    named(
-        "ENGINE",
-        setting(
-            "redis-engine",
-            "SLIDEGATE_REDIS_ENGINE",
-            "backend.engine",
-            Text,
-            "Which code decides on Redis: `auto` (slidegate's Redis module when the server has it loaded, the Lua \
+    one_of(
+        &["auto", "lua", "module"],
+        named(
+            "ENGINE",
+            setting(
+                "redis-engine",
+                "SLIDEGATE_REDIS_ENGINE",
+                "backend.engine",
+                Text,
+                "Which code decides on Redis: `auto` (slidegate's Redis module when the server has it loaded, the Lua \
          scripts otherwise), `lua` or `module`.",
+            ),
         ),
     ),
     named(
@@ -229,15 +238,18 @@ pub const SETTINGS: &[Setting] = &[
         "Add rate-limit headers to gRPC answers, for Envoy to pass to its clients (envoyproxy/ratelimit's \
          LIMIT_RESPONSE_HEADERS_ENABLED).",
     ),
-    named(
-        "STYLE",
-        setting(
-            "envoy-response-headers-style",
-            "SLIDEGATE_ENVOY_RESPONSE_HEADERS_STYLE",
-            "envoy_response_headers_style",
-            Text,
-            "Which headers: `upstream` (envoyproxy/ratelimit's RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset) \
+    one_of(
+        &["upstream", "ietf"],
+        named(
+            "STYLE",
+            setting(
+                "envoy-response-headers-style",
+                "SLIDEGATE_ENVOY_RESPONSE_HEADERS_STYLE",
+                "envoy_response_headers_style",
+                Text,
+                "Which headers: `upstream` (envoyproxy/ratelimit's RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset) \
          or `ietf` (the IETF draft's RateLimit-Policy and RateLimit).",
+            ),
         ),
     ),
     named(
@@ -355,15 +367,18 @@ pub const SETTINGS: &[Setting] = &[
              `http://host:4318/v1/traces` (HTTP/protobuf). Without it nothing is traced.",
         ),
     ),
-    named(
-        "PROTOCOL",
-        setting(
-            "otlp-protocol",
-            "SLIDEGATE_OTLP_PROTOCOL",
-            "server.otlp_protocol",
-            Text,
-            "`grpc` or `http` (HTTP/protobuf); default `http` when the endpoint's path ends in `/v1/traces`, `grpc` \
+    one_of(
+        &["grpc", "http"],
+        named(
+            "PROTOCOL",
+            setting(
+                "otlp-protocol",
+                "SLIDEGATE_OTLP_PROTOCOL",
+                "server.otlp_protocol",
+                Text,
+                "`grpc` or `http` (HTTP/protobuf); default `http` when the endpoint's path ends in `/v1/traces`, `grpc` \
          otherwise.",
+            ),
         ),
     ),
     setting(
@@ -435,10 +450,10 @@ pub(super) fn write_over(document: &mut Table, flags: &Table) {
     }
 }
 
-/// An error of the file read with `flags` over it, which the file alone did not have: it
-/// names the flag that set the field, or, for a field no flag sets (a table's settings that do
-/// not fit together), the flags given in that table.
-pub(super) fn name_flag(e: ConfigError, flags: &Table) -> ConfigError {
+/// An error of the file read with `flags` over it (`merged`), which the file alone did not
+/// have: it names the flag that set the field, or, for a field no flag sets (a table's settings
+/// that do not fit together), the flags given in that table.
+pub(super) fn name_flag(e: ConfigError, flags: &Table, merged: &str) -> ConfigError {
     let flag = |s: &Setting| format!("--{}", s.flag);
     match e {
         ConfigError::Invalid { field, message, .. } => {
@@ -453,7 +468,16 @@ pub(super) fn name_flag(e: ConfigError, flags: &Table) -> ConfigError {
             };
             ConfigError::Setting { setting, message }
         }
-        ConfigError::Toml { message, .. } => ConfigError::Setting { setting: "the flags".to_owned(), message },
+        ConfigError::Toml { line, message, .. } => {
+            // A value of the wrong type: the key on that line of the merged document is a flag's.
+            let key = merged.lines().nth(line.saturating_sub(1)).and_then(|l| l.split_once('=')).map(|(k, _)| k.trim());
+            let given = SETTINGS.iter().filter(|s| sets(flags, s.field));
+            let setting = match key.and_then(|k| given.clone().find(|s| s.field.rsplit('.').next() == Some(k))) {
+                Some(s) => flag(s),
+                None => "the flags".to_owned(),
+            };
+            ConfigError::Setting { setting, message }
+        }
         e => e,
     }
 }
