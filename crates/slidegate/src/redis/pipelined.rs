@@ -27,8 +27,8 @@
 //! partition without a reset, a host gone, a NAT entry dropped on the way would otherwise leave
 //! it waiting until the kernel gives up on it (many minutes), queueing every command sent
 //! meanwhile. RESP2 over TCP, TLS (`rediss://`, see [`RedisTls`]) or a Unix socket; `AUTH` and
-//! `SELECT` from the URL. Over TLS every write goes through the writer task (a TLS stream has no
-//! write from a shared reference), which batches many commands into each TLS record.
+//! `SELECT` from the URL. Over TLS the session is driven by hand over the socket's two halves
+//! (`tls_io.rs`), so writes go out as over TCP and the reader never waits on a writer.
 
 use std::collections::VecDeque;
 use std::io;
@@ -39,7 +39,7 @@ use std::time::Duration;
 use redis::aio::ConnectionLike;
 use redis::{Cmd, ConnectionAddr, ConnectionInfo, Pipeline, RedisFuture, RedisResult, Value};
 use rustls::pki_types::ServerName;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::net::{TcpStream, UnixStream, tcp, unix};
 use tokio::sync::{mpsc, oneshot};
 use tokio_rustls::TlsConnector;
@@ -48,6 +48,7 @@ use tokio_rustls::client::TlsStream;
 use super::RedisTls;
 
 mod resp;
+mod tls_io;
 
 /// How long a connection may send nothing back while the caller first in line has given up
 /// (its deadline passed) before it is presumed dead. Redis answers a decision in microseconds;
@@ -258,9 +259,10 @@ impl Queue {
         self.queued_bytes.drain(..at);
     }
 
-    /// Wakes the writer task unless it is awake or has nothing to do.
-    fn wake_writer(&mut self, wake: &mpsc::Sender<()>) {
-        let work = !self.unwritten.is_empty() || !self.queued.is_empty();
+    /// Wakes the writer task unless it is awake or has nothing to do (`pending`: the socket
+    /// did not take all that was written to it).
+    fn wake_writer(&mut self, wake: &mpsc::Sender<()>, pending: bool) {
+        let work = !self.unwritten.is_empty() || !self.queued.is_empty() || pending;
         if work && !self.writing {
             self.writing = true;
             // The channel holds one signal; a full one means the writer is already woken.
@@ -277,8 +279,8 @@ impl Link {
                 (WriteHalf::Tcp(w), Box::new(r))
             }
             (ConnectionAddr::TcpTls { host, port, .. }, Some(tls)) => {
-                let (r, w) = tokio::io::split(handshake(tls, host, *port).await?);
-                (WriteHalf::Tls(tokio::sync::Mutex::new(w)), Box::new(r))
+                let (r, w) = tls_io::split(handshake(tls, host, *port).await?);
+                (WriteHalf::Tls(w), Box::new(r))
             }
             (ConnectionAddr::Unix(path), _) => {
                 let (r, w) = UnixStream::connect(path).await?.into_split();
@@ -359,7 +361,7 @@ impl Link {
             .collect();
         if !idle {
             q.queued.push_back((q.queued_bytes.len() - start, replies));
-            q.wake_writer(&self.wake_writer);
+            q.wake_writer(&self.wake_writer, false);
             return Ok(rx);
         }
         // Nothing in flight, so nothing to batch with: write now, from this task.
@@ -372,7 +374,7 @@ impl Link {
                 return Err(e.into());
             }
         }
-        q.wake_writer(&self.wake_writer);
+        q.wake_writer(&self.wake_writer, self.writer.pending());
         Ok(rx)
     }
 
@@ -408,7 +410,7 @@ impl Link {
         };
         if at > 0 {
             // Replies made room in flight for queued commands.
-            q.wake_writer(&self.wake_writer);
+            q.wake_writer(&self.wake_writer, self.writer.pending());
         }
         taken
     }
@@ -427,7 +429,7 @@ async fn write_batches(mut woken: mpsc::Receiver<()>, link: Weak<Link>) {
             {
                 let mut q = lock(&link.queue);
                 q.commit();
-                if q.unwritten.is_empty() {
+                if q.unwritten.is_empty() && !link.writer.pending() {
                     // Queued commands left wait for replies to make room: the reader wakes
                     // this task again.
                     q.writing = false;
@@ -506,18 +508,25 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 enum WriteHalf {
     Tcp(tcp::OwnedWriteHalf),
     Unix(unix::OwnedWriteHalf),
-    /// Only the writer task locks it: it is never contended.
-    Tls(tokio::sync::Mutex<tokio::io::WriteHalf<TlsStream<TcpStream>>>),
+    Tls(tls_io::TlsWriter),
 }
 
 impl WriteHalf {
-    /// Writes what the socket takes now; over TLS nothing (`WouldBlock`), leaving it to the
-    /// writer task.
+    /// Writes what the socket takes now (over TLS: takes it all, its records sent as far as
+    /// the socket takes them, the rest [`WriteHalf::pending`]).
     fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
         match self {
             Self::Tcp(w) => w.try_write(buf),
             Self::Unix(w) => w.try_write(buf),
-            Self::Tls(_) => Err(io::ErrorKind::WouldBlock.into()),
+            Self::Tls(w) => w.try_write(buf),
+        }
+    }
+
+    /// Whether written bytes still wait for the socket (a TLS session's records).
+    fn pending(&self) -> bool {
+        match self {
+            Self::Tcp(_) | Self::Unix(_) => false,
+            Self::Tls(w) => w.pending(),
         }
     }
 
@@ -526,12 +535,7 @@ impl WriteHalf {
             match self {
                 Self::Tcp(w) => w.writable().await?,
                 Self::Unix(w) => w.writable().await?,
-                Self::Tls(w) => {
-                    let mut w = w.lock().await;
-                    w.write_all(buf).await?;
-                    // rustls may hold the last record back until flushed.
-                    return w.flush().await;
-                }
+                Self::Tls(w) => return w.write_all(buf).await,
             }
             match self.try_write(buf) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
@@ -539,6 +543,10 @@ impl WriteHalf {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(e) => return Err(e),
             }
+        }
+        if let Self::Tls(w) = self {
+            // Nothing new: the records still waiting.
+            return w.write_all(&[]).await;
         }
         Ok(())
     }
