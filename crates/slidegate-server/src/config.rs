@@ -421,6 +421,32 @@ tiers = { vip = { limit = 100 } }
         toml::from_str(text).expect("a document")
     }
 
+    /// Each row of the settings table names a field the rules file has, of the kind it says.
+    #[test]
+    fn every_setting_is_a_field_of_the_rules_file() {
+        for s in SETTINGS {
+            let value = match s.kind {
+                Kind::Switch => "true".to_owned(),
+                Kind::Whole => "1".to_owned(),
+                Kind::Ratio => "0.5".to_owned(),
+                Kind::Location { many: true } => "[\"redis://127.0.0.1:1\"]".to_owned(),
+                _ => format!("{:?}", s.choices.first().copied().unwrap_or("1s")),
+            };
+            let text = match s.field.split_once('.') {
+                Some((table, name)) => format!("[{table}]\n{name} = {value}\n"),
+                None => format!("{} = {value}\n", s.field),
+            };
+            match Config::load_over(None, &given(&text)) {
+                Err(ConfigError::Setting { setting, message })
+                    if setting == "the flags" || message.contains("unknown") =>
+                {
+                    panic!("--{}: {setting}: {message}", s.flag)
+                }
+                _ => {}
+            }
+        }
+    }
+
     #[test]
     fn settings_given_go_over_the_file_and_are_validated_with_it_naming_their_flag() {
         let dir = std::env::temp_dir().join(format!("slidegate-settings-{}", std::process::id()));
