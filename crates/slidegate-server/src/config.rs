@@ -18,6 +18,7 @@ mod envoy_options;
 mod forward_auth;
 mod http_limits;
 mod inline;
+mod overlay;
 mod proxies;
 mod rule;
 mod server;
@@ -276,10 +277,10 @@ impl Config {
         let mut config = Self::parse(&text, &shown)?;
         if !flags.is_empty() {
             let mut document: Table = toml::from_str(&text).unwrap_or_default();
-            settings::write_over(&mut document, flags);
+            overlay::write_over(&mut document, flags);
             let merged = toml::to_string(&document)
                 .map_err(|e| ConfigError::Setting { setting: "the flags".to_owned(), message: e.to_string() })?;
-            config = Self::parse(&merged, &shown).map_err(|e| settings::name_flag(e, flags, &merged))?;
+            config = Self::parse(&merged, &shown).map_err(|e| overlay::name_flag(e, flags, &merged))?;
         }
         if let Some(beside) = path.and_then(Path::parent) {
             config.beside(beside, flags);
@@ -290,7 +291,7 @@ impl Config {
     /// Makes the file's relative paths relative to `beside`, its directory; those `flags` give
     /// stay as given.
     fn beside(&mut self, beside: &Path, flags: &Table) {
-        let from_file = |field: &str| !settings::sets(flags, field);
+        let from_file = |field: &str| !overlay::sets(flags, field);
         let (redis, listeners) = (&mut self.backend.tls, &mut self.tls);
         let files = [
             ("envoy_config", &mut self.envoy_config),
