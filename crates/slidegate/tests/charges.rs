@@ -453,6 +453,33 @@ async fn a_key_rewritten_as_counted_entries_still_expires() {
     }
 }
 
+/// Refunds that leave a key of counted entries with fewer members keep its expiry: the newest
+/// left is rewritten without its tail (found by the property test's expiry check), and an entry
+/// that straddles what stays is put back after the set was emptied.
+#[tokio::test]
+async fn refunds_that_rewrite_the_last_entries_keep_the_keys_expiry() {
+    let (server, clock) = (RedisServer::start(), ManualClock::new(0));
+    let redis = lua(&server, &clock).await;
+    let log = |limit| quota(limit, 306, Algorithm::SlidingLog);
+    let tail = Scenario {
+        quota: log(6),
+        steps: vec![
+            (0, Op::Check(5)),
+            (0, Op::Check(1)),
+            (2, Op::Charge(1)),
+            (306, Op::Check(1)),
+            (308, Op::Check(1)),
+            (308, Op::Refund(1)),
+        ],
+    };
+    let straddle = Scenario { quota: log(600), steps: vec![(0, Op::Check(100)), (1, Op::Refund(30))] };
+    for (name, s) in [("tail", tail), ("straddle", straddle)] {
+        let got = s.run(&redis, &clock, name).await;
+        s.assert_agrees(name, &got);
+        assert_expires(&server, name, &s);
+    }
+}
+
 /// The tokens-per-minute shape on every algorithm: an estimate checked, the rest charged over
 /// the limit, an over-estimate refunded; a charge past twice the limit is clamped.
 async fn estimate_charge_refund<B: Backend>(

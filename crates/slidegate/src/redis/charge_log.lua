@@ -230,8 +230,9 @@ else
       local m = at_rank(n - 1)
       local mt, head = match(m, '^c(%d+):(%a%d+:%d+:%d+:)[%x]+%.')
       if mt then
-        redis.call('ZREM', key, m)
+        -- Added before the old one goes, so the key is never empty (which would drop its expiry).
         redis.call('ZADD', key, mt, 'c' .. mt .. ':' .. head .. ARGV[1])
+        redis.call('ZREM', key, m)
       end
     else
       n = 0
