@@ -110,7 +110,8 @@ impl std::str::FromStr for Algorithm {
 ///
 /// A key is idle when its algorithm holds nothing of it: no admission in the sliding log's
 /// window, no counted bucket left in the sliding window, no admission in the current or the
-/// previous fixed window, a full GCRA bucket. The ramp starts at the first admission after that.
+/// previous fixed window, a full GCRA bucket. The ramp starts at the first admission after that;
+/// a key busy since before its quota had a warm-up has no ramp to run, and counts as warm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct WarmUp {
     period_ms: u64,

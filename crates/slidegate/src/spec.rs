@@ -245,7 +245,8 @@ impl LogSummary {
 #[derive(Debug, Clone)]
 pub struct Key {
     pub(crate) state: State,
-    /// When the current warm-up began: the first admission after the key was idle.
+    /// When the current warm-up began: the first admission under a warm-up after the key was
+    /// idle (0: none, a key warm for as long as it holds permits).
     pub(crate) warm_since: u64,
 }
 
@@ -330,7 +331,8 @@ impl Key {
     /// Records `cost` permits at `now` (whether or not they fit).
     pub fn record(&mut self, now: u64, quota: &Quota, cost: u64) {
         let limit = self.limit_at(now, quota);
-        if self.idle(now, quota) {
+        // Only under a warm-up: a key busy since before one was added counts as warm.
+        if quota.warm_up().is_some() && self.idle(now, quota) {
             self.warm_since = now;
         }
         let w = quota.window_ms();

@@ -152,7 +152,7 @@ impl Counter {
     #[inline]
     pub fn record(&mut self, now: u64, quota: &Quota, cost: u64) {
         match &mut self.0 {
-            Inner::Log(log) => log.record(now, cost),
+            Inner::Log(log) => log.record(now, cost, quota.warm_up().is_some()),
             Inner::Spec(key) => key.record(now, quota, cost),
         }
     }
@@ -165,7 +165,7 @@ impl Counter {
                 log.evaluate(now, quota, 0);
                 let recorded = cost.min((MAX_CHARGE_FACTOR * quota.limit()).saturating_sub(log.len));
                 if recorded > 0 {
-                    log.record(now, recorded);
+                    log.record(now, recorded, quota.warm_up().is_some());
                 }
                 Charged::new(log.standing(now, quota), cost, recorded)
             }
@@ -513,9 +513,10 @@ impl Log {
         self.newest = now;
     }
 
-    /// Records `cost` admissions at `now`, keeping the log sorted.
-    fn record(&mut self, now: u64, cost: u64) {
-        if self.len == 0 {
+    /// Records `cost` admissions at `now`, keeping the log sorted; into an empty log under a
+    /// warm-up (`warm`), the ramp starts.
+    fn record(&mut self, now: u64, cost: u64, warm: bool) {
+        if warm && self.len == 0 {
             self.warm_since = now;
         }
         if self.newest().is_none_or(|t| t <= now) {

@@ -228,19 +228,6 @@ async fn named_edge_cases_agree() {
 /// scripts change form, and lowered back, too.
 #[tokio::test]
 async fn a_limit_changed_under_a_key_agrees() {
-    async fn run<B: slidegate::Backend>(
-        limiter: &Limiter<B>,
-        clock: &ManualClock,
-        key: &str,
-        steps: &[(u64, Quota, u64)],
-    ) -> Vec<Decision> {
-        let mut out = Vec::new();
-        for &(t, q, cost) in steps {
-            clock.set_ms(EPOCH_2026 + t);
-            out.push(limiter.check_cost(key, &q, cost).await.expect("check"));
-        }
-        out
-    }
     let b = Backends::start().await;
     let log = |limit| quota(limit, 10_000, Algorithm::SlidingLog);
     let (ten, four, large) = (log(10), log(4), log(300));
@@ -252,11 +239,11 @@ async fn a_limit_changed_under_a_key_agrees() {
     let mut key = Key::new(Algorithm::SlidingLog);
     let expected: Vec<Decision> = steps.iter().map(|&(t, q, cost)| key.check(EPOCH_2026 + t, &q, cost)).collect();
     let got = [
-        ("memory", run(&b.memory, &b.clock, "changed", &steps).await),
-        ("Lua", run(&b.redis, &b.clock, "changed", &steps).await),
-        ("Lua, expecting denials", run(&b.redis_orders[0], &b.clock, "changed:probe", &steps).await),
-        ("Lua, expecting admissions", run(&b.redis_orders[1], &b.clock, "changed:count", &steps).await),
-        ("module", run(&b.module, &b.clock, "changed", &steps).await),
+        ("memory", checked(&b.memory, &b.clock, "changed", &steps).await),
+        ("Lua", checked(&b.redis, &b.clock, "changed", &steps).await),
+        ("Lua, expecting denials", checked(&b.redis_orders[0], &b.clock, "changed:probe", &steps).await),
+        ("Lua, expecting admissions", checked(&b.redis_orders[1], &b.clock, "changed:count", &steps).await),
+        ("module", checked(&b.module, &b.clock, "changed", &steps).await),
     ];
     assert!(!expected[10].allowed && expected[10].next_permit_after < expected[10].retry_after.expect("denied"));
     for (name, decisions) in got {
@@ -264,6 +251,58 @@ async fn a_limit_changed_under_a_key_agrees() {
             assert_eq!(d, e, "{name} differs from spec at #{i}, {:?}", steps[i]);
         }
     }
+}
+
+/// A warm-up added to a rule whose key is busy: no ramp has started (none was recorded), so the
+/// key counts as warm until it is idle; then the next admission starts the ramp. Every engine
+/// as the specification, every algorithm, checks and charges alike.
+#[tokio::test]
+async fn a_warm_up_added_under_a_busy_key_agrees() {
+    let b = Backends::start().await;
+    for algorithm in [
+        Algorithm::SlidingLog,
+        Algorithm::SlidingWindow { buckets: 10 },
+        Algorithm::FixedWindow,
+        Algorithm::Gcra { burst: None },
+    ] {
+        let plain = quota(10, 10_000, algorithm);
+        let warm = plain.with_warm_up(Duration::from_secs(60), 0.2).expect("warm-up");
+        // Busy under the plain quota, then the warm-up; idle for two windows, then again.
+        let steps: Vec<(u64, Quota, u64)> = [(0, plain, 2), (100, warm, 2), (200, warm, 2), (300, warm, 2)]
+            .into_iter()
+            .chain([(40_000, warm, 1), (40_100, warm, 2), (40_200, warm, 1), (70_000, warm, 2)])
+            .collect();
+        let mut key = Key::new(algorithm);
+        let expected: Vec<Decision> = steps.iter().map(|&(t, q, cost)| key.check(EPOCH_2026 + t, &q, cost)).collect();
+        assert_eq!(expected[2].limit, 10, "{algorithm}: warm while busy: {:?}", expected[2]);
+        assert_eq!(expected[4].limit, 2, "{algorithm}: cold after idleness: {:?}", expected[4]);
+        let name = format!("added:{algorithm}");
+        let got = [
+            ("memory", checked(&b.memory, &b.clock, &name, &steps).await),
+            ("Lua", checked(&b.redis, &b.clock, &name, &steps).await),
+            ("module", checked(&b.module, &b.clock, &name, &steps).await),
+        ];
+        for (engine, decisions) in got {
+            for (i, (d, e)) in decisions.iter().zip(&expected).enumerate() {
+                assert_eq!(d, e, "{engine} differs from spec at #{i}, {algorithm}, {:?}", steps[i]);
+            }
+        }
+    }
+}
+
+/// Each of `steps` (time, quota, cost) checked in turn on `key`.
+async fn checked<B: slidegate::Backend>(
+    limiter: &Limiter<B>,
+    clock: &ManualClock,
+    key: &str,
+    steps: &[(u64, Quota, u64)],
+) -> Vec<Decision> {
+    let mut out = Vec::new();
+    for &(t, q, cost) in steps {
+        clock.set_ms(EPOCH_2026 + t);
+        out.push(limiter.check_cost(key, &q, cost).await.expect("check"));
+    }
+    out
 }
 
 /// Sliding logs of limits above 256, which the Lua scripts keep as counted entries (one per
