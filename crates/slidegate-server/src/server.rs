@@ -204,7 +204,7 @@ pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
     };
     let watcher = tokio::spawn(crate::watch::watch_config(Arc::clone(&app)));
     let tls_watcher = tls.clone().map(|tls| tokio::spawn(crate::tls::watch::watch_files(tls)));
-    let result = run(app, listener, limits, tls, stopped(stop_rx)).await;
+    let result = run(Arc::clone(&app), listener, limits, tls, stopped(stop_rx)).await;
     if let Some(g) = grpc_server {
         g.await.context("gRPC server task")?.context("gRPC server")?;
     }
@@ -212,6 +212,7 @@ pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
     if let Some(w) = tls_watcher {
         w.abort();
     }
+    crate::write_back::at_stop(&app).await;
     info!("slidegate stopped");
     result
 }

@@ -157,3 +157,50 @@ async fn redis_killed_and_back_empty_gets_the_fleets_local_admissions_and_the_wi
     let times: Vec<(String, u128)> = redis.query(&["ZRANGE", &keys[0], "0", "-1", "WITHSCORES"]);
     assert!(times.iter().all(|(_, t)| *t < back_at), "each at its own time, before Redis was back: {times:?}");
 }
+
+/// Starts one instance of `file`, waits until it counts itself, kills `redis` and has the
+/// instance admit `n` checks of `key` locally.
+async fn admitted_locally(client: &Client, file: &RulesFile, redis: &mut RedisServer, key: &str, n: u64) -> Slidegate {
+    let server = Slidegate::serve(&["--config", file.arg()]);
+    until_counted(client, &[&server], 1).await;
+    redis.kill();
+    for _ in 0..n {
+        let (_, _, v) = check(client, &server, &json!({"rule": "api", "key": key})).await;
+        assert_eq!((v["allowed"].as_bool(), v["policy"].as_str()), (Some(true), Some("local")), "{v}");
+    }
+    server
+}
+
+#[tokio::test]
+async fn an_instance_stopped_during_the_outage_writes_its_journal_to_a_redis_back_within_its_stop() {
+    let mut redis = RedisServer::start();
+    let port = redis.port();
+    let file = rules(&redis);
+    let client = Client::new();
+    let mut server = admitted_locally(&client, &file, &mut redis, "user-4", 10).await;
+    server.signal("TERM");
+    // Redis returns after the stop began: the instance is still trying.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(server.log_text().contains("writing back local admissions before stopping"), "{}", server.log_text());
+    let redis = RedisServer::start_on(port);
+    assert!(server.wait_exit(Duration::from_secs(10)).success(), "{}", server.log_text());
+    let keys: Vec<String> = redis.query(&["KEYS", "*user-4*"]);
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    assert_eq!(redis.query::<u64>(&["ZCARD", &keys[0]]), 10, "the local admissions, in Redis after the stop");
+    assert!(!server.log_text().contains("not written back"), "{}", server.log_text());
+}
+
+#[tokio::test]
+async fn an_instance_stopped_while_redis_stays_away_exits_within_its_wait_and_says_what_it_could_not_write() {
+    let mut redis = RedisServer::start();
+    let file = rules(&redis);
+    let client = Client::new();
+    let mut server = admitted_locally(&client, &file, &mut redis, "user-5", 10).await;
+    let stopped_at = Instant::now();
+    server.signal("TERM");
+    assert!(server.wait_exit(Duration::from_secs(10)).success(), "{}", server.log_text());
+    let took = stopped_at.elapsed();
+    // AT_STOP (5 s): it tried that long, and not much longer.
+    assert!(took >= Duration::from_millis(4500) && took < Duration::from_secs(8), "{took:?}");
+    assert!(server.log_text().contains("stopping with local admissions not written back"), "{}", server.log_text());
+}
