@@ -5,6 +5,7 @@
 //! (`Error::ReplicasAck`) that the failure policy answers, in time. Charges and refunds, which
 //! write as admissions do, alike.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionLike;
@@ -105,4 +106,41 @@ async fn admissions_wait_for_the_replica_and_fail_without_it_under_sentinel() {
     let url = setup.sentinel_url();
     let backend = RedisBackend::connect_sentinel(&[url.as_str()], SENTINEL_SERVICE).await.expect("connect");
     acknowledged_then_refused("sentinel", backend, &setup.master, &mut setup.replica).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admissions_in_flight_together_share_their_waits_and_each_is_on_the_replica_when_answered() {
+    const CALLS: u64 = 64;
+    let master = RedisServer::start();
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &master.port().to_string()]);
+    master.wait_for_replicas(1);
+    let backend = RedisBackend::connect(&master.url()).await.expect("connect");
+    let backend = backend.with_timeout(DEADLINE).with_engine(RedisEngine::Lua).with_replicas_ack(1);
+    let quota = Quota::per_minute(3).expect("valid");
+    let replica = Arc::new(replica);
+    let start = Arc::new(tokio::sync::Barrier::new(CALLS as usize));
+    let calls: Vec<_> = (0..CALLS)
+        .map(|i| {
+            let (backend, replica, start) = (backend.clone(), Arc::clone(&replica), Arc::clone(&start));
+            tokio::spawn(async move {
+                let key = backend.redis_key(&format!("k{i}"), quota.algorithm());
+                start.wait().await;
+                let d = backend.check(&format!("k{i}"), &quota, 1).await.expect("admitted");
+                let held = tokio::task::spawn_blocking(move || replica.query::<u64>(&["ZCARD", &key]));
+                (d.allowed, held.await.expect("read on the replica"))
+            })
+        })
+        .collect();
+    for call in calls {
+        assert_eq!(call.await.expect("task"), (true, 1), "answered only once the replica held it");
+    }
+    let stats: String = master.query(&["INFO", "commandstats"]);
+    let waits: u64 = stats
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_wait:calls="))
+        .and_then(|l| l.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .expect("WAIT was sent");
+    assert!(waits < CALLS, "{waits} WAITs for {CALLS} admissions in flight together: none shared");
+    eprintln!("{CALLS} admissions in flight together: {waits} WAITs");
 }

@@ -89,6 +89,10 @@ pub struct BenchArgs {
     /// Against Redis: which code decides (`auto`: the module when loaded, `lua`, `module`).
     #[arg(long, default_value = "auto")]
     pub redis_engine: slidegate::RedisEngine,
+    /// Against Redis: answer each admission only once this many replicas acknowledged it
+    /// (`WAIT`, as `serve --redis-replicas-ack`; 0: none).
+    #[arg(long, default_value_t = 0)]
+    pub redis_replicas_ack: u32,
     /// Print one JSON object instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -109,6 +113,7 @@ impl BenchArgs {
             rule: self.rule,
             near_cache: self.near_cache,
             redis_engine: self.redis_engine,
+            replicas_ack: self.redis_replicas_ack,
             progress: !self.json,
         })
     }
@@ -125,6 +130,8 @@ pub struct BenchOptions {
     pub near_cache: usize,
     /// With a Redis target: which code decides.
     pub redis_engine: slidegate::RedisEngine,
+    /// With a Redis target: the replicas each admission waits for (`WAIT`; 0: none).
+    pub replicas_ack: u32,
     /// Distinct keys, drawn uniformly (1 = one hot key).
     pub keys: u64,
     /// Decisions in flight (at most, with a `rate`).

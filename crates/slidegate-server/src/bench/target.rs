@@ -33,12 +33,14 @@ impl Target {
             // `rediss://` trusts the system's store (`SSL_CERT_FILE` names another CA file).
             let backend = RedisBackend::connect(target).await.context("connecting to Redis")?;
             let backend = backend.with_timeout(Duration::from_secs(2)).with_engine(options.redis_engine);
+            let backend = backend.with_replicas_ack(options.replicas_ack);
             Ok((Self::library(options, AnyBackend::Redis(backend)), Vec::new()))
         } else if let Some(nodes) = target.strip_prefix("redis-cluster://") {
             let urls: Vec<String> = nodes.split(',').map(|n| format!("redis://{n}")).collect();
             let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
             let backend = RedisBackend::connect_cluster(&urls).await.context("connecting to the Redis Cluster")?;
             let backend = backend.with_timeout(Duration::from_secs(2)).with_engine(options.redis_engine);
+            let backend = backend.with_replicas_ack(options.replicas_ack);
             Ok((Self::library(options, AnyBackend::Cluster(backend)), Vec::new()))
         } else if let Some(authority) = target.strip_prefix("grpc://") {
             let connections = options.connections.clamp(1, options.concurrency.max(1) as u64);

@@ -53,6 +53,7 @@ where
             members: Arc::new(Members::new()),
             module: Arc::default(),
             outlook: Arc::new(Outlook::new()),
+            acks: Arc::default(),
         }
     }
 

@@ -46,6 +46,7 @@ pub use engine::RedisEngine;
 pub use fleet::{FLEET_BEAT, FLEET_LAPSE, fleet_key, instance_id};
 pub use pipelined::{DEFAULT_MAX_QUEUED, MAX_IN_FLIGHT, PipelinedConnection};
 pub use redis::cluster_async::ClusterConnection;
+pub use replicas::MAX_WAITING_FOR_REPLICAS;
 pub use sentinel::{RedisSentinelBackend, SentinelConnection};
 pub use tls::{MAX_PEM_BYTES, RedisTls, TlsFiles, pem_certificates, pem_private_key};
 
@@ -92,6 +93,7 @@ pub struct RedisBackend<C = PipelinedConnection> {
     members: Arc<members::Members>,
     module: Arc<engine::ModuleState>,
     outlook: Arc<outlook::Outlook>,
+    acks: Arc<replicas::Acks>,
 }
 
 impl<C> std::fmt::Debug for RedisBackend<C> {
