@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """The price of a global exact limit behind nginx: requests/s through nginx with slidegate's
 `auth_request` (docs/proxies.md's configuration as written), through nginx's own `limit_req` (a
-per-instance leaky bucket, not shared) and through nginx with no limit; and what slidegate's
+per-instance leaky bucket, not shared), through nginx with no limit, and through the same
+`auth_request` block asking a static nginx server instead (nginx's subrequest alone: the most any
+auth_request service can reach); and what slidegate's
 `/v1/auth-request/{rule}` costs beside a `/v1/check` of the same rule and key (callgrind).
 
     cargo build --release -p slidegate-server --features bench --bin slidegate
@@ -36,6 +38,8 @@ window = "1s"
 AUTH_HEADERS = ["X-Forwarded-For: 127.0.0.1", "X-Forwarded-Method: GET", "X-Forwarded-Host: 127.0.0.1",
                 "X-Forwarded-Uri: /", "X-Original-URI: /"]
 CHECK_BODY = '{"rule":"api","key":"127.0.0.1"}'
+# docs/proxies.md's nginx block with an nginx server in slidegate's place: auth_request's own cost.
+FLOOR = "auth_request to a static 200"
 
 
 def doc_block(marker, lang):
@@ -47,9 +51,15 @@ def doc_block(marker, lang):
 
 def nginx_conf(d, setup, slidegate, app, port):
     """nginx.conf for `setup`, with the application on `app` and nginx on `port`."""
-    if setup == "auth_request":
-        site = doc_block("## nginx", "nginx").replace(SLIDEGATE, slidegate).replace(APP, app)
+    if setup.startswith("auth_request"):
+        # The floor: the same block asking a server of this nginx that answers every question
+        # with an empty 200, so what is left is nginx's own subrequest.
+        floor = f"127.0.0.1:{free_port()}"
+        asked = floor if setup == FLOOR else slidegate
+        site = doc_block("## nginx", "nginx").replace(SLIDEGATE, asked).replace(APP, app)
         site = site.replace(PROXY, f"127.0.0.1:{port}")
+        if setup == FLOOR:
+            site += f"server {{ listen {floor}; location / {{ return 200; }} }}\n"
     else:
         # limit_req at a rate far above the load: every request passes, as every one passes the rule.
         limited = setup == "limit_req"
@@ -95,7 +105,7 @@ def throughput(seconds, rounds):
     work = tempfile.mkdtemp(prefix="proxy-bench-")
     slidegate_port, app = free_port(), f"127.0.0.1:{free_port()}"
     server = serve(work, slidegate_port)
-    rates = {"none": [], "limit_req": [], "auth_request": []}
+    rates = {"none": [], "limit_req": [], "auth_request": [], FLOOR: []}
     try:
         for _ in range(rounds):
             for setup in rates:
@@ -156,10 +166,10 @@ def main():
     a = ap.parse_args()
     REL = a.bin_dir
     rates = throughput(a.seconds, a.rounds)
-    print("| through nginx | requests/s | × limit_req |")
-    print("|---|---|---|")
+    print("| through nginx | requests/s | × limit_req | × auth_request's floor |")
+    print("|---|---|---|---|")
     for setup, rate in rates.items():
-        print(f"| {setup} | {rate:,.0f} | {rate / rates['limit_req']:.2f} |", flush=True)
+        print(f"| {setup} | {rate:,.0f} | {rate / rates['limit_req']:.2f} | {rate / rates[FLOOR]:.2f} |", flush=True)
     costs = instructions(max(2, a.seconds // 2))
     print("\n| slidegate route (memory, one key) | instructions/request | × /v1/check |")
     print("|---|---|---|")
