@@ -45,6 +45,7 @@ pub use http_limits::{
     InvalidHttpLimit, MAX_CONNECTIONS, TIMEOUT_RANGE,
 };
 use inline::InlineSpec;
+pub use overlay::put as put_setting;
 pub use proxies::{ClientHeader, ForwardAuthConfig, MAX_TRUSTED_PROXIES};
 use rule::RuleSpec;
 pub use rule::{MAX_RULES, Rule, Rules};

@@ -10,7 +10,7 @@ use tokio::net::TcpListener;
 use tracing::info;
 
 use crate::app::{App, StartError, admin_state};
-use crate::config::{Config, Kind, SETTINGS, Setting, Source, parse_duration};
+use crate::config::{Config, Kind, SETTINGS, Setting, Source, parse_duration, put_setting};
 use crate::envoy_rls::EnvoyRateLimit;
 use crate::http::HttpLimits;
 use crate::redact::redact;
@@ -115,17 +115,7 @@ impl clap::FromArgMatches for ServeOptions {
                     None => continue,
                 },
             };
-            match s.field.split_once('.') {
-                Some((table, name)) => {
-                    let table = settings.entry(table).or_insert_with(|| toml::Value::Table(toml::Table::new()));
-                    if let toml::Value::Table(table) = table {
-                        table.insert(name.to_owned(), value);
-                    }
-                }
-                None => {
-                    settings.insert(s.field.to_owned(), value);
-                }
-            }
+            put_setting(&mut settings, s.field, value);
         }
         Ok(Self {
             config: matches.get_one::<PathBuf>("config").cloned(),

@@ -15,6 +15,20 @@ fn at<'a>(document: &'a Table, field: &str) -> Option<&'a Value> {
     }
 }
 
+/// Sets `field` (`backend.tls_ca`) of `document` (of the rules file's shape) to `value`.
+pub fn put(document: &mut Table, field: &str, value: Value) {
+    match field.split_once('.') {
+        Some((table, name)) => {
+            if let Value::Table(table) = document.entry(table).or_insert_with(|| Value::Table(Table::new())) {
+                table.insert(name.to_owned(), value);
+            }
+        }
+        None => {
+            document.insert(field.to_owned(), value);
+        }
+    }
+}
+
 /// Whether the settings given, `flags`, set `field`.
 pub(super) fn sets(flags: &Table, field: &str) -> bool {
     at(flags, field).is_some()

@@ -143,7 +143,7 @@ async fn send_waits<C: ConnectionLike + Send>(mut conn: C, mut waiting: mpsc::Re
         let acked = match tokio::time::timeout(left, cmd.query_async::<u64>(&mut conn)).await {
             Ok(Ok(acked)) => Ok(acked),
             Ok(Err(e)) if !e.is_timeout() => Err(e),
-            // Missed: each caller's own deadline answers it.
+            // Missed: its callers hear of it as their deadline missed.
             _ => {
                 batch.clear();
                 continue;
