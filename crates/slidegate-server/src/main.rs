@@ -154,10 +154,27 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             // An error can quote a Redis URL (a connect error, a bad flag): never its password.
-            eprintln!("error: {}", redact(&format!("{e:#}")));
+            eprintln!("error: {}", redact(&causes(&e)));
             ExitCode::from(2)
         }
     }
+}
+
+/// `e` and its causes, `: `-joined, leaving out a cause whose text ends what is already said: a
+/// wrapper that repeats its source's message (an I/O error carrying a TLS alert, in a Redis
+/// error) would say it once per layer.
+fn causes(e: &anyhow::Error) -> String {
+    let mut said = String::new();
+    for cause in e.chain().map(ToString::to_string) {
+        if said.ends_with(&cause) {
+            continue;
+        }
+        if !said.is_empty() {
+            said.push_str(": ");
+        }
+        said.push_str(&cause);
+    }
+    said
 }
 
 /// Installs the logger, with `serve`'s trace exporter when its flags ask for one.

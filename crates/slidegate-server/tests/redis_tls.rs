@@ -129,6 +129,7 @@ fn each_certificate_problem_fails_the_start_with_its_own_message() {
     let mtls = RedisServer::start_tls(&pki, true, &[]);
     let (code, stderr) = refused(&mtls.tls_url(), &ca_flag(&pki.ca()));
     assert!(code == Some(2) && stderr.contains("CertificateRequired"), "no client certificate: {code:?} {stderr}");
+    assert_eq!(stderr.matches("CertificateRequired").count(), 1, "said once, not once per error layer: {stderr}");
     let (code, stderr) = refused(&mtls.tls_url(), &ca_flag(&other.ca()));
     assert!(code == Some(2) && stderr.contains("UnknownIssuer"), "another CA: {code:?} {stderr}");
     let missing = pki.dir().join("nowhere.pem");
