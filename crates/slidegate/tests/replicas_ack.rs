@@ -144,3 +144,62 @@ async fn admissions_in_flight_together_share_their_waits_and_each_is_on_the_repl
     assert!(waits < CALLS, "{waits} WAITs for {CALLS} admissions in flight together: none shared");
     eprintln!("{CALLS} admissions in flight together: {waits} WAITs");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admissions_whose_connection_is_lost_before_their_wait_are_not_acknowledged_on_the_next_one() {
+    const CALLS: usize = 32;
+    let master = RedisServer::start();
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &master.port().to_string()]);
+    master.wait_for_replicas(1);
+    let backend = RedisBackend::connect(&master.url()).await.expect("connect");
+    let backend = backend.with_timeout(Duration::from_secs(2)).with_engine(RedisEngine::Lua).with_replicas_ack(1);
+    let quota = Quota::per_minute(3).expect("valid");
+    let signal = |name: &str| {
+        let status = std::process::Command::new("kill").args([name, &replica.pid().to_string()]).status();
+        assert!(status.expect("kill").success());
+    };
+    // The replica stops acknowledging: the first WAIT waits out its timeout, the others queue.
+    signal("-STOP");
+    let calls: Vec<_> = (0..CALLS)
+        .map(|i| {
+            let backend = backend.clone();
+            tokio::spawn(async move { backend.check(&format!("k{i}"), &quota, 1).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Their connection is lost: a new one has written nothing, and a bare WAIT on it would be
+    // answered at once with every replica.
+    let killed: u64 = master.query(&["CLIENT", "KILL", "TYPE", "normal"]);
+    assert!(killed >= 1, "the backend's connection");
+    let mut acknowledged = 0;
+    for call in calls {
+        let answer = call.await.expect("task");
+        assert!(answer.as_ref().is_err_and(Error::is_backend_failure), "a failure for the policy: {answer:?}");
+        acknowledged += usize::from(answer.is_ok());
+    }
+    signal("-CONT");
+    assert_eq!(acknowledged, 0, "no admission acknowledged by a replica that holds none of them");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_that_redis_ends_as_its_master_is_demoted_is_a_failure_for_the_policy() {
+    let master = RedisServer::start();
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &master.port().to_string()]);
+    let elsewhere = RedisServer::start();
+    master.wait_for_replicas(1);
+    let backend = RedisBackend::connect(&master.url()).await.expect("connect");
+    let backend = backend.with_timeout(Duration::from_secs(2)).with_engine(RedisEngine::Lua).with_replicas_ack(1);
+    let quota = Quota::per_minute(3).expect("valid");
+    let status = std::process::Command::new("kill").args(["-STOP", &replica.pid().to_string()]).status();
+    assert!(status.expect("kill").success());
+    let call = tokio::spawn({
+        let backend = backend.clone();
+        async move { backend.check("k", &quota, 1).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Its WAIT is blocked; the master becomes a replica: Redis ends the WAIT with an error.
+    let _: () = master.query(&["REPLICAOF", "127.0.0.1", &elsewhere.port().to_string()]);
+    let answer = call.await.expect("task");
+    let _ = std::process::Command::new("kill").args(["-CONT", &replica.pid().to_string()]).status();
+    assert!(answer.as_ref().is_err_and(Error::is_backend_failure), "for the failure policy: {answer:?}");
+}

@@ -6,7 +6,13 @@
 //! (one connection to the master, standalone or under Sentinel; one per master on a Cluster),
 //! and the `WAIT` is sent once the admission's reply has arrived, so it follows that admission
 //! on the connection and covers it, along with every write other callers sent before it: an
-//! acknowledgement may cover more than its caller asked, never less. So admissions share their
+//! acknowledgement may cover more than its caller asked, never less — on the connection the
+//! admission went over. One that failed and was replaced in between has written nothing, and
+//! a `WAIT` on it would be answered at once: so the `WAIT` follows a write of its own, in one
+//! pipeline (`SET <prefix>:replicas-ack`). A master's replication stream is one, in order, so
+//! replicas that hold that write hold every admission answered before it, whichever connection
+//! carried them. (On a Cluster, where redis-rs sends `WAIT` to every master, no write precedes
+//! it.) So admissions share their
 //! `WAIT`s, as a database's group commit shares a flush: each one answered joins the queue of a
 //! task of the backend's that sends one `WAIT` for all of those waiting, and, while it waits,
 //! gathers the next batch for the next one; with many calls in flight a `WAIT` covers many
@@ -117,15 +123,29 @@ where
             _ => {
                 let (q, waiting) = mpsc::channel(MAX_WAITING_FOR_REPLICAS);
                 // The task holds the connection, not the backend: it ends with the last backend.
-                tokio::spawn(send_waits(self.conn.clone(), waiting));
+                let marker = (!self.config.one_slot).then(|| ack_key(&self.config.prefix));
+                tokio::spawn(send_waits(self.conn.clone(), marker, waiting));
                 queue.insert(q).clone()
             }
         }
     }
 }
 
-/// Sends one `WAIT` for every batch of admissions waiting, until no backend is left to send any.
-async fn send_waits<C: ConnectionLike + Send>(mut conn: C, mut waiting: mpsc::Receiver<Waiter>) {
+/// The key a `WAIT` writes first (see the module's documentation), under `prefix`.
+fn ack_key(prefix: &str) -> String {
+    if prefix.is_empty() { "replicas-ack".to_owned() } else { format!("{prefix}:replicas-ack") }
+}
+
+/// How long the key a `WAIT` writes first lasts: it holds nothing anyone reads.
+const ACK_KEY_TTL_MS: u64 = 60_000;
+
+/// Sends one `WAIT` for every batch of admissions waiting (after a write to `marker`, when
+/// given), until no backend is left to send any.
+async fn send_waits<C: ConnectionLike + Send>(
+    mut conn: C,
+    marker: Option<String>,
+    mut waiting: mpsc::Receiver<Waiter>,
+) {
     let mut batch = Vec::new();
     while waiting.recv_many(&mut batch, MAX_WAITING_FOR_REPLICAS).await > 0 {
         // A caller past its deadline has gone.
@@ -138,10 +158,13 @@ async fn send_waits<C: ConnectionLike + Send>(mut conn: C, mut waiting: mpsc::Re
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         // Whole milliseconds, at least one: `WAIT n 0` would wait for ever.
         let timeout = u64::try_from((left / 2).as_millis().max(1)).unwrap_or(u64::MAX);
-        let mut cmd = redis::cmd("WAIT");
-        cmd.arg(wanted).arg(timeout);
-        let acked = match tokio::time::timeout(left, cmd.query_async::<u64>(&mut conn)).await {
-            Ok(Ok(acked)) => Ok(acked),
+        let mut pipe = redis::pipe();
+        if let Some(key) = &marker {
+            pipe.cmd("SET").arg(key).arg(1).arg("PX").arg(ACK_KEY_TTL_MS).ignore();
+        }
+        pipe.cmd("WAIT").arg(wanted).arg(timeout);
+        let acked = match tokio::time::timeout(left, pipe.query_async::<(u64,)>(&mut conn)).await {
+            Ok(Ok((acked,))) => Ok(acked),
             Ok(Err(e)) if !e.is_timeout() => Err(e),
             // Missed: its callers hear of it as their deadline missed.
             _ => {
@@ -150,7 +173,15 @@ async fn send_waits<C: ConnectionLike + Send>(mut conn: C, mut waiting: mpsc::Re
             }
         };
         for w in batch.drain(..) {
-            let _ = w.acked.send(acked.clone().map_err(Error::Redis));
+            let answer = match &acked {
+                Ok(acked) => Ok(*acked),
+                // A connection lost is the backend failing; Redis refusing the `WAIT` (a master
+                // demoted to replica: "UNBLOCKED", "WAIT cannot be used with replica
+                // instances") is the admission not acknowledged: a failure too, for the policy.
+                Err(e) if e.is_io_error() || e.is_connection_dropped() => Err(Error::Redis(e.clone())),
+                Err(_) => Ok(0),
+            };
+            let _ = w.acked.send(answer);
         }
     }
 }
