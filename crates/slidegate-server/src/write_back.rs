@@ -6,7 +6,7 @@
 //! admit them again.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::time::MissedTickBehavior;
 use tracing::{info, warn};
@@ -27,40 +27,42 @@ pub async fn forever(app: Arc<App>) {
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        once(&app).await;
+        once(&app, None).await;
     }
 }
 
 /// At the stop, once no decision is made any more: writes back what is still pending, trying
-/// every [`EVERY`] until [`AT_STOP`] has passed, and logs what it could not write.
+/// every [`EVERY`] and starting no write after [`AT_STOP`] has passed (one under way may take
+/// the backend's deadline more), and logs what it could not write.
 pub async fn at_stop(app: &App) {
     if app.limiter.write_back_pending() == 0 {
         return;
     }
     info!(pending = app.limiter.write_back_pending(), "writing back local admissions before stopping");
-    let tries = async {
-        while app.limiter.write_back_pending() > 0 {
-            once(app).await;
-            tokio::time::sleep(EVERY).await;
-        }
-    };
-    if tokio::time::timeout(AT_STOP, tries).await.is_err() {
+    let until = Instant::now() + AT_STOP;
+    while app.limiter.write_back_pending() > 0 && Instant::now() < until {
+        once(app, Some(until)).await;
+        tokio::time::sleep(EVERY.min(until.saturating_duration_since(Instant::now()))).await;
+    }
+    let pending = app.limiter.write_back_pending();
+    if pending > 0 {
         warn!(
-            pending = app.limiter.write_back_pending(),
+            pending,
             within = %humantime::format_duration(AT_STOP),
             "stopping with local admissions not written back: the backend did not take them in time"
         );
     }
 }
 
-/// One look at the journal: a write-back when it holds anything, counted and logged.
-async fn once(app: &App) {
+/// One look at the journal: a write-back (no entry started after `until`) when it holds
+/// anything, counted and logged.
+async fn once(app: &App, until: Option<Instant>) {
     let pending = app.limiter.write_back_pending();
     ::metrics::gauge!(metrics::WRITE_BACK_PENDING).set(pending as f64);
     if pending == 0 {
         return;
     }
-    let done = app.limiter.write_back().await;
+    let done = app.limiter.write_back_until(until).await;
     ::metrics::counter!(metrics::WRITE_BACK_PERMITS, "outcome" => "written").increment(done.written);
     ::metrics::counter!(metrics::WRITE_BACK_PERMITS, "outcome" => "dropped").increment(done.dropped);
     ::metrics::gauge!(metrics::WRITE_BACK_PENDING).set(done.pending as f64);

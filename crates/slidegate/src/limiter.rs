@@ -200,6 +200,12 @@ impl<B: Backend> Limiter<B> {
     /// caller runs it in the background while [`Limiter::write_back_pending`] is non-zero:
     /// decisions never wait for it.
     pub async fn write_back(&self) -> WriteBack {
+        self.write_back_until(None).await
+    }
+
+    /// As [`Limiter::write_back`], starting no entry's write after `until` (a stop's last
+    /// moment): what is left stays pending, and the circuit open.
+    pub async fn write_back_until(&self, until: Option<std::time::Instant>) -> WriteBack {
         let Some((guard, journal)) = self.guard.as_ref().and_then(|g| Some((g, g.journal.as_ref()?))) else {
             return WriteBack::default();
         };
@@ -215,6 +221,10 @@ impl<B: Backend> Limiter<B> {
         let (mut report, mut failed) = (WriteBack { dropped, ..WriteBack::default() }, false);
         let mut done = 0;
         for a in &entries.list {
+            if until.is_some_and(|t| std::time::Instant::now() >= t) {
+                failed = true;
+                break;
+            }
             let now = SystemClock.now_ms();
             if a.is_stale(now, entries.newest_ms(&a.key).unwrap_or(a.at_ms)) {
                 report.dropped += a.cost;

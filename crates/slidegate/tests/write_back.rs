@@ -303,3 +303,27 @@ async fn checks_while_redis_is_back_but_the_journal_unwritten_stay_local_and_the
     assert_eq!(admitted, LIMIT, "local half, then Redis' rest: the limit");
     assert_eq!(limiter.inspect("race", &quota).await.expect("inspect").count, LIMIT);
 }
+
+#[tokio::test]
+async fn a_write_back_cut_off_at_a_time_starts_no_write_after_it_and_keeps_the_rest_pending() {
+    let mut redis = start(Engine::Lua, None);
+    let port = redis.port();
+    let limiter = limiter(&redis.url(), Engine::Lua).await;
+    let quota = quotas()[0];
+    redis.kill();
+    let local = admitted_locally(&limiter, "cut", &quota, LIMIT).await;
+    let pending = limiter.write_back_pending();
+    assert!(pending > 0, "journaled");
+    let redis = start(Engine::Lua, Some(port));
+    // Past the breaker's pause, so that the write-back is let through as its probe.
+    tokio::time::sleep(slidegate::CircuitBreaker::default().open_for() * 2).await;
+    // Already past: nothing is started, nothing is lost, and Redis does not decide yet.
+    let w = limiter.write_back_until(Some(Instant::now())).await;
+    assert_eq!((w.written, w.dropped, w.pending), (0, 0, pending), "{w:?}");
+    assert_eq!(limiter.write_back_pending(), pending);
+    let d = limiter.check("cut", &quota).await.expect("answered");
+    assert!(d.degraded.is_some(), "still local while the journal waits: {d:?}");
+    let all = write_back_all(&limiter).await;
+    let on_redis: u64 = redis.query(&["ZCARD", &limiter.backend().redis_key("cut", quota.algorithm())]);
+    assert_eq!((all.written, on_redis), (local + u64::from(d.allowed), local + u64::from(d.allowed)), "{all:?}");
+}
