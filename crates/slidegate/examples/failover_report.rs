@@ -105,45 +105,63 @@ fn summarize(mut ratios: Vec<f64>) {
     );
 }
 
+/// What the load's tasks saw, in ms since the round began.
+#[derive(Default)]
+struct Seen {
+    admitted: AtomicU64,
+    last_admission: AtomicU64,
+    /// The longest time between two admissions: after the kill, how long none came.
+    longest_pause: AtomicU64,
+    /// The last denial Redis itself decided (the key at its limit), not the policy.
+    last_denial: AtomicU64,
+}
+
 /// The admissions acknowledged on `key` from a load that `kill` interrupts after
-/// [`BEFORE_KILL`], counted until the key has been at its limit for a second.
+/// [`BEFORE_KILL`], counted until the promoted replica has denied the key (at its limit) and
+/// admitted nothing for a second, or [`ROUND_DEADLINE`].
 async fn round_admitted<B: Backend + 'static>(
     limiter: &Arc<Limiter<B>>,
     quota: &Quota,
     key: &str,
     kill: impl FnOnce(),
 ) -> u64 {
-    let admitted = Arc::new(AtomicU64::new(0));
-    let last_admission = Arc::new(AtomicU64::new(0));
+    let seen = Arc::new(Seen::default());
     let stop = Arc::new(AtomicBool::new(false));
     let started = Instant::now();
+    let ms = move || started.elapsed().as_millis() as u64;
     let tasks: Vec<_> = (0..TASKS)
         .map(|_| {
             let (limiter, quota, key) = (Arc::clone(limiter), *quota, key.to_owned());
-            let (admitted, last, stop) = (Arc::clone(&admitted), Arc::clone(&last_admission), Arc::clone(&stop));
+            let (seen, stop) = (Arc::clone(&seen), Arc::clone(&stop));
             tokio::spawn(async move {
                 while !stop.load(Ordering::Relaxed) {
                     match limiter.check(&key, &quota).await {
                         Ok(d) if d.allowed && d.degraded.is_none() => {
-                            admitted.fetch_add(1, Ordering::Relaxed);
-                            last.store(started.elapsed().as_millis() as u64, Ordering::Relaxed);
+                            seen.admitted.fetch_add(1, Ordering::Relaxed);
+                            let last = seen.last_admission.swap(ms(), Ordering::Relaxed);
+                            seen.longest_pause.fetch_max(ms().saturating_sub(last), Ordering::Relaxed);
                         }
                         // Denied: at the limit, or no master (fail_closed); a denial costs no load.
-                        _ => tokio::time::sleep(Duration::from_millis(1)).await,
+                        Ok(d) => {
+                            if d.degraded.is_none() {
+                                seen.last_denial.store(ms(), Ordering::Relaxed);
+                            }
+                            tokio::time::sleep(Duration::from_millis(1)).await;
+                        }
+                        Err(_) => tokio::time::sleep(Duration::from_millis(1)).await,
                     }
                 }
             })
         })
         .collect();
     tokio::time::sleep(BEFORE_KILL).await;
-    let before = admitted.load(Ordering::Relaxed);
+    let before = seen.admitted.load(Ordering::Relaxed);
+    let killed_at = ms();
     kill();
-    // Done once no admission came for a second after the promoted replica served some.
-    let killed_at = started.elapsed().as_millis() as u64;
-    while started.elapsed() < ROUND_DEADLINE {
+    while ms() < ROUND_DEADLINE.as_millis() as u64 {
         tokio::time::sleep(Duration::from_millis(100)).await;
-        let last = last_admission.load(Ordering::Relaxed);
-        if last > killed_at && started.elapsed().as_millis() as u64 > last + 1_000 {
+        let last = seen.last_admission.load(Ordering::Relaxed);
+        if last > killed_at && seen.last_denial.load(Ordering::Relaxed) > last && ms() > last + 1_000 {
             break;
         }
     }
@@ -151,9 +169,14 @@ async fn round_admitted<B: Backend + 'static>(
     for t in tasks {
         let _ = t.await;
     }
-    let admitted = admitted.load(Ordering::Relaxed);
+    let admitted = seen.admitted.load(Ordering::Relaxed);
     assert!(before < LIMIT, "the key reached its limit before the kill: nothing was in flight");
-    println!("  {before} admitted before the kill, {} after", admitted - before);
+    println!(
+        "  {before} admitted before the kill, {} after; the longest pause {} ms; {} ms from the kill",
+        admitted - before,
+        seen.longest_pause.load(Ordering::Relaxed),
+        ms() - killed_at
+    );
     admitted
 }
 
