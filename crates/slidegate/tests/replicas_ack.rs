@@ -108,14 +108,27 @@ async fn admissions_wait_for_the_replica_and_fail_without_it_under_sentinel() {
     acknowledged_then_refused("sentinel", backend, &setup.master, &mut setup.replica).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn admissions_in_flight_together_share_their_waits_and_each_is_on_the_replica_when_answered() {
-    const CALLS: u64 = 64;
+/// A master, its replica in sync, and a backend on the master asking each admission to wait for
+/// the replica, within `deadline`, on the Lua engine.
+async fn master_and_replica(deadline: Duration) -> (RedisServer, RedisServer, RedisBackend) {
     let master = RedisServer::start();
     let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &master.port().to_string()]);
     master.wait_for_replicas(1);
     let backend = RedisBackend::connect(&master.url()).await.expect("connect");
-    let backend = backend.with_timeout(DEADLINE).with_engine(RedisEngine::Lua).with_replicas_ack(1);
+    let backend = backend.with_timeout(deadline).with_engine(RedisEngine::Lua).with_replicas_ack(1);
+    (master, replica, backend)
+}
+
+/// Sends `signal` (`-STOP`, `-CONT`) to `server`.
+fn signal(server: &RedisServer, signal: &str) {
+    let status = std::process::Command::new("kill").args([signal, &server.pid().to_string()]).status();
+    assert!(status.expect("kill").success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admissions_in_flight_together_share_their_waits_and_each_is_on_the_replica_when_answered() {
+    const CALLS: u64 = 64;
+    let (master, replica, backend) = master_and_replica(DEADLINE).await;
     let quota = Quota::per_minute(3).expect("valid");
     let replica = Arc::new(replica);
     let start = Arc::new(tokio::sync::Barrier::new(CALLS as usize));
@@ -148,18 +161,10 @@ async fn admissions_in_flight_together_share_their_waits_and_each_is_on_the_repl
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admissions_whose_connection_is_lost_before_their_wait_are_not_acknowledged_on_the_next_one() {
     const CALLS: usize = 32;
-    let master = RedisServer::start();
-    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &master.port().to_string()]);
-    master.wait_for_replicas(1);
-    let backend = RedisBackend::connect(&master.url()).await.expect("connect");
-    let backend = backend.with_timeout(Duration::from_secs(2)).with_engine(RedisEngine::Lua).with_replicas_ack(1);
+    let (master, replica, backend) = master_and_replica(Duration::from_secs(2)).await;
     let quota = Quota::per_minute(3).expect("valid");
-    let signal = |name: &str| {
-        let status = std::process::Command::new("kill").args([name, &replica.pid().to_string()]).status();
-        assert!(status.expect("kill").success());
-    };
     // The replica stops acknowledging: the first WAIT waits out its timeout, the others queue.
-    signal("-STOP");
+    signal(&replica, "-STOP");
     let calls: Vec<_> = (0..CALLS)
         .map(|i| {
             let backend = backend.clone();
@@ -177,21 +182,16 @@ async fn admissions_whose_connection_is_lost_before_their_wait_are_not_acknowled
         assert!(answer.as_ref().is_err_and(Error::is_backend_failure), "a failure for the policy: {answer:?}");
         acknowledged += usize::from(answer.is_ok());
     }
-    signal("-CONT");
+    signal(&replica, "-CONT");
     assert_eq!(acknowledged, 0, "no admission acknowledged by a replica that holds none of them");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wait_that_redis_ends_as_its_master_is_demoted_is_a_failure_for_the_policy() {
-    let master = RedisServer::start();
-    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &master.port().to_string()]);
+    let (master, replica, backend) = master_and_replica(Duration::from_secs(2)).await;
     let elsewhere = RedisServer::start();
-    master.wait_for_replicas(1);
-    let backend = RedisBackend::connect(&master.url()).await.expect("connect");
-    let backend = backend.with_timeout(Duration::from_secs(2)).with_engine(RedisEngine::Lua).with_replicas_ack(1);
     let quota = Quota::per_minute(3).expect("valid");
-    let status = std::process::Command::new("kill").args(["-STOP", &replica.pid().to_string()]).status();
-    assert!(status.expect("kill").success());
+    signal(&replica, "-STOP");
     let call = tokio::spawn({
         let backend = backend.clone();
         async move { backend.check("k", &quota, 1).await }
@@ -200,6 +200,6 @@ async fn a_wait_that_redis_ends_as_its_master_is_demoted_is_a_failure_for_the_po
     // Its WAIT is blocked; the master becomes a replica: Redis ends the WAIT with an error.
     let _: () = master.query(&["REPLICAOF", "127.0.0.1", &elsewhere.port().to_string()]);
     let answer = call.await.expect("task");
-    let _ = std::process::Command::new("kill").args(["-CONT", &replica.pid().to_string()]).status();
+    signal(&replica, "-CONT");
     assert!(answer.as_ref().is_err_and(Error::is_backend_failure), "for the failure policy: {answer:?}");
 }
