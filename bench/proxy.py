@@ -54,12 +54,12 @@ def nginx_conf(d, setup, slidegate, app, port):
     if setup.startswith("auth_request"):
         # The floor: the same block asking a server of this nginx that answers every question
         # with an empty 200, so what is left is nginx's own subrequest.
-        floor = f"127.0.0.1:{free_port()}"
-        asked = floor if setup == FLOOR else slidegate
-        site = doc_block("## nginx", "nginx").replace(SLIDEGATE, asked).replace(APP, app)
-        site = site.replace(PROXY, f"127.0.0.1:{port}")
+        asked, floor = slidegate, ""
         if setup == FLOOR:
-            site += f"server {{ listen {floor}; location / {{ return 200; }} }}\n"
+            asked = f"127.0.0.1:{free_port()}"
+            floor = f"server {{ listen {asked}; location / {{ return 200; }} }}\n"
+        site = doc_block("## nginx", "nginx").replace(SLIDEGATE, asked).replace(APP, app)
+        site = site.replace(PROXY, f"127.0.0.1:{port}") + floor
     else:
         # limit_req at a rate far above the load: every request passes, as every one passes the rule.
         limited = setup == "limit_req"

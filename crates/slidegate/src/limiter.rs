@@ -218,11 +218,11 @@ impl<B: Backend> Limiter<B> {
             guard.breaker.settled();
             return pending();
         };
-        let (mut report, mut failed) = (WriteBack { dropped, ..WriteBack::default() }, false);
+        let (mut report, mut cut_short) = (WriteBack { dropped, ..WriteBack::default() }, false);
         let mut done = 0;
         for a in &entries.list {
             if until.is_some_and(|t| std::time::Instant::now() >= t) {
-                failed = true;
+                cut_short = true;
                 break;
             }
             let now = SystemClock.now_ms();
@@ -240,7 +240,7 @@ impl<B: Backend> Limiter<B> {
                 }
                 Err(e) if e.is_backend_failure() => {
                     guard.breaker.failed();
-                    failed = true;
+                    cut_short = true;
                     break;
                 }
                 Err(_) => {
@@ -252,7 +252,7 @@ impl<B: Backend> Limiter<B> {
         }
         let mut entries = entries.list;
         report.pending = journal.give_back(entries.drain(done..));
-        if !failed {
+        if !cut_short {
             // Written (what came in since goes next time): Redis decides again.
             guard.breaker.succeeded();
         }

@@ -203,3 +203,15 @@ async fn a_wait_that_redis_ends_as_its_master_is_demoted_is_a_failure_for_the_po
     signal(&replica, "-CONT");
     assert!(answer.as_ref().is_err_and(Error::is_backend_failure), "for the failure policy: {answer:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_write_before_each_wait_touches_no_callers_key() {
+    let (_master, _replica, backend) = master_and_replica(DEADLINE).await;
+    let quota = Quota::per_minute(3).expect("valid");
+    for key in ["ack", "replicas-ack", ".ack", "slidegate.ack"] {
+        for admitted in 1..=2 {
+            let d = backend.check(key, &quota, 1).await.expect("admitted, its key still a sorted set");
+            assert_eq!((d.allowed, d.remaining), (true, 3 - admitted), "{key}");
+        }
+    }
+}

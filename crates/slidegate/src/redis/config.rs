@@ -134,6 +134,13 @@ where
         k
     }
 
+    /// The key a `replicas_ack` `WAIT` writes first (`replicas.rs`): `<prefix>.ack`, which no
+    /// limiter key is under a prefix (those are `<prefix>[.tag]:<key>`; under an empty prefix
+    /// every key is the caller's own).
+    pub(super) fn ack_key(&self) -> String {
+        format!("{}.ack", self.config.prefix)
+    }
+
     /// "Now" for the scripts and the module when the caller's clock decides; `None` leaves it
     /// to Redis' `TIME`. A reading past [`MAX_CLOCK_MS`] is refused before anything is sent.
     pub(super) fn now_arg(&self) -> Result<Option<u64>, crate::Error> {

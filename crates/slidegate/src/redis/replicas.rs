@@ -7,25 +7,26 @@
 //! and the `WAIT` is sent once the admission's reply has arrived, so it follows that admission
 //! on the connection and covers it, along with every write other callers sent before it: an
 //! acknowledgement may cover more than its caller asked, never less — on the connection the
-//! admission went over. One that failed and was replaced in between has written nothing, and
-//! a `WAIT` on it would be answered at once: so the `WAIT` follows a write of its own, in one
-//! pipeline (`SET <prefix>:replicas-ack`). A master's replication stream is one, in order, so
-//! replicas that hold that write hold every admission answered before it, whichever connection
-//! carried them. (On a Cluster, where redis-rs sends `WAIT` to every master, no write precedes
-//! it.) So admissions share their
-//! `WAIT`s, as a database's group commit shares a flush: each one answered joins the queue of a
-//! task of the backend's that sends one `WAIT` for all of those waiting, and, while it waits,
-//! gathers the next batch for the next one; with many calls in flight a `WAIT` covers many
-//! admissions instead of each of them holding the connection in turn. What it cannot do is
-//! make the promoted replica one of the `N`: with more replicas than `N`, Sentinel or the
-//! Cluster may promote one that had not acknowledged yet.
+//! admission went over. One that failed and was replaced in between has written nothing, and a
+//! `WAIT` on it would be answered at once: so the `WAIT` follows a write of its own in one
+//! pipeline (`SET` of [`RedisBackend::ack_key`]). A master's replication stream is one, in
+//! order, so replicas that hold that write hold every admission answered before it, whichever
+//! connection carried them. (On a Cluster, where redis-rs sends `WAIT` to every master, no write
+//! precedes it.) What it cannot do is make the promoted replica one of the `N`: with more
+//! replicas than `N`, Sentinel or the Cluster may promote one that had not acknowledged yet.
+//!
+//! Admissions share their `WAIT`s, as a database's group commit shares a flush: each one
+//! answered joins the queue of a task of the backend's that sends one `WAIT` for all of those
+//! waiting and, while it waits, gathers the next batch; with many calls in flight a `WAIT`
+//! covers many admissions instead of each of them holding the connection in turn.
 //!
 //! While a `WAIT` waits, Redis serves nothing else of that connection: every call pipelined
 //! behind it waits too. Its timeout is half of what is left of the deadline of its batch's
-//! earliest call: an admission and its `WAIT` take one deadline at most, the bound the operator set for any call,
-//! and the other half is Redis' margin, which times a blocked `WAIT` out on its event loop's
-//! next pass, up to `1 / hz` late (10 ms at `hz 100`; at the default `hz 10`, 100 ms, past a
-//! 50 ms deadline). A replica that acknowledges within that half counts, so one held up for a
+//! earliest call: an admission and its `WAIT` take one deadline at most, the bound the operator
+//! set for any call, and the other half is Redis' margin, which times a blocked `WAIT` out on
+//! its event loop's next pass, up to `1 / hz` late (10 ms at `hz 100`; at the default `hz 10`,
+//! 100 ms, past a 50 ms deadline). A replica that acknowledges within that half counts, so one
+//! held up for a
 //! moment (its own fork, a busy machine) fails nothing; one that does not is a backend
 //! failure, [`Error::ReplicasAck`] (or [`Error::Timeout`] when Redis answers past the
 //! deadline): the failure policy answers the caller and the circuit breaker counts it, so a
@@ -123,17 +124,12 @@ where
             _ => {
                 let (q, waiting) = mpsc::channel(MAX_WAITING_FOR_REPLICAS);
                 // The task holds the connection, not the backend: it ends with the last backend.
-                let marker = (!self.config.one_slot).then(|| ack_key(&self.config.prefix));
+                let marker = (!self.config.one_slot).then(|| self.ack_key());
                 tokio::spawn(send_waits(self.conn.clone(), marker, waiting));
                 queue.insert(q).clone()
             }
         }
     }
-}
-
-/// The key a `WAIT` writes first (see the module's documentation), under `prefix`.
-fn ack_key(prefix: &str) -> String {
-    if prefix.is_empty() { "replicas-ack".to_owned() } else { format!("{prefix}:replicas-ack") }
 }
 
 /// How long the key a `WAIT` writes first lasts: it holds nothing anyone reads.
@@ -163,9 +159,13 @@ async fn send_waits<C: ConnectionLike + Send>(
             pipe.cmd("SET").arg(key).arg(1).arg("PX").arg(ACK_KEY_TTL_MS).ignore();
         }
         pipe.cmd("WAIT").arg(wanted).arg(timeout);
+        // A connection lost is the backend failing; Redis ending or refusing the `WAIT` (a
+        // master demoted to replica: "UNBLOCKED", "WAIT cannot be used with replica
+        // instances") is the admissions not acknowledged: a failure too, for the policy.
         let acked = match tokio::time::timeout(left, pipe.query_async::<(u64,)>(&mut conn)).await {
             Ok(Ok((acked,))) => Ok(acked),
-            Ok(Err(e)) if !e.is_timeout() => Err(e),
+            Ok(Err(e)) if !e.is_timeout() && (e.is_io_error() || e.is_connection_dropped()) => Err(e),
+            Ok(Err(e)) if !e.is_timeout() => Ok(0),
             // Missed: its callers hear of it as their deadline missed.
             _ => {
                 batch.clear();
@@ -173,15 +173,7 @@ async fn send_waits<C: ConnectionLike + Send>(
             }
         };
         for w in batch.drain(..) {
-            let answer = match &acked {
-                Ok(acked) => Ok(*acked),
-                // A connection lost is the backend failing; Redis refusing the `WAIT` (a master
-                // demoted to replica: "UNBLOCKED", "WAIT cannot be used with replica
-                // instances") is the admission not acknowledged: a failure too, for the policy.
-                Err(e) if e.is_io_error() || e.is_connection_dropped() => Err(Error::Redis(e.clone())),
-                Err(_) => Ok(0),
-            };
-            let _ = w.acked.send(answer);
+            let _ = w.acked.send(acked.clone().map_err(Error::Redis));
         }
     }
 }
