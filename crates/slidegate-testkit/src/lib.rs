@@ -162,6 +162,29 @@ impl RedisServer {
         let _ = self.child.wait();
     }
 
+    /// Stops the server's process where it is (`SIGSTOP`): its sockets stay open and the kernel
+    /// still accepts connections and buffers what they send, which the server runs once
+    /// [`RedisServer::resume`]d — a stall (a pause, a swap storm), not an outage.
+    ///
+    /// # Panics
+    /// When the signal cannot be sent.
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Lets a [`RedisServer::pause`]d server run again (`SIGCONT`).
+    ///
+    /// # Panics
+    /// When the signal cannot be sent.
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        let status = Command::new("kill").args([signal, &self.child.id().to_string()]).status();
+        assert!(status.is_ok_and(|s| s.success()), "kill {signal} {}", self.child.id());
+    }
+
     /// The server's port on 127.0.0.1.
     pub fn port(&self) -> u16 {
         self.port

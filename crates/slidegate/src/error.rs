@@ -193,6 +193,16 @@ impl Error {
         self.class() == ErrorClass::BackendFailure
     }
 
+    /// Whether the call's write was made and only its replicas' acknowledgement failed
+    /// ([`Error::ReplicasAck`]): sent again, it would count twice.
+    pub(crate) fn is_unacknowledged_write(&self) -> bool {
+        #[cfg(feature = "redis")]
+        if matches!(self, Self::ReplicasAck { .. }) {
+            return true;
+        }
+        false
+    }
+
     /// Whether this is the caller's mistake ([`ErrorClass::Caller`]): HTTP 400 / gRPC
     /// `INVALID_ARGUMENT`, never a failure.
     pub fn is_caller_error(&self) -> bool {

@@ -192,9 +192,16 @@ impl<B: Backend> Limiter<B> {
     /// bucket drained. Each is recorded as [`Limiter::charge`] records, within
     /// [`crate::MAX_CHARGE_FACTOR`] times the limit, one backend call per key and millisecond,
     /// in admission order, at most [`crate::MAX_WRITE_BACK`] of them. Stops at the first
-    /// backend failure, keeping the rest for the next call (a write that timed out may have
-    /// run: it is then counted twice); one runs at a time (a call while another runs writes
-    /// nothing). It goes behind the circuit breaker: while the circuit is open it is the probe,
+    /// backend failure, keeping the rest for the next call; one runs at a time (a call while
+    /// another runs writes nothing).
+    ///
+    /// A write whose answer never came may still run: a Redis that stalls (a pause, a swap
+    /// storm) runs everything it was sent once it resumes. So each call first reads its first
+    /// entry's key and writes only once the backend answered that read: a stall sends no write
+    /// that would run later, however many calls probe it meanwhile, and one that begins while
+    /// a call writes repeats at most the one entry it cut (counted twice, towards fewer
+    /// admissions). A write the backend ran whose replicas did not acknowledge it
+    /// (`Error::ReplicasAck`) is written, and not sent again. It goes behind the circuit breaker: while the circuit is open it is the probe,
     /// and the circuit stays open — decisions stay local — until the journal is written, for
     /// the backend, which does not hold those admissions yet, would admit them again. The
     /// caller runs it in the background while [`Limiter::write_back_pending`] is non-zero:
@@ -218,38 +225,11 @@ impl<B: Backend> Limiter<B> {
             guard.breaker.settled();
             return pending();
         };
-        let (mut report, mut cut_short) = (WriteBack { dropped, ..WriteBack::default() }, false);
-        let mut done = 0;
-        for a in &entries.list {
-            if until.is_some_and(|t| std::time::Instant::now() >= t) {
-                cut_short = true;
-                break;
-            }
-            let now = SystemClock.now_ms();
-            if a.is_stale(now, entries.newest_ms(&a.key).unwrap_or(a.at_ms)) {
-                report.dropped += a.cost;
-                done += 1;
-                continue;
-            }
-            let ago = Duration::from_millis(now.saturating_sub(a.at_ms));
-            match self.backend.charge_ago(&a.key, &a.quota, a.cost, ago).await {
-                Ok(charged) => {
-                    guard.breaker.hold_open();
-                    report.written += charged.recorded;
-                    report.dropped += a.cost - charged.recorded;
-                }
-                Err(e) if e.is_backend_failure() => {
-                    guard.breaker.failed();
-                    cut_short = true;
-                    break;
-                }
-                Err(_) => {
-                    guard.breaker.settled();
-                    report.dropped += a.cost;
-                }
-            }
-            done += 1;
-        }
+        let mut report = WriteBack { dropped, ..WriteBack::default() };
+        let (done, cut_short) = match entries.list.front() {
+            Some(first) if !self.answers(&first.key, &first.quota, &guard.breaker).await => (0, true),
+            _ => self.write_entries(&entries, &guard.breaker, until, &mut report).await,
+        };
         let mut entries = entries.list;
         report.pending = journal.give_back(entries.drain(done..));
         if !cut_short {
@@ -257,6 +237,61 @@ impl<B: Backend> Limiter<B> {
             guard.breaker.succeeded();
         }
         report
+    }
+
+    /// Whether the backend answers a read of `key` (a failure is the breaker's).
+    async fn answers(&self, key: &str, quota: &Quota, breaker: &CircuitBreaker) -> bool {
+        match self.backend.inspect(key, quota).await {
+            Err(e) if e.is_backend_failure() => {
+                breaker.failed();
+                false
+            }
+            _ => true,
+        }
+    }
+
+    /// Writes `entries` in order, until the first backend failure or `until`, into `report`:
+    /// how many are done (written or dropped), and whether it stopped short of the end.
+    async fn write_entries(
+        &self,
+        entries: &crate::write_back::Entries,
+        breaker: &CircuitBreaker,
+        until: Option<std::time::Instant>,
+        report: &mut WriteBack,
+    ) -> (usize, bool) {
+        for (done, a) in entries.list.iter().enumerate() {
+            if until.is_some_and(|t| std::time::Instant::now() >= t) {
+                return (done, true);
+            }
+            let now = SystemClock.now_ms();
+            if a.is_stale(now, entries.newest_ms(&a.key).unwrap_or(a.at_ms)) {
+                report.dropped += a.cost;
+                continue;
+            }
+            let ago = Duration::from_millis(now.saturating_sub(a.at_ms));
+            match self.backend.charge_ago(&a.key, &a.quota, a.cost, ago).await {
+                Ok(charged) => {
+                    breaker.hold_open();
+                    report.written += charged.recorded;
+                    report.dropped += a.cost - charged.recorded;
+                }
+                Err(e) if e.is_unacknowledged_write() => {
+                    // On the master, not on its replicas: written, and a failure to the breaker.
+                    breaker.failed();
+                    report.written += a.cost;
+                    return (done + 1, true);
+                }
+                Err(e) if e.is_backend_failure() => {
+                    breaker.failed();
+                    return (done, true);
+                }
+                Err(_) => {
+                    breaker.settled();
+                    report.dropped += a.cost;
+                }
+            }
+        }
+        (entries.list.len(), false)
     }
 
     /// Local admissions waiting for [`Limiter::write_back`], those it is writing included

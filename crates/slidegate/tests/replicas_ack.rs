@@ -119,12 +119,6 @@ async fn master_and_replica(deadline: Duration) -> (RedisServer, RedisServer, Re
     (master, replica, backend)
 }
 
-/// Sends `signal` (`-STOP`, `-CONT`) to `server`.
-fn signal(server: &RedisServer, signal: &str) {
-    let status = std::process::Command::new("kill").args([signal, &server.pid().to_string()]).status();
-    assert!(status.expect("kill").success());
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admissions_in_flight_together_share_their_waits_and_each_is_on_the_replica_when_answered() {
     const CALLS: u64 = 64;
@@ -164,7 +158,7 @@ async fn admissions_whose_connection_is_lost_before_their_wait_are_not_acknowled
     let (master, replica, backend) = master_and_replica(Duration::from_secs(2)).await;
     let quota = Quota::per_minute(3).expect("valid");
     // The replica stops acknowledging: the first WAIT waits out its timeout, the others queue.
-    signal(&replica, "-STOP");
+    replica.pause();
     let calls: Vec<_> = (0..CALLS)
         .map(|i| {
             let backend = backend.clone();
@@ -182,7 +176,7 @@ async fn admissions_whose_connection_is_lost_before_their_wait_are_not_acknowled
         assert!(answer.as_ref().is_err_and(Error::is_backend_failure), "a failure for the policy: {answer:?}");
         acknowledged += usize::from(answer.is_ok());
     }
-    signal(&replica, "-CONT");
+    replica.resume();
     assert_eq!(acknowledged, 0, "no admission acknowledged by a replica that holds none of them");
 }
 
@@ -191,7 +185,7 @@ async fn a_wait_that_redis_ends_as_its_master_is_demoted_is_a_failure_for_the_po
     let (master, replica, backend) = master_and_replica(Duration::from_secs(2)).await;
     let elsewhere = RedisServer::start();
     let quota = Quota::per_minute(3).expect("valid");
-    signal(&replica, "-STOP");
+    replica.pause();
     let call = tokio::spawn({
         let backend = backend.clone();
         async move { backend.check("k", &quota, 1).await }
@@ -200,7 +194,7 @@ async fn a_wait_that_redis_ends_as_its_master_is_demoted_is_a_failure_for_the_po
     // Its WAIT is blocked; the master becomes a replica: Redis ends the WAIT with an error.
     let _: () = master.query(&["REPLICAOF", "127.0.0.1", &elsewhere.port().to_string()]);
     let answer = call.await.expect("task");
-    signal(&replica, "-CONT");
+    replica.resume();
     assert!(answer.as_ref().is_err_and(Error::is_backend_failure), "for the failure policy: {answer:?}");
 }
 
@@ -214,4 +208,36 @@ async fn the_write_before_each_wait_touches_no_callers_key() {
             assert_eq!((d.allowed, d.remaining), (true, 3 - admitted), "{key}");
         }
     }
+}
+
+/// A write-back's write that the master ran and its replica did not acknowledge is written, not
+/// sent again at the next probe: sent at each, it would count once per probe.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_back_its_replica_does_not_acknowledge_counts_once_however_many_probes_follow() {
+    let (_master, replica, backend) = master_and_replica(DEADLINE).await;
+    let policy = FailurePolicy::local(0.5).expect("policy");
+    let limiter = Limiter::new(backend.clone()).with_failure_policy(policy).with_write_back();
+    let quota = Quota::per_minute(10).expect("valid");
+    replica.pause();
+    let mut local = 0;
+    for _ in 0..10 {
+        let d = limiter.check("wb", &quota).await.expect("answered by the policy");
+        assert!(d.degraded.is_some(), "{d:?}");
+        local += u64::from(d.allowed);
+    }
+    // The checks that reached the master before the circuit opened are on it, unacknowledged.
+    let before = backend.inspect("wb", &quota).await.expect("the master answers").count;
+    let (open_for, probing) = (slidegate::CircuitBreaker::default().open_for(), Instant::now());
+    while probing.elapsed() < open_for * 8 {
+        limiter.write_back().await;
+        tokio::time::sleep(open_for / 4).await;
+    }
+    replica.resume();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while limiter.write_back().await.pending > 0 {
+        assert!(Instant::now() < deadline, "still pending");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let after = backend.inspect("wb", &quota).await.expect("the master answers").count;
+    assert_eq!((local, after), (5, before + local), "each local admission written once");
 }

@@ -327,3 +327,41 @@ async fn a_write_back_cut_off_at_a_time_starts_no_write_after_it_and_keeps_the_r
     let on_redis: u64 = redis.query(&["ZCARD", &limiter.backend().redis_key("cut", quota.algorithm())]);
     assert_eq!((all.written, on_redis), (local + u64::from(d.allowed), local + u64::from(d.allowed)), "{all:?}");
 }
+
+/// A Redis that stalls runs what it was sent once it resumes: every probe of the write-back
+/// meanwhile must send no write of its own, or each would count the first entry again (one
+/// local admission became 14 on a limit of 10). The circuit is opened by resets, so no check
+/// reaches Redis and the count after the stall is exact.
+#[tokio::test]
+async fn a_stalled_redis_that_resumes_counts_each_local_admission_once_however_many_probes_it_missed() {
+    for engine in [Engine::Lua, Engine::Module] {
+        let redis = start(engine, None);
+        let proxy = FaultProxy::to_port(redis.port());
+        let limiter = limiter(&proxy.url(), engine).await;
+        let keys: Vec<String> = (0..quotas().len()).map(|i| format!("{engine:?}-stalled-{i}")).collect();
+        for (key, quota) in keys.iter().zip(quotas()) {
+            assert!(limiter.check(key, &quota).await.expect("check").allowed, "{key}: Redis admits");
+        }
+        proxy.set(Fault::Reset);
+        for (key, quota) in keys.iter().zip(quotas()) {
+            assert_eq!(admitted_locally(&limiter, key, &quota, LIMIT).await, LIMIT / 2, "{key}");
+        }
+        redis.pause();
+        proxy.set(Fault::Pass);
+        let (open_for, probing) = (slidegate::CircuitBreaker::default().open_for(), Instant::now());
+        while probing.elapsed() < open_for * 6 {
+            assert!(limiter.write_back().await.pending > 0, "{engine:?}: nothing written while stalled");
+            tokio::time::sleep(open_for / 4).await;
+        }
+        redis.resume();
+        let report = write_back_all(&limiter).await;
+        assert_eq!(report.written, 4 * LIMIT / 2, "{engine:?}: {report:?}");
+        for (key, quota) in keys.iter().zip(quotas()) {
+            assert_eq!(
+                admitted_by_redis(&limiter, key, &quota).await,
+                LIMIT - 1 - LIMIT / 2,
+                "{key}: 1 before, 5 locally"
+            );
+        }
+    }
+}
