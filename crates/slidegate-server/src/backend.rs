@@ -194,6 +194,15 @@ impl Backend for AnyBackend {
         }
     }
 
+    async fn accepts_writes(&self, key: &str, quota: &Quota) -> Result<(), Error> {
+        match self {
+            Self::Memory(b) => b.accepts_writes(key, quota).await,
+            Self::Redis(b) => Box::pin(b.accepts_writes(key, quota)).await,
+            Self::Cluster(b) => Box::pin(b.accepts_writes(key, quota)).await,
+            Self::Sentinel(b) => Box::pin(b.accepts_writes(key, quota)).await,
+        }
+    }
+
     async fn reset(&self, key: &str) -> Result<(), Error> {
         match self {
             Self::Memory(b) => b.reset(key).await,

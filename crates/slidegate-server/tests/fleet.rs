@@ -9,7 +9,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use reqwest::Client;
 use serde_json::{Value, json};
-use slidegate_testkit::{Fault, FaultProxy, RedisServer};
+use slidegate_testkit::{Fault, FaultProxy, RedisServer, Stall};
 use support::{RulesFile, Slidegate, check, metric};
 
 const LIMIT: u64 = 90;
@@ -205,49 +205,58 @@ async fn an_instance_stopped_while_redis_stays_away_exits_within_its_wait_and_sa
     assert!(server.log_text().contains("stopping with local admissions not written back"), "{}", server.log_text());
 }
 
-/// A Redis that stalls (`SIGSTOP`) runs what it was sent once it resumes. The instance's
-/// write-back probes it every half second meanwhile; were each probe a write, the first entry
-/// would count once per probe. The circuit is opened by resets first, so no check reaches Redis
-/// and the count after the stall is exact: the one admission before, and the local ones.
+/// A Redis that stalls — its process stopped (`SIGSTOP`), or its writes paused (`CLIENT PAUSE
+/// WRITE`, as a `FAILOVER` pauses them, answering reads meanwhile) — runs what it was sent once
+/// it resumes. The instance's write-back probes it every half second meanwhile; were each probe
+/// a write, or a read that a write follows, the first entry would count more than once. The
+/// circuit is opened by resets first, so no check reaches Redis and the count after the stall is
+/// exact: the one admission before, and the local ones.
 #[tokio::test]
 async fn a_stalled_redis_that_resumes_counts_each_local_admission_once_on_each_engine() {
-    for (engine, redis) in [("lua", RedisServer::start()), ("module", RedisServer::start_with_module(&[]))] {
-        let proxy = FaultProxy::to_port(redis.port());
-        let file = RulesFile::new(&format!(
-            "admin_token = \"t\"\n[backend]\nredis = \"{}\"\nengine = \"{engine}\"\nfailure_policy = \"local\"\nlocal_share = 0.5\n\
-             timeout = \"50ms\"\nnear_cache = 0\n\n[[rules]]\nname = \"api\"\nlimit = 10\nwindow = \"1m\"\n",
-            proxy.url()
-        ));
-        let server = Slidegate::serve(&["--config", file.arg()]);
-        let client = Client::new();
-        let body = json!({"rule": "api", "key": "stalled"});
-        let ask = || check(&client, &server, &body);
-        assert_eq!(ask().await.2["degraded"], false, "{engine}: Redis admits");
-        proxy.set(Fault::Reset);
-        let mut local = 0;
-        for _ in 0..10 {
-            let (_, _, v) = ask().await;
-            assert_eq!(v["policy"], "local", "{engine}: {v}");
-            local += u64::from(v["allowed"] == true);
+    for stall in [Stall::Process, Stall::Writes] {
+        for (engine, redis) in [("lua", RedisServer::start()), ("module", RedisServer::start_with_module(&[]))] {
+            stalled_and_resumed(engine, stall, &redis).await;
         }
-        redis.pause();
-        proxy.set(Fault::Pass);
-        tokio::time::sleep(Duration::from_secs(3)).await;
-        redis.resume();
-        let deadline = Instant::now() + Duration::from_secs(15);
-        while metric(&client, &server, "slidegate_write_back_pending").await > 0.0 {
-            assert!(Instant::now() < deadline, "{engine}: still pending");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        let state: Value = client
-            .get(server.url("/v1/keys/api/stalled"))
-            .bearer_auth("t")
-            .send()
-            .await
-            .expect("keys")
-            .json()
-            .await
-            .expect("json");
-        assert_eq!((local, &state["count"]), (5, &json!(1 + local)), "{engine}: each counted once: {state}");
     }
+}
+
+async fn stalled_and_resumed(engine: &str, stall: Stall, redis: &RedisServer) {
+    let proxy = FaultProxy::to_port(redis.port());
+    let file = RulesFile::new(&format!(
+        "admin_token = \"t\"\n[backend]\nredis = \"{}\"\nengine = \"{}\"\nfailure_policy = \"local\"\nlocal_share = 0.5\n\
+         timeout = \"50ms\"\nnear_cache = 0\n\n[[rules]]\nname = \"api\"\nlimit = 10\nwindow = \"1m\"\n",
+        proxy.url(),
+        engine
+    ));
+    let server = Slidegate::serve(&["--config", file.arg()]);
+    let client = Client::new();
+    let body = json!({"rule": "api", "key": "stalled"});
+    let ask = || check(&client, &server, &body);
+    assert_eq!(ask().await.2["degraded"], false, "{engine}, {stall:?}: Redis admits");
+    proxy.set(Fault::Reset);
+    let mut local = 0;
+    for _ in 0..10 {
+        let (_, _, v) = ask().await;
+        assert_eq!(v["policy"], "local", "{engine}, {stall:?}: {v}");
+        local += u64::from(v["allowed"] == true);
+    }
+    redis.pause(stall);
+    proxy.set(Fault::Pass);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    redis.resume(stall);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while metric(&client, &server, "slidegate_write_back_pending").await > 0.0 {
+        assert!(Instant::now() < deadline, "{engine}, {stall:?}: still pending");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let state: Value = client
+        .get(server.url("/v1/keys/api/stalled"))
+        .bearer_auth("t")
+        .send()
+        .await
+        .expect("keys")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!((local, &state["count"]), (5, &json!(1 + local)), "{engine}, {stall:?}: each counted once: {state}");
 }

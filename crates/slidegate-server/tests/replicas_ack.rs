@@ -8,7 +8,7 @@
 mod support;
 
 use serde_json::json;
-use slidegate_testkit::RedisServer;
+use slidegate_testkit::{RedisServer, Stall};
 use support::{RulesFile, Slidegate, check};
 
 /// `(degraded, allowed)` of one check of a fresh `key`, limit 3 a minute.
@@ -66,7 +66,7 @@ fn paused_replica() -> (RedisServer, RedisServer, Slidegate, RulesFile) {
         master.url()
     ));
     let server = Slidegate::serve(&["--config", rules.arg()]);
-    replica.pause();
+    replica.pause(Stall::Process);
     (master, replica, server, rules)
 }
 
@@ -89,7 +89,7 @@ async fn admissions_whose_connection_is_lost_before_their_wait_are_never_answere
         let answer = call.await.expect("task");
         assert_eq!(answer, (json!(true), json!(false)), "the policy's answer, never Redis' admission");
     }
-    replica.resume();
+    replica.resume(Stall::Process);
 }
 
 /// A master demoted to replica ends its blocked `WAIT`s with an error: the policy answers, no 500.
@@ -105,5 +105,41 @@ async fn a_wait_that_redis_ends_as_its_master_is_demoted_is_answered_by_the_poli
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     let _: () = master.query(&["REPLICAOF", "127.0.0.1", &elsewhere.port().to_string()]);
     assert_eq!(call.await.expect("task"), (json!(true), json!(false)), "the policy's answer: {}", server.log_text());
-    replica.resume();
+    replica.resume(Stall::Process);
+}
+
+/// A write-back's write whose `WAIT` no replica answers (there is none, and at Redis' default
+/// `hz 10` a `WAIT`'s timeout ends up to 100 ms late, past a 50 ms deadline) ran on the master:
+/// it is written once, not again at every probe.
+#[tokio::test]
+async fn a_write_back_no_replica_acknowledges_is_written_once_on_each_engine() {
+    for engine in ["lua", "module"] {
+        let module = engine == "module";
+        let mut redis = if module { RedisServer::start_with_module(&[]) } else { RedisServer::start() };
+        let rules = RulesFile::new(&format!(
+            "admin_token = \"t\"\n[backend]\nredis = \"{}\"\nengine = \"{engine}\"\nfailure_policy = \"local\"\n\
+             local_share = 0.5\ntimeout = \"50ms\"\nnear_cache = 0\nreplicas_ack = 1\n\n\
+             [[rules]]\nname = \"api\"\nlimit = 100\nwindow = \"1m\"\n",
+            redis.url()
+        ));
+        let server = Slidegate::serve(&["--config", rules.arg()]);
+        let client = reqwest::Client::new();
+        redis.kill();
+        let (_, _, v) = check(&client, &server, &json!({"rule": "api", "key": "one"})).await;
+        assert_eq!((&v["allowed"], &v["policy"]), (&json!(true), &json!("local")), "{engine}: {v}");
+        let port = redis.port();
+        let _redis = if module { RedisServer::start_with_module_on(port) } else { RedisServer::start_on(port) };
+        // Probes every half second meanwhile: each would have written the entry again.
+        tokio::time::sleep(std::time::Duration::from_secs(4)).await;
+        let state: serde_json::Value = client
+            .get(server.url("/v1/keys/api/one"))
+            .bearer_auth("t")
+            .send()
+            .await
+            .expect("keys")
+            .json()
+            .await
+            .expect("json");
+        assert_eq!(state["count"], 1, "{engine}: the local admission, once: {state}");
+    }
 }

@@ -162,22 +162,26 @@ impl RedisServer {
         let _ = self.child.wait();
     }
 
-    /// Stops the server's process where it is (`SIGSTOP`): its sockets stay open and the kernel
-    /// still accepts connections and buffers what they send, which the server runs once
-    /// [`RedisServer::resume`]d — a stall (a pause, a swap storm), not an outage.
+    /// Holds what the server is sent until [`RedisServer::resume`]d, as `how` says.
     ///
     /// # Panics
-    /// When the signal cannot be sent.
-    pub fn pause(&self) {
-        self.signal("-STOP");
+    /// When the signal cannot be sent or the command fails.
+    pub fn pause(&self, how: Stall) {
+        match how {
+            Stall::Process => self.signal("-STOP"),
+            Stall::Writes => self.query(&["CLIENT", "PAUSE", "600000", "WRITE"]),
+        }
     }
 
-    /// Lets a [`RedisServer::pause`]d server run again (`SIGCONT`).
+    /// Lets a [`RedisServer::pause`]d server go on.
     ///
     /// # Panics
-    /// When the signal cannot be sent.
-    pub fn resume(&self) {
-        self.signal("-CONT");
+    /// As [`RedisServer::pause`].
+    pub fn resume(&self, how: Stall) {
+        match how {
+            Stall::Process => self.signal("-CONT"),
+            Stall::Writes => self.query(&["CLIENT", "UNPAUSE"]),
+        }
     }
 
     fn signal(&self, signal: &str) {
@@ -247,6 +251,18 @@ impl RedisServer {
         }
         cmd.query(&mut self.conn()).unwrap_or_else(|e| panic!("{args:?}: {e}"))
     }
+}
+
+/// How [`RedisServer::pause`] holds a server up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stall {
+    /// Its process stopped (`SIGSTOP`): its sockets stay open and the kernel still accepts
+    /// connections and buffers what they send, which the server runs once resumed — a stall (a
+    /// pause, a swap storm), not an outage.
+    Process,
+    /// Its writes paused (`CLIENT PAUSE WRITE`, as a `FAILOVER` pauses them): reads answered,
+    /// writes and scripts that may write held.
+    Writes,
 }
 
 impl Drop for RedisServer {

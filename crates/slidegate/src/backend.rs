@@ -85,4 +85,11 @@ pub trait Backend: Send + Sync {
 
     /// Forgets every admission of `key`.
     fn reset(&self, key: &str) -> impl Future<Output = Result<(), Error>> + Send;
+
+    /// Answers once the backend runs writes to `key` under `quota`, writing nothing: what
+    /// [`crate::Limiter::write_back`] asks before it writes, for a write sent to a backend that
+    /// holds writes (stalled, or paused for writes as Redis' `FAILOVER` pauses them) runs when
+    /// it resumes, though its caller gave up. A read does not tell: Redis answers reads
+    /// through a write pause.
+    fn accepts_writes(&self, key: &str, quota: &Quota) -> impl Future<Output = Result<(), Error>> + Send;
 }

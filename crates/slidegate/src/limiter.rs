@@ -188,24 +188,26 @@ impl<B: Backend> Limiter<B> {
     /// [`FailurePolicy::LocalAuto`]) admitted while it was away, so that the window spanning an
     /// outage counts the fleet's local admissions too: a sliding log's at their own times (the
     /// window is exact again), a GCRA's at their own arrival, a counter's added to its current
-    /// window; what has left its window since is not written, nor a GCRA's arrivals once its
-    /// bucket drained. Each is recorded as [`Limiter::charge`] records, within
-    /// [`crate::MAX_CHARGE_FACTOR`] times the limit, one backend call per key and millisecond,
-    /// in admission order, at most [`crate::MAX_WRITE_BACK`] of them. Stops at the first
-    /// backend failure, keeping the rest for the next call; one runs at a time (a call while
-    /// another runs writes nothing).
+    /// window; what has left its window since is not written, nor a GCRA's arrivals once its bucket
+    /// drained. Each is recorded as [`Limiter::charge`] records, within
+    /// [`crate::MAX_CHARGE_FACTOR`] times the limit, one backend call per key and millisecond, in
+    /// admission order, at most [`crate::MAX_WRITE_BACK`] of them. Stops at the first backend
+    /// failure, keeping the rest for the next call; one runs at a time (a call while another runs
+    /// writes nothing).
     ///
-    /// A write whose answer never came may still run: a Redis that stalls (a pause, a swap
-    /// storm) runs everything it was sent once it resumes. So each call first reads its first
-    /// entry's key and writes only once the backend answered that read: a stall sends no write
-    /// that would run later, however many calls probe it meanwhile, and one that begins while
-    /// a call writes repeats at most the one entry it cut (counted twice, towards fewer
-    /// admissions). A write the backend ran whose replicas did not acknowledge it
-    /// (`Error::ReplicasAck`) is written, and not sent again. It goes behind the circuit breaker: while the circuit is open it is the probe,
-    /// and the circuit stays open — decisions stay local — until the journal is written, for
-    /// the backend, which does not hold those admissions yet, would admit them again. The
-    /// caller runs it in the background while [`Limiter::write_back_pending`] is non-zero:
-    /// decisions never wait for it.
+    /// A write whose answer never came may still run: a Redis that stalls (a pause, a swap storm)
+    /// or pauses writes (Redis' `FAILOVER`) runs everything it was sent once it resumes. So each
+    /// call first asks whether the backend runs writes to its first entry's key
+    /// ([`Backend::accepts_writes`]) and writes only once it answered: a stall sends no write that
+    /// would run later, however many calls probe it meanwhile, and one that begins while a call
+    /// writes repeats at most the one entry it cut (counted twice, towards fewer admissions). A
+    /// write the backend ran whose replicas did not acknowledge it (`Error::ReplicasAck`) is
+    /// written, and not sent again.
+    ///
+    /// It goes behind the circuit breaker: while the circuit is open it is the probe, and the
+    /// circuit stays open — decisions stay local — until the journal is written, for the backend,
+    /// which does not hold those admissions yet, would admit them again. The caller runs it in the
+    /// background while [`Limiter::write_back_pending`] is non-zero: decisions never wait for it.
     pub async fn write_back(&self) -> WriteBack {
         self.write_back_until(None).await
     }
@@ -227,7 +229,7 @@ impl<B: Backend> Limiter<B> {
         };
         let mut report = WriteBack { dropped, ..WriteBack::default() };
         let (done, cut_short) = match entries.list.front() {
-            Some(first) if !self.answers(&first.key, &first.quota, &guard.breaker).await => (0, true),
+            Some(first) if !self.takes_writes(&first.key, &first.quota, &guard.breaker).await => (0, true),
             _ => self.write_entries(&entries, &guard.breaker, until, &mut report).await,
         };
         let mut entries = entries.list;
@@ -239,9 +241,10 @@ impl<B: Backend> Limiter<B> {
         report
     }
 
-    /// Whether the backend answers a read of `key` (a failure is the breaker's).
-    async fn answers(&self, key: &str, quota: &Quota, breaker: &CircuitBreaker) -> bool {
-        match self.backend.inspect(key, quota).await {
+    /// Whether the backend runs writes to `key` now ([`Backend::accepts_writes`]; a failure is
+    /// the breaker's).
+    async fn takes_writes(&self, key: &str, quota: &Quota, breaker: &CircuitBreaker) -> bool {
+        match self.backend.accepts_writes(key, quota).await {
             Err(e) if e.is_backend_failure() => {
                 breaker.failed();
                 false

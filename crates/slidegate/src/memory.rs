@@ -531,6 +531,11 @@ impl Backend for MemoryBackend {
         }))
     }
 
+    async fn accepts_writes(&self, _key: &str, _quota: &Quota) -> Result<(), Error> {
+        // In this process: always, at once.
+        Ok(())
+    }
+
     async fn reset(&self, key: &str) -> Result<(), Error> {
         let hash = self.hash(key);
         let mut table = lock(&self.inner.shards[self.shard_index(hash)]);

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionLike;
 use slidegate::{Backend, Check, Error, FailurePolicy, Limiter, Quota, RedisBackend, RedisEngine};
-use slidegate_testkit::{RedisSentinel, RedisServer, SENTINEL_SERVICE};
+use slidegate_testkit::{RedisSentinel, RedisServer, SENTINEL_SERVICE, Stall};
 
 /// Five times the default deadline: the `WAIT`'s own timeout (half of it, timed by Redis' event
 /// loop) is what must end it, not the call's deadline, on a machine busy enough to hold Redis
@@ -158,7 +158,7 @@ async fn admissions_whose_connection_is_lost_before_their_wait_are_not_acknowled
     let (master, replica, backend) = master_and_replica(Duration::from_secs(2)).await;
     let quota = Quota::per_minute(3).expect("valid");
     // The replica stops acknowledging: the first WAIT waits out its timeout, the others queue.
-    replica.pause();
+    replica.pause(Stall::Process);
     let calls: Vec<_> = (0..CALLS)
         .map(|i| {
             let backend = backend.clone();
@@ -176,7 +176,7 @@ async fn admissions_whose_connection_is_lost_before_their_wait_are_not_acknowled
         assert!(answer.as_ref().is_err_and(Error::is_backend_failure), "a failure for the policy: {answer:?}");
         acknowledged += usize::from(answer.is_ok());
     }
-    replica.resume();
+    replica.resume(Stall::Process);
     assert_eq!(acknowledged, 0, "no admission acknowledged by a replica that holds none of them");
 }
 
@@ -185,7 +185,7 @@ async fn a_wait_that_redis_ends_as_its_master_is_demoted_is_a_failure_for_the_po
     let (master, replica, backend) = master_and_replica(Duration::from_secs(2)).await;
     let elsewhere = RedisServer::start();
     let quota = Quota::per_minute(3).expect("valid");
-    replica.pause();
+    replica.pause(Stall::Process);
     let call = tokio::spawn({
         let backend = backend.clone();
         async move { backend.check("k", &quota, 1).await }
@@ -194,7 +194,7 @@ async fn a_wait_that_redis_ends_as_its_master_is_demoted_is_a_failure_for_the_po
     // Its WAIT is blocked; the master becomes a replica: Redis ends the WAIT with an error.
     let _: () = master.query(&["REPLICAOF", "127.0.0.1", &elsewhere.port().to_string()]);
     let answer = call.await.expect("task");
-    replica.resume();
+    replica.resume(Stall::Process);
     assert!(answer.as_ref().is_err_and(Error::is_backend_failure), "for the failure policy: {answer:?}");
 }
 
@@ -218,7 +218,7 @@ async fn a_write_back_its_replica_does_not_acknowledge_counts_once_however_many_
     let policy = FailurePolicy::local(0.5).expect("policy");
     let limiter = Limiter::new(backend.clone()).with_failure_policy(policy).with_write_back();
     let quota = Quota::per_minute(10).expect("valid");
-    replica.pause();
+    replica.pause(Stall::Process);
     let mut local = 0;
     for _ in 0..10 {
         let d = limiter.check("wb", &quota).await.expect("answered by the policy");
@@ -232,7 +232,7 @@ async fn a_write_back_its_replica_does_not_acknowledge_counts_once_however_many_
         limiter.write_back().await;
         tokio::time::sleep(open_for / 4).await;
     }
-    replica.resume();
+    replica.resume(Stall::Process);
     let deadline = Instant::now() + Duration::from_secs(10);
     while limiter.write_back().await.pending > 0 {
         assert!(Instant::now() < deadline, "still pending");

@@ -5,10 +5,11 @@
 //! missing, not a file, too large or not PEM refused before connecting, naming the file.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 use slidegate::{Error, Limiter, PipelinedConnection, Quota, RedisBackend, RedisTls, TlsFiles};
-use slidegate_testkit::{Flaw, RedisServer, TestPki};
+use slidegate_testkit::{Flaw, RedisServer, Stall, TestPki};
 
 fn files(ca: Option<PathBuf>) -> TlsFiles {
     let mut f = TlsFiles::default();
@@ -78,6 +79,27 @@ async fn sixty_four_callers_share_one_tls_connection_each_getting_its_own_reply(
         t.await.expect("task");
     }
     assert_eq!(conn.get_db(), 0);
+}
+
+/// Over TLS at most two writes are in flight (Redis reads one record per pass, so what comes
+/// meanwhile waits to go out as one): what comes while both wait for a stalled Redis stays in
+/// this process and is dropped, never sent, once its callers give up. Redis runs only those two.
+#[tokio::test]
+async fn over_tls_a_stalled_redis_is_sent_two_writes_and_what_callers_gave_up_meanwhile_never_runs() {
+    let pki = TestPki::new("paced");
+    let server = RedisServer::start_tls(&pki, false, &[]);
+    let conn =
+        PipelinedConnection::connect_tls(&server.tls_url(), &load(&files(Some(pki.ca())))).await.expect("connect");
+    server.pause(Stall::Process);
+    for i in 0..6 {
+        let (mut conn, mut set) = (conn.clone(), redis::cmd("SET"));
+        let set = set.arg(format!("paced:{i}")).arg(1).query_async::<()>(&mut conn);
+        assert!(tokio::time::timeout(Duration::from_millis(50), set).await.is_err(), "Redis is stopped");
+    }
+    server.resume(Stall::Process);
+    let _: () = redis::cmd("SET").arg("paced:after").arg(1).query_async(&mut conn.clone()).await.expect("answered");
+    let ran: Vec<usize> = (0..6).filter(|i| server.query::<i64>(&["EXISTS", &format!("paced:{i}")]) == 1).collect();
+    assert_eq!(ran, [0, 1], "the two written; the rest held and dropped");
 }
 
 #[tokio::test]

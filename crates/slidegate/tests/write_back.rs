@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use slidegate::{Algorithm, FailurePolicy, Limiter, Quota, RedisBackend, RedisEngine, SystemClock, WriteBack};
 use slidegate::{Backend, Clock, Decision};
-use slidegate_testkit::{Fault, FaultProxy, RedisCluster, RedisServer};
+use slidegate_testkit::{Fault, FaultProxy, RedisCluster, RedisServer, Stall};
 
 const LIMIT: u64 = 10;
 
@@ -334,11 +334,13 @@ async fn a_write_back_cut_off_at_a_time_starts_no_write_after_it_and_keeps_the_r
 /// reaches Redis and the count after the stall is exact.
 #[tokio::test]
 async fn a_stalled_redis_that_resumes_counts_each_local_admission_once_however_many_probes_it_missed() {
-    for engine in [Engine::Lua, Engine::Module] {
+    for (engine, stall) in
+        [Engine::Lua, Engine::Module].into_iter().flat_map(|e| [(e, Stall::Process), (e, Stall::Writes)])
+    {
         let redis = start(engine, None);
         let proxy = FaultProxy::to_port(redis.port());
         let limiter = limiter(&proxy.url(), engine).await;
-        let keys: Vec<String> = (0..quotas().len()).map(|i| format!("{engine:?}-stalled-{i}")).collect();
+        let keys: Vec<String> = (0..quotas().len()).map(|i| format!("{engine:?}-{stall:?}-{i}")).collect();
         for (key, quota) in keys.iter().zip(quotas()) {
             assert!(limiter.check(key, &quota).await.expect("check").allowed, "{key}: Redis admits");
         }
@@ -346,16 +348,16 @@ async fn a_stalled_redis_that_resumes_counts_each_local_admission_once_however_m
         for (key, quota) in keys.iter().zip(quotas()) {
             assert_eq!(admitted_locally(&limiter, key, &quota, LIMIT).await, LIMIT / 2, "{key}");
         }
-        redis.pause();
+        redis.pause(stall);
         proxy.set(Fault::Pass);
         let (open_for, probing) = (slidegate::CircuitBreaker::default().open_for(), Instant::now());
         while probing.elapsed() < open_for * 6 {
-            assert!(limiter.write_back().await.pending > 0, "{engine:?}: nothing written while stalled");
+            assert!(limiter.write_back().await.pending > 0, "{engine:?}, {stall:?}: nothing written while stalled");
             tokio::time::sleep(open_for / 4).await;
         }
-        redis.resume();
+        redis.resume(stall);
         let report = write_back_all(&limiter).await;
-        assert_eq!(report.written, 4 * LIMIT / 2, "{engine:?}: {report:?}");
+        assert_eq!(report.written, 4 * LIMIT / 2, "{engine:?}, {stall:?}: {report:?}");
         for (key, quota) in keys.iter().zip(quotas()) {
             assert_eq!(
                 admitted_by_redis(&limiter, key, &quota).await,

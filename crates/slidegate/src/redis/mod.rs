@@ -4,7 +4,9 @@
 //! (one sliding-log key without warm-up, the hot path), `one_key.lua` (one fixed-window or GCRA
 //! key without warm-up), `sliding_window.lua` (one sliding-window-counter key without warm-up),
 //! `check.lua` (every algorithm, warm-up, one key or an atomic group, on the same keys and
-//! fields, at about twice the one-key scripts' work) and `inspect.lua`. They run by `EVALSHA`;
+//! fields, at about twice the one-key scripts' work), `inspect.lua` and `writable.lua` (a
+//! write-back's probe: it does nothing, and Redis holds it as it holds writes, on either
+//! engine: see [`Backend::accepts_writes`]). They run by `EVALSHA`;
 //! when Redis answers `NOSCRIPT` (after a restart, a failover or `SCRIPT FLUSH`) the same call
 //! is sent once more as `EVAL` with the body, which also puts the script back in Redis' cache.
 //! Callers never see that error.
@@ -280,6 +282,11 @@ where
             })
             .await?;
         wire::parse_timeline(&reply)
+    }
+
+    async fn accepts_writes(&self, key: &str, quota: &Quota) -> Result<(), Error> {
+        let _: i64 = self.run_script(&scripts::scripts().writable, &[(key, quota.algorithm())], |_| {}).await?;
+        Ok(())
     }
 
     async fn reset(&self, key: &str) -> Result<(), Error> {

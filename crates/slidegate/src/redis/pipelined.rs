@@ -11,7 +11,9 @@
 //!   task hop;
 //! - under concurrency, appends commands to one buffer that a writer task sends whole, after
 //!   letting the other ready tasks add theirs: one `write` per batch;
-//! - reads with one task that hands each reply to its caller, in order.
+//! - reads with one task that hands each reply to its caller, in order;
+//! - over TLS, keeps at most two writes in flight ([`MAX_TLS_WRITES_IN_FLIGHT`]), so that the
+//!   commands that come meanwhile go out as one record: Redis reads one record per pass.
 //!
 //! Both ways are bounded. At most [`MAX_IN_FLIGHT`] commands are written and unanswered at
 //! once; the others wait in this process, where a command whose callers have all given up
@@ -70,6 +72,13 @@ pub const MAX_IN_FLIGHT: usize = 256;
 /// decision's command is a few hundred bytes, about 10 KB at most (16 keys of 512 bytes and
 /// their arguments): a full queue holds about a megabyte, 40 MB at worst.
 pub const DEFAULT_MAX_QUEUED: usize = 4096;
+
+/// The most writes a TLS connection has in flight (sent, not all answered). Redis reads one TLS
+/// record per pass of its event loop and answers each pass with a write of its own, so records
+/// sent one after another are never merged there as bytes sent over TCP are: holding the
+/// commands that come meanwhile until a write is answered sends them as one record instead.
+/// Two keep Redis busy: it reads one while the other's answers travel.
+const MAX_TLS_WRITES_IN_FLIGHT: usize = 2;
 
 /// A pipelined connection to one standalone Redis that connects again after a failure — after
 /// the socket fails or closes, and after a second of silence while the caller first in line has
@@ -229,6 +238,11 @@ struct Queue {
     /// The writer task has been woken and owns the socket's write side until it finds nothing
     /// to write.
     writing: bool,
+    /// Replies each write in flight still waits for, oldest first (their sum: `in_flight`'s
+    /// length).
+    writes: VecDeque<usize>,
+    /// The most writes in flight at once: see [`MAX_TLS_WRITES_IN_FLIGHT`].
+    max_writes: usize,
 }
 
 impl Queue {
@@ -241,7 +255,10 @@ impl Queue {
     /// larger than the room goes alone), dropping those whose callers have all given up:
     /// nothing asked for them any more.
     fn commit(&mut self) {
-        let mut at = 0;
+        if self.writes.len() >= self.max_writes {
+            return;
+        }
+        let (mut at, mut committed) = (0, 0);
         while let Some(&(len, replies)) = self.queued.front() {
             let abandoned = self.queued_callers.iter().take(replies).all(oneshot::Sender::is_closed);
             let full = !self.in_flight.is_empty() && self.in_flight.len() + replies > MAX_IN_FLIGHT;
@@ -253,10 +270,26 @@ impl Queue {
             if !abandoned {
                 self.unwritten.extend_from_slice(&self.queued_bytes[at..at + len]);
                 self.in_flight.extend(callers);
+                committed += replies;
             }
             at += len;
         }
         self.queued_bytes.drain(..at);
+        if committed > 0 {
+            self.writes.push_back(committed);
+        }
+    }
+
+    /// The caller first in line, its reply come: the write it was in done once it is the last.
+    fn answered(&mut self) -> Option<Caller> {
+        let tx = self.in_flight.pop_front()?;
+        if let Some(left) = self.writes.front_mut() {
+            *left -= 1;
+            if *left == 0 {
+                self.writes.pop_front();
+            }
+        }
+        Some(tx)
     }
 
     /// Wakes the writer task unless it is awake or has nothing to do (`pending`: the socket
@@ -289,9 +322,10 @@ impl Link {
             _ => return Err(io::Error::new(io::ErrorKind::Unsupported, "only TCP and Unix sockets").into()),
         };
         let (wake_writer, woken) = mpsc::channel(1);
+        let max_writes = if matches!(writer, WriteHalf::Tls(_)) { MAX_TLS_WRITES_IN_FLIGHT } else { usize::MAX };
         let this = Arc::new(Self {
             writer,
-            queue: Mutex::default(),
+            queue: Mutex::new(Queue { max_writes, ..Queue::default() }),
             wake_writer,
             failed: AtomicBool::new(false),
             failure: std::sync::OnceLock::new(),
@@ -359,7 +393,9 @@ impl Link {
                 rx
             })
             .collect();
-        if !idle {
+        if idle {
+            q.writes.push_back(replies);
+        } else {
             q.queued.push_back((q.queued_bytes.len() - start, replies));
             q.wake_writer(&self.wake_writer, false);
             return Ok(rx);
@@ -398,7 +434,7 @@ impl Link {
             match resp::next_reply(&buf[at..]) {
                 Ok(Some((reply, len))) => {
                     at += len;
-                    match q.in_flight.pop_front() {
+                    match q.answered() {
                         // A caller that gave up (its deadline passed) dropped its receiver.
                         Some(tx) => drop(tx.send(reply)),
                         None => break Err(resp::protocol("a reply nobody asked for")),

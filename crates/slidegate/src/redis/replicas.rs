@@ -26,10 +26,9 @@
 //! set for any call, and the other half is Redis' margin, which times a blocked `WAIT` out on
 //! its event loop's next pass, up to `1 / hz` late (10 ms at `hz 100`; at the default `hz 10`,
 //! 100 ms, past a 50 ms deadline). A replica that acknowledges within that half counts, so one
-//! held up for a
-//! moment (its own fork, a busy machine) fails nothing; one that does not is a backend
-//! failure, [`Error::ReplicasAck`] (or [`Error::Timeout`] when Redis answers past the
-//! deadline): the failure policy answers the caller and the circuit breaker counts it, so a
+//! held up for a moment (its own fork, a busy machine) fails nothing; one that does not is a
+//! backend failure, [`Error::ReplicasAck`] (however the wait ends: past the deadline, its connection
+//! lost): the failure policy answers the caller and the circuit breaker counts it, so a
 //! lost replica opens the circuit instead of holding every call behind one `WAIT` after
 //! another. The admission itself stays recorded on the master: the key is charged for a
 //! request its caller saw answered by the policy, an error towards fewer admissions, never
@@ -98,15 +97,17 @@ where
         let wanted = self.config.replicas_ack;
         match answer {
             Ok(decision) if wanted > 0 && admitted(&decision) => {
-                let deadline = self.config.timeout;
-                let left = deadline.saturating_sub(started.elapsed());
+                let left = self.config.timeout.saturating_sub(started.elapsed());
                 let (acked, answered) = oneshot::channel();
                 let waiter = Waiter { wanted, deadline: tokio::time::Instant::now() + left, acked };
                 let waited = async {
-                    self.ack_queue().send(waiter).await.map_err(|_| Error::Timeout(deadline))?;
-                    answered.await.map_err(|_| Error::Timeout(deadline))?
+                    self.ack_queue().send(waiter).await.ok()?;
+                    answered.await.ok()?.ok()
                 };
-                let acked = tokio::time::timeout(left, waited).await.map_err(|_| Error::Timeout(deadline))??;
+                // However the wait ends (missed, its connection lost), the master made the
+                // admission: the caller hears that too few replicas acknowledged it, never that
+                // nothing was written, so that nothing sends the write again.
+                let acked = tokio::time::timeout(left, waited).await.ok().flatten().unwrap_or(0);
                 if acked < u64::from(wanted) {
                     return Err(Error::ReplicasAck { wanted, acked });
                 }

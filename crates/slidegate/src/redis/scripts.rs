@@ -39,6 +39,7 @@ pub(super) struct Scripts {
     charge: LuaScript,
     charge_log: LuaScript,
     pub(super) inspect: LuaScript,
+    pub(super) writable: LuaScript,
 }
 
 /// The scripts, hashed once per process.
@@ -53,6 +54,7 @@ pub(super) fn scripts() -> &'static Scripts {
         charge: LuaScript::new(concat!(include_str!("warm_up.lua"), include_str!("charge.lua"))),
         charge_log: LuaScript::new(concat!(include_str!("warm_up.lua"), include_str!("charge_log.lua"))),
         inspect: LuaScript::new(include_str!("inspect.lua")),
+        writable: LuaScript::new(include_str!("writable.lua")),
     })
 }
 
