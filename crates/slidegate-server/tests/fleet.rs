@@ -10,7 +10,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use reqwest::Client;
 use serde_json::{Value, json};
 use slidegate_testkit::{Fault, FaultProxy, RedisServer, Stall};
-use support::{RulesFile, Slidegate, check, metric};
+use support::{RulesFile, Slidegate, check, key_state, metric};
 
 const LIMIT: u64 = 90;
 
@@ -249,14 +249,6 @@ async fn stalled_and_resumed(engine: &str, stall: Stall, redis: &RedisServer) {
         assert!(Instant::now() < deadline, "{engine}, {stall:?}: still pending");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let state: Value = client
-        .get(server.url("/v1/keys/api/stalled"))
-        .bearer_auth("t")
-        .send()
-        .await
-        .expect("keys")
-        .json()
-        .await
-        .expect("json");
+    let state = key_state(&client, &server, "api", "stalled", "t").await;
     assert_eq!((local, &state["count"]), (5, &json!(1 + local)), "{engine}, {stall:?}: each counted once: {state}");
 }

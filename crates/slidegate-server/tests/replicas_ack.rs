@@ -9,7 +9,7 @@ mod support;
 
 use serde_json::json;
 use slidegate_testkit::{RedisServer, Stall};
-use support::{RulesFile, Slidegate, check};
+use support::{RulesFile, Slidegate, check, key_state};
 
 /// `(degraded, allowed)` of one check of a fresh `key`, limit 3 a minute.
 async fn admit(server: &Slidegate, key: &str) -> (serde_json::Value, serde_json::Value) {
@@ -131,15 +131,7 @@ async fn a_write_back_no_replica_acknowledges_is_written_once_on_each_engine() {
         let _redis = if module { RedisServer::start_with_module_on(port) } else { RedisServer::start_on(port) };
         // Probes every half second meanwhile: each would have written the entry again.
         tokio::time::sleep(std::time::Duration::from_secs(4)).await;
-        let state: serde_json::Value = client
-            .get(server.url("/v1/keys/api/one"))
-            .bearer_auth("t")
-            .send()
-            .await
-            .expect("keys")
-            .json()
-            .await
-            .expect("json");
+        let state = key_state(&client, &server, "api", "one", "t").await;
         assert_eq!(state["count"], 1, "{engine}: the local admission, once: {state}");
     }
 }

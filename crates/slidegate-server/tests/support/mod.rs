@@ -221,6 +221,12 @@ pub async fn check(
     (status, headers, json)
 }
 
+/// `GET /v1/keys/{rule}/{key}` with the admin `token`: the key's state as JSON.
+pub async fn key_state(client: &reqwest::Client, server: &Slidegate, rule: &str, key: &str, token: &str) -> Value {
+    let url = server.url(&format!("/v1/keys/{rule}/{key}"));
+    client.get(url).bearer_auth(token).send().await.expect("keys").json().await.expect("JSON body")
+}
+
 /// The value of one Prometheus sample line that starts with `prefix`, or 0.
 pub async fn metric(client: &reqwest::Client, server: &Slidegate, prefix: &str) -> f64 {
     let text = client.get(server.url("/metrics")).send().await.expect("metrics").text().await.expect("text");
