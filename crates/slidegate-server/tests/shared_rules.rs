@@ -75,18 +75,28 @@ fn store_silently(redis: &RedisServer, text: impl redis::ToRedisArgs, version: u
 
 static KEYS: AtomicU64 = AtomicU64::new(0);
 
-/// The limit a check of `rule` on a fresh key is decided with (and whether it was degraded).
-async fn limit_of(client: &Client, server: &Slidegate, rule: &str) -> (u64, bool) {
+/// The limit a check of `rule` on a fresh key is decided with (and whether it was degraded),
+/// or None while `server` has no such rule.
+async fn decided(client: &Client, server: &Slidegate, rule: &str) -> Option<(u64, bool)> {
     let key = format!("k{}", KEYS.fetch_add(1, Ordering::Relaxed));
     let (status, _, v) = check(client, server, &json!({"rule": rule, "key": key})).await;
+    if status == 404 && v["error"]["code"] == "unknown_rule" {
+        return None;
+    }
     assert_eq!(status, 200, "{v}");
-    (v["limit"].as_u64().expect("a limit"), v["degraded"] == true)
+    Some((v["limit"].as_u64().expect("a limit"), v["degraded"] == true))
 }
 
-/// Waits until `server` decides `rule` with `limit`, undegraded; returns how long it took.
+/// The limit a check of `rule` on a fresh key is decided with (and whether it was degraded).
+async fn limit_of(client: &Client, server: &Slidegate, rule: &str) -> (u64, bool) {
+    decided(client, server, rule).await.unwrap_or_else(|| panic!("no rule {rule}"))
+}
+
+/// Waits until `server` decides `rule` with `limit`, undegraded, the rule perhaps still unknown
+/// when it starts; returns how long it took.
 async fn until_limit(client: &Client, server: &Slidegate, rule: &str, limit: u64, within: Duration) -> Duration {
     let started = Instant::now();
-    while limit_of(client, server, rule).await != (limit, false) {
+    while decided(client, server, rule).await != Some((limit, false)) {
         assert!(started.elapsed() < within, "no limit {limit} for {rule} after {within:?}: {}", server.log_text());
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
