@@ -18,7 +18,7 @@ use reqwest::Client;
 use serde_json::{Value, json};
 use slidegate_testkit::RedisServer;
 use support::envoy::{Envoy, OK, OVER, codes, descriptor, request};
-use support::{RulesFile, Slidegate};
+use support::{RulesFile, Slidegate, key_count};
 
 /// Users of 12,000 tokens a minute (`budget`), and of 1,000 every 2 s (`fast`).
 const RULES: &str = r#"admin_token = "t"
@@ -64,13 +64,6 @@ async fn post(client: &Client, base: &str, path: &str, body: &str) -> (u16, Valu
     (status, response.json().await.expect("a JSON body"))
 }
 
-/// What `GET /v1/keys/{path}` counts.
-async fn count(client: &Client, server: &Slidegate, path: &str) -> u64 {
-    let response = client.get(server.url(&format!("/v1/keys/{path}"))).bearer_auth("t").send().await.expect("get");
-    let v: Value = response.json().await.expect("json");
-    v["count"].as_u64().unwrap_or_else(|| panic!("no count: {v}"))
-}
-
 /// The tokens caller `i` uses: from 400 to 2,299, an estimate of 1,000 both short and over.
 fn used_over_http(i: u64) -> u64 {
     400 + (i * 733) % 1_900
@@ -110,7 +103,7 @@ async fn tokens_per_minute_over_http(backend: &str) {
     }
     for (i, spent) in spent.iter().enumerate() {
         let user = format!("u{i}");
-        assert_eq!(count(&client, server, &format!("budget/{user}")).await, *spent, "{user}: the tokens charged");
+        assert_eq!(key_count(&client, server, &format!("budget/{user}")).await, *spent, "{user}: the tokens charged");
         if *spent >= 12_000 {
             let (_, v) =
                 post(&client, &server.base, "/v1/check", &format!(r#"{{"rule":"budget","key":"{user}"}}"#)).await;
@@ -129,7 +122,7 @@ async fn tokens_per_minute_over_http(backend: &str) {
     );
     let wait = v["retry_after_ms"].as_u64().unwrap_or_else(|| panic!("over: a wait: {v}"));
     assert!(wait > 0 && wait <= 2_000, "{v}");
-    assert_eq!(count(&client, server, "fast/f").await, 1_500);
+    assert_eq!(key_count(&client, server, "fast/f").await, 1_500);
     let (_, v) = post(&client, &server.base, "/v1/check", r#"{"rule":"fast","key":"f"}"#).await;
     assert_eq!(v["allowed"], false, "denied while over: {v}");
     let wait = v["retry_after_ms"].as_u64().unwrap_or_else(|| panic!("a denial's wait: {v}"));
@@ -152,7 +145,7 @@ async fn tokens_per_minute_over_http(backend: &str) {
         (&answers[0]["allowed"], &answers[1]["recorded"], &answers[2]["refunded"]),
         (&json!(true), &json!(350), &json!(600))
     );
-    assert_eq!(count(&client, server, "tpm/user-1").await, 750);
+    assert_eq!(key_count(&client, server, "tpm/user-1").await, 750);
 }
 
 /// The tokens Envoy caller `i` reports at its stream's end: 3,000 to 11,999.
@@ -240,7 +233,7 @@ async fn tokens_per_minute_over_grpc(backend: &str) {
     let mut grpc = envoy.client.clone();
     for (i, spent) in spent.iter().enumerate() {
         let user = format!("u{i}");
-        assert_eq!(count(&client, &envoy.server, &format!("envoy:llm/user={user}")).await, *spent, "{user}");
+        assert_eq!(key_count(&client, &envoy.server, &format!("envoy:llm/user={user}")).await, *spent, "{user}");
         if *spent >= 100_000 {
             let answer = grpc.should_rate_limit(envoy_call(&limits, &user, None)).await.expect("answer").into_inner();
             assert_eq!(codes(&answer), (OVER, vec![OVER]), "{user} spent {spent}");
@@ -252,7 +245,7 @@ async fn tokens_per_minute_over_grpc(backend: &str) {
     let mut settle = async |tokens| grpc.should_rate_limit(envoy_call(&limits, "heavy", Some(tokens))).await;
     assert_eq!(codes(&settle(99_000).await.expect("answer").into_inner()), (OK, vec![OK]));
     assert_eq!(codes(&settle(2_000).await.expect("answer").into_inner()), (OVER, vec![OVER]));
-    assert_eq!(count(&client, &envoy.server, "envoy:llm/user=heavy").await, 101_000);
+    assert_eq!(key_count(&client, &envoy.server, "envoy:llm/user=heavy").await, 101_000);
     let answer = grpc.should_rate_limit(envoy_call(&limits, "heavy", None)).await.expect("answer").into_inner();
     assert_eq!(codes(&answer), (OVER, vec![OVER]));
     let reset = answer.statuses[0].duration_until_reset.as_ref().expect("a reset");
@@ -324,7 +317,7 @@ async fn bad_input_is_refused_as_a_check_refuses_it_and_groups_settle_check_by_c
             assert_eq!((got, v["error"]["code"].as_str()), (status, Some(code)), "{path} {body}: {v}");
         }
     }
-    assert_eq!(count(&client, server, "budget/x").await, 0, "nothing charged");
+    assert_eq!(key_count(&client, server, "budget/x").await, 0, "nothing charged");
     // Over gRPC, a stream end with nothing decidable is INVALID_ARGUMENT, as a check is.
     let entries: Vec<(String, String)> = (0..17).map(|i| (format!("k{i}"), "v".to_owned())).collect();
     let entries: Vec<(&str, &str)> = entries.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
@@ -342,12 +335,12 @@ async fn bad_input_is_refused_as_a_check_refuses_it_and_groups_settle_check_by_c
         (&json!(false), &json!(false), &json!(false))
     );
     assert!(v["retry_after_ms"].as_u64().is_some_and(|ms| ms > 0), "{v}");
-    assert_eq!(count(&client, server, "budget/g").await, 22_000, "each recorded, past the limit");
+    assert_eq!(key_count(&client, server, "budget/g").await, 22_000, "each recorded, past the limit");
     let refund = r#"{"checks":[{"rule":"budget","key":"g","cost":12000},{"rule":"budget","key":"h","cost":5}]}"#;
     let (_, v) = post(&client, &server.base, "/v1/refund", refund).await;
     assert_eq!((&v["results"][0]["refunded"], &v["results"][1]["refunded"]), (&json!(12000), &json!(0)), "{v}");
     assert_eq!((&v["results"][0]["allowed"], &v["results"][0]["remaining"]), (&json!(true), &json!(2000)), "{v}");
-    assert_eq!(count(&client, server, "budget/g").await, 10_000);
+    assert_eq!(key_count(&client, server, "budget/g").await, 10_000);
 }
 
 /// A rule with a warm-up is charged and refunded on every engine: a charge into an idle key
@@ -384,7 +377,7 @@ async fn warm_up_rules_are_charged_and_refunded_on_every_engine() {
             if rule == "sliding_log" {
                 // (The counters' count is what they use of the limit, at most 5: the refunds
                 // below show the 7 they hold.)
-                assert_eq!(count(&client, &server, &format!("{rule}/x")).await, 7, "{backend} {rule}");
+                assert_eq!(key_count(&client, &server, &format!("{rule}/x")).await, 7, "{backend} {rule}");
             }
             // A refund's cost is bounded as a check's: what an idle key admits, the cold 5.
             for (refunded, remaining) in [(5, 3), (2, 5)] {
@@ -392,7 +385,7 @@ async fn warm_up_rules_are_charged_and_refunded_on_every_engine() {
                 let answer = (&v["refunded"], &v["allowed"], &v["remaining"]);
                 assert_eq!(answer, (&json!(refunded), &json!(true), &json!(remaining)), "{backend} {rule}: {v}");
             }
-            assert_eq!(count(&client, &server, &format!("{rule}/x")).await, 0, "{backend} {rule}");
+            assert_eq!(key_count(&client, &server, &format!("{rule}/x")).await, 0, "{backend} {rule}");
         }
     }
 }

@@ -249,6 +249,6 @@ async fn stalled_and_resumed(engine: &str, stall: Stall, redis: &RedisServer) {
         assert!(Instant::now() < deadline, "{engine}, {stall:?}: still pending");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let state = key_state(&client, &server, "api", "stalled", "t").await;
+    let state = key_state(&client, &server, "api/stalled", "t").await;
     assert_eq!((local, &state["count"]), (5, &json!(1 + local)), "{engine}, {stall:?}: each counted once: {state}");
 }

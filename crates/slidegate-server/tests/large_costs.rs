@@ -12,7 +12,7 @@ use reqwest::Client;
 use serde_json::{Value, json};
 use slidegate_testkit::{RedisCluster, RedisServer};
 use support::envoy::{Envoy, OK, OVER, codes};
-use support::{RulesFile, Slidegate, check};
+use support::{RulesFile, Slidegate, check, key_count};
 
 const RULES: &str = r#"admin_token = "t"
 
@@ -50,19 +50,6 @@ fn llm_domain() -> String {
 async fn serve(backend: &str) -> (Envoy, RulesFile) {
     let rules = RulesFile::new(&format!("{RULES}\n[backend]\n{backend}"));
     (Envoy::start(&[("llm.yaml", &llm_domain())], &["--config", rules.arg()]).await, rules)
-}
-
-async fn key_count(client: &Client, server: &Slidegate, path: &str) -> u64 {
-    let v: Value = client
-        .get(server.url(&format!("/v1/keys/{path}")))
-        .bearer_auth("t")
-        .send()
-        .await
-        .expect("get")
-        .json()
-        .await
-        .expect("json");
-    v["count"].as_u64().unwrap_or_else(|| panic!("no count: {v}"))
 }
 
 async fn put_override(client: &Client, server: &Slidegate, path: &str, limit: u64) {

@@ -131,7 +131,7 @@ async fn a_write_back_no_replica_acknowledges_is_written_once_on_each_engine() {
         let _redis = if module { RedisServer::start_with_module_on(port) } else { RedisServer::start_on(port) };
         // Probes every half second meanwhile: each would have written the entry again.
         tokio::time::sleep(std::time::Duration::from_secs(4)).await;
-        let state = key_state(&client, &server, "api", "one", "t").await;
+        let state = key_state(&client, &server, "api/one", "t").await;
         assert_eq!(state["count"], 1, "{engine}: the local admission, once: {state}");
     }
 }

@@ -221,10 +221,17 @@ pub async fn check(
     (status, headers, json)
 }
 
-/// `GET /v1/keys/{rule}/{key}` with the admin `token`: the key's state as JSON.
-pub async fn key_state(client: &reqwest::Client, server: &Slidegate, rule: &str, key: &str, token: &str) -> Value {
-    let url = server.url(&format!("/v1/keys/{rule}/{key}"));
+/// `GET /v1/keys/{path}` (`rule/key`, escaped as the key needs) with the admin `token`: the
+/// key's state as JSON.
+pub async fn key_state(client: &reqwest::Client, server: &Slidegate, path: &str, token: &str) -> Value {
+    let url = server.url(&format!("/v1/keys/{path}"));
     client.get(url).bearer_auth(token).send().await.expect("keys").json().await.expect("JSON body")
+}
+
+/// What `GET /v1/keys/{path}` counts, with the admin token `t`.
+pub async fn key_count(client: &reqwest::Client, server: &Slidegate, path: &str) -> u64 {
+    let v = key_state(client, server, path, "t").await;
+    v["count"].as_u64().unwrap_or_else(|| panic!("no count: {v}"))
 }
 
 /// The value of one Prometheus sample line that starts with `prefix`, or 0.
